@@ -1,0 +1,82 @@
+"""fanout: run an AI agent's parallel tool calls under trio, every call answered.
+
+Read top-down: values (``ToolCall``, ``ToolResult``), primitives (``TokenBucket``,
+``Budget``, ``Scope``, ``RetryPolicy``), scheduling (``Runner``, ``Turn``),
+then the edges (adapters for the Anthropic and OpenAI SDKs).
+"""
+
+from ._adapters import anthropic_tool_results as anthropic_tool_results
+from ._adapters import calls_from_anthropic as calls_from_anthropic
+from ._adapters import calls_from_openai as calls_from_openai
+from ._adapters import openai_tool_messages as openai_tool_messages
+from ._bucket import BucketStatistics as BucketStatistics
+from ._bucket import TokenBucket as TokenBucket
+from ._budget import Budget as Budget
+from ._canonical import canonical_json as canonical_json
+from ._canonical import idempotency_key as idempotency_key
+from ._context import CallContext as CallContext
+from ._context import current_call as current_call
+from ._events import Event as Event
+from ._events import EventKind as EventKind
+from ._events import Instrument as Instrument
+from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import FanoutError as FanoutError
+from ._exceptions import InvalidTurnError as InvalidTurnError
+from ._exceptions import LimiterUnavailableError as LimiterUnavailableError
+from ._exceptions import QuotaExhaustedError as QuotaExhaustedError
+from ._exceptions import RateLimitedError as RateLimitedError
+from ._exceptions import ToolSignal as ToolSignal
+from ._exceptions import TransientError as TransientError
+from ._registry import Registry as Registry
+from ._registry import ToolSpec as ToolSpec
+from ._retry import RetryBudget as RetryBudget
+from ._retry import RetryPolicy as RetryPolicy
+from ._runner import Runner as Runner
+from ._runner import RunnerStatistics as RunnerStatistics
+from ._scope import Scope as Scope
+from ._scope import ScopeStatistics as ScopeStatistics
+from ._scope import concurrency_for as concurrency_for
+from ._turn import Turn as Turn
+from ._values import Kind as Kind
+from ._values import Status as Status
+from ._values import ToolCall as ToolCall
+from ._values import ToolResult as ToolResult
+
+__all__ = [
+    "BucketStatistics",
+    "Budget",
+    "CallContext",
+    "ConfigurationError",
+    "Event",
+    "EventKind",
+    "FanoutError",
+    "Instrument",
+    "InvalidTurnError",
+    "Kind",
+    "LimiterUnavailableError",
+    "QuotaExhaustedError",
+    "RateLimitedError",
+    "Registry",
+    "RetryBudget",
+    "RetryPolicy",
+    "Runner",
+    "RunnerStatistics",
+    "Scope",
+    "ScopeStatistics",
+    "Status",
+    "TokenBucket",
+    "ToolCall",
+    "ToolResult",
+    "ToolSignal",
+    "ToolSpec",
+    "TransientError",
+    "Turn",
+    "anthropic_tool_results",
+    "calls_from_anthropic",
+    "calls_from_openai",
+    "canonical_json",
+    "concurrency_for",
+    "current_call",
+    "idempotency_key",
+    "openai_tool_messages",
+]

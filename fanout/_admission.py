@@ -1,0 +1,182 @@
+"""Admission: what a call must get from its scopes before it may start.
+
+In order: no scope's quota is spent; no scope's queue is full (else the call
+is shed at once with a drain estimate); a slot on each scope, taken in one
+global order (by name) so two calls can never hold one each and wait for the
+other's; then tokens on each scope. Every wait is bounded by the call's
+budget and by the inline threshold; a call that cannot be admitted in time is
+denied, never sent, and nothing it reserved stays consumed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._events import EventKind, Recorder
+from ._exceptions import ConfigurationError
+from ._values import Status, ToolCall
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._budget import Budget
+    from ._scope import Scope, SlotHolder
+
+__all__ = ["Denial", "admit"]
+
+
+@attrs.frozen
+class Denial:
+    """Why a call was not admitted: the answer to give instead of running it."""
+
+    status: Status
+    message: str
+    scope: str | None = None
+    retry_after: float | None = None
+
+
+async def admit(
+    call: ToolCall,
+    scopes: Sequence[Scope],
+    *,
+    holder: SlotHolder,
+    held: list[Scope],
+    budget: Budget,
+    cost: float,
+    inline_wait: float | None,
+    recorder: Recorder,
+    attempt: int,
+) -> Denial | None:
+    """Admit ``call`` on every scope, or say why not.
+
+    Slots taken are appended to ``held``; the caller releases them in a
+    ``finally`` whatever happens, including cancellation during this function.
+    """
+    denial = _check_open(call, scopes, recorder)
+    if denial is not None:
+        return denial
+    now = trio.current_time()
+    patience = budget.deadline if inline_wait is None else min(budget.deadline, now + inline_wait)
+    for scope in scopes:
+        if not await scope.acquire_slot(holder, patience):
+            return _slot_denial(scope, budget, inline_wait)
+        held.append(scope)
+        if scope.max_concurrency is not None:
+            recorder.emit(
+                EventKind.SLOT_ACQUIRED, call_id=call.id, tool=call.name,
+                scope=scope.name, attempt=attempt,
+            )  # fmt: skip
+    return await _take_tokens(call, scopes, budget, cost, patience, inline_wait, recorder, attempt)
+
+
+def _check_open(call: ToolCall, scopes: Sequence[Scope], recorder: Recorder) -> Denial | None:
+    now = trio.current_time()
+    for scope in scopes:
+        until = scope.exhausted_until()
+        if until is not None:
+            return Denial(
+                Status.QUOTA_EXHAUSTED,
+                f"the quota of scope {scope.name!r} is spent until it resets; "
+                "the call was not sent",
+                scope.name,
+                until - now,
+            )
+    for scope in scopes:
+        if scope.should_shed():
+            scope.count_shed()
+            estimate = scope.drain_estimate()
+            recorder.emit(
+                EventKind.SHED, call_id=call.id, tool=call.name, scope=scope.name, wait=estimate
+            )
+            return Denial(
+                Status.RATE_LIMITED,
+                f"scope {scope.name!r} already has a full queue of waiting calls; "
+                "this one was answered at once instead of queueing, and was not sent",
+                scope.name,
+                estimate,
+            )
+    return None
+
+
+def _slot_denial(scope: Scope, budget: Budget, inline_wait: float | None) -> Denial:
+    if trio.current_time() >= budget.deadline:
+        return Denial(
+            Status.TIMED_OUT,
+            f"no slot on scope {scope.name!r} came free before the call's deadline; "
+            "the call was not sent",
+            scope.name,
+        )
+    return Denial(
+        Status.RATE_LIMITED,
+        f"no slot on scope {scope.name!r} came free within {inline_wait:g}s; the call was not sent",
+        scope.name,
+        scope.drain_estimate(),
+    )
+
+
+async def _take_tokens(
+    call: ToolCall,
+    scopes: Sequence[Scope],
+    budget: Budget,
+    cost: float,
+    patience: float,
+    inline_wait: float | None,
+    recorder: Recorder,
+    attempt: int,
+) -> Denial | None:
+    reserved: list[Scope] = []
+    admitted = False
+    try:
+        longest, slowest = 0.0, None
+        for scope in scopes:
+            try:
+                wait = await scope.reserve(cost, max(0.0, patience - trio.current_time()))
+            except ConfigurationError as exc:
+                return Denial(Status.REFUSED, str(exc), scope.name)
+            if wait is None or not budget.fits(wait):
+                if wait is not None:
+                    reserved.append(scope)
+                needed = await scope.wait_for(cost) if wait is None else wait
+                return _token_denial(scope, needed, budget, inline_wait)
+            reserved.append(scope)
+            if wait > longest:
+                longest, slowest = wait, scope.name
+        if longest > 0:
+            recorder.emit(
+                EventKind.TOKEN_WAIT, call_id=call.id, tool=call.name, attempt=attempt,
+                scope=slowest, wait=longest,
+            )  # fmt: skip
+            for scope in scopes:
+                scope.note_waiting(+1)
+            try:
+                await trio.sleep(longest)
+            finally:
+                for scope in scopes:
+                    scope.note_waiting(-1)
+        admitted = True
+        return None
+    finally:
+        if not admitted:
+            for scope in reserved:
+                await scope.refund(cost)
+
+
+def _token_denial(scope: Scope, needed: float, budget: Budget, inline_wait: float | None) -> Denial:
+    if not math.isfinite(needed):
+        message = f"scope {scope.name!r} has no capacity in sight"
+        return Denial(Status.TIMED_OUT, message, scope.name)
+    where = (
+        "past the call's deadline"
+        if not budget.fits(needed)
+        else f"longer than fanout waits inline ({inline_wait:g}s)"
+    )
+    return Denial(
+        Status.RATE_LIMITED,
+        f"scope {scope.name!r} allows this call in {needed:.3f}s, {where}; the call was not sent",
+        scope.name,
+        needed,
+    )

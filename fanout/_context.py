@@ -1,0 +1,69 @@
+"""The call a tool is running for, reachable from inside the tool.
+
+Tools take their arguments as keyword arguments and nothing else; what they
+may need from fanout (the idempotency key, the budget, the scopes to charge
+HTTP requests to) is found with ``current_call()``. trio gives each task its
+own copy of the context, and copies it into worker threads, so sync tools see
+it too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._exceptions import FanoutError
+
+if TYPE_CHECKING:
+    from ._budget import Budget
+    from ._events import Recorder
+    from ._scope import Scope
+    from ._values import Kind, ToolCall
+
+__all__ = ["CallContext", "current_call"]
+
+
+@attrs.define
+class CallContext:
+    """Everything about the running call that a tool or the HTTP layer may use.
+
+    ``requests`` counts requests sent in this attempt: the runner reserved
+    one token for the attempt, which covers the first request; the HTTP layer
+    charges each further request to the scopes again.
+    """
+
+    call: ToolCall
+    kind: Kind
+    budget: Budget
+    scopes: tuple[Scope, ...]
+    idempotency_key: str
+    run_id: str
+    attempt: int
+    recorder: Recorder
+    requests: int = 0
+
+
+_current: contextvars.ContextVar[CallContext] = contextvars.ContextVar("fanout_call")
+
+
+def current_call() -> CallContext:
+    """The context of the tool call running in this task (or its thread)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise FanoutError("current_call() was used outside a tool run by fanout") from None
+
+
+def maybe_current_call() -> CallContext | None:
+    """The running call's context, or None outside of one."""
+    return _current.get(None)
+
+
+def set_current_call(context: CallContext) -> contextvars.Token[CallContext]:
+    return _current.set(context)
+
+
+def reset_current_call(token: contextvars.Token[CallContext]) -> None:
+    _current.reset(token)

@@ -1,0 +1,93 @@
+"""fanout's exceptions, all rooted in one base.
+
+::
+
+    FanoutError
+    ├── InvalidTurnError           the turn is structurally broken; nothing ran
+    ├── ConfigurationError         a tool, scope or policy was declared wrongly
+    ├── ToolSignal                 raised *by tools* to tell the runner something
+    │   ├── RateLimitedError       the downstream said "not now" (429/503)
+    │   ├── TransientError         a failure worth retrying (declared by the tool)
+    │   └── QuotaExhaustedError    the downstream's quota is spent until a reset
+    └── LimiterUnavailableError    a shared limiter backend could not be reached
+
+Errors a tool raises that are not ``ToolSignal`` become ``error`` results;
+they are never retried and never escape the turn.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "FanoutError",
+    "InvalidTurnError",
+    "LimiterUnavailableError",
+    "QuotaExhaustedError",
+    "RateLimitedError",
+    "ToolSignal",
+    "TransientError",
+]
+
+
+class FanoutError(Exception):
+    """The root of every exception fanout raises."""
+
+
+class InvalidTurnError(FanoutError, ValueError):
+    """The turn cannot be answered one result per id (duplicate or missing ids).
+
+    Raised before anything runs, because no answer we could send would be valid.
+    """
+
+
+class ConfigurationError(FanoutError, ValueError):
+    """A tool, scope or policy was declared with values that cannot work."""
+
+
+class ToolSignal(FanoutError):
+    """Base of the exceptions a tool raises on purpose to steer the runner."""
+
+
+class RateLimitedError(ToolSignal):
+    """The downstream refused for now; ``retry_after`` seconds is its wait, if it said.
+
+    ``scope`` names the bucket the server said was hit, when it said one; the
+    wait is then charged to that scope rather than to every scope of the call.
+    ``retryable`` is False when the server said not to retry at all.
+    """
+
+    def __init__(
+        self,
+        message: str = "rate limited by the downstream",
+        *,
+        retry_after: float | None = None,
+        scope: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.scope = scope
+        self.retryable = retryable
+
+
+class TransientError(ToolSignal):
+    """A failure the tool declares worth retrying (a reset connection, a 502)."""
+
+
+class QuotaExhaustedError(ToolSignal):
+    """The downstream's quota is spent; ``reset_after`` seconds until it returns, if known."""
+
+    def __init__(
+        self,
+        message: str = "quota exhausted",
+        *,
+        reset_after: float | None = None,
+        scope: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reset_after = reset_after
+        self.scope = scope
+
+
+class LimiterUnavailableError(FanoutError):
+    """A shared limiter (Redis) did not answer in time; callers fail closed."""

@@ -1,0 +1,112 @@
+"""When to try again, and when to stop amplifying a failing downstream.
+
+``RetryPolicy`` is capped exponential backoff with jitter. Jitter matters
+more than the exponent: calls of one turn fail together, and without it their
+retries land together and re-trigger the limit they hit (the thundering herd).
+"Full" jitter, uniform in [0, min(cap, base * 2**n)], spreads a wave widest.
+
+``RetryBudget`` bounds retries on a scope to a fraction of its recent
+requests plus a small floor, as Envoy's retry budgets and gRPC's retry
+throttling do: a downstream that is failing gets fewer requests from us, not
+a multiple of them.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import trio
+
+from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    import random
+
+__all__ = ["Jitter", "RetryBudget", "RetryPolicy"]
+
+Jitter = Literal["full", "equal", "none"]
+
+
+def _at_least_one(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ConfigurationError(f"{attribute.name} must be at least 1, not {value!r}")
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ConfigurationError(f"{attribute.name} must be a finite number >= 0, not {value!r}")
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How many attempts a call gets and how long it backs off between them.
+
+    ``attempts`` counts the first try. A server's own wait (Retry-After) takes
+    precedence over the backoff; either way the wait is charged to the call's
+    budget, and a wait that does not fit is answered rather than slept.
+    """
+
+    attempts: int = attrs.field(default=3, validator=_at_least_one)
+    base: float = attrs.field(default=0.1, validator=_non_negative)
+    cap: float = attrs.field(default=10.0, validator=_non_negative)
+    jitter: Jitter = attrs.field(default="full")
+
+    @jitter.validator
+    def _check_jitter(self, _: attrs.Attribute[str], value: str) -> None:
+        if value not in ("full", "equal", "none"):
+            raise ConfigurationError(f"jitter must be 'full', 'equal' or 'none', not {value!r}")
+
+    def backoff(self, retry: int, rng: random.Random) -> float:
+        """The wait before retry number ``retry`` (0 for the first retry)."""
+        ceiling = min(self.cap, self.base * 2.0 ** min(retry, 64))
+        if self.jitter == "full":
+            return rng.uniform(0.0, ceiling)
+        if self.jitter == "equal":
+            return ceiling / 2 + rng.uniform(0.0, ceiling / 2)
+        return ceiling
+
+
+@attrs.frozen
+class RetryBudgetStatistics:
+    requests: int
+    retries: int
+    refused: int
+
+
+@attrs.define
+class RetryBudget:
+    """Retries allowed on a scope: ``floor + ratio * requests`` in the last ``window`` s."""
+
+    ratio: float = 0.2
+    floor: int = 3
+    window: float = 10.0
+    _requests: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
+    _retries: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
+    _refused: int = attrs.field(init=False, default=0)
+
+    def record_request(self) -> None:
+        """Count one request (first try or retry) sent to the scope."""
+        self._requests.append(trio.current_time())
+
+    def try_spend(self) -> bool:
+        """Take one retry from the budget, or say no (and count the refusal)."""
+        self._forget_old()
+        allowed = self.floor + self.ratio * len(self._requests)
+        if len(self._retries) + 1 > allowed:
+            self._refused += 1
+            return False
+        self._retries.append(trio.current_time())
+        return True
+
+    def statistics(self) -> RetryBudgetStatistics:
+        self._forget_old()
+        return RetryBudgetStatistics(len(self._requests), len(self._retries), self._refused)
+
+    def _forget_old(self) -> None:
+        horizon = trio.current_time() - self.window
+        for times in (self._requests, self._retries):
+            while times and times[0] <= horizon:
+                times.popleft()

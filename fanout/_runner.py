@@ -1,0 +1,168 @@
+"""The runner: tools, scopes and policies, turned into answered turns.
+
+A ``Runner`` is long-lived: its scopes hold the limits of every key the
+tools use, shared by every turn it runs. A ``Turn`` is one assistant
+message's calls; build it with ``runner.turn(calls)`` (which validates them)
+and ``await turn.run()``, or do both with ``await runner.run_turn(calls)``.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._call import CallSettings, CallState
+from ._canonical import idempotency_key
+from ._events import Instrument, Recorder
+from ._exceptions import ConfigurationError, InvalidTurnError
+from ._retry import RetryPolicy
+from ._scope import Scope, ScopeStatistics
+from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ._registry import Registry
+    from ._values import ToolCall
+
+__all__ = ["Runner", "RunnerStatistics"]
+
+
+@attrs.frozen
+class RunnerStatistics:
+    """A snapshot of the runner: its turns and every scope it knows."""
+
+    turns_started: int
+    turns_running: int
+    scopes: tuple[ScopeStatistics, ...]
+
+
+class Runner:
+    """Runs turns of tool calls against a registry, within shared scopes.
+
+    ``turn_timeout`` is each turn's hard deadline in seconds. ``mutating``
+    says how writes in one turn run: ``"one"`` (the first runs, the rest are
+    refused with a request to re-issue them alone), ``"serial"`` or
+    ``"parallel"``. ``on_failure="cancel_siblings"`` cancels a turn's
+    unfinished calls when one fails. ``inline_wait`` is the longest wait
+    slept invisibly; a longer one is answered ``rate_limited`` with its
+    ``retry_after_ms`` (None: be patient, wait up to each call's budget).
+    A scope a tool names but ``scopes`` does not configure starts with no
+    limits, and obeys what servers tell it.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        scopes: Iterable[Scope] = (),
+        turn_timeout: float = 60.0,
+        mutating: MutatingPolicy = "one",
+        on_failure: OnFailure = "continue",
+        retry: RetryPolicy | None = None,
+        inline_wait: float | None = 2.0,
+        max_output_chars: int = 8000,
+        max_threads: int = 16,
+        rng: random.Random | None = None,
+        instruments: Sequence[Instrument] = (),
+        trace: bool = True,
+    ) -> None:
+        if mutating not in ("one", "serial", "parallel"):
+            raise ConfigurationError(
+                f"mutating must be 'one', 'serial' or 'parallel', not {mutating!r}"
+            )
+        if on_failure not in ("continue", "cancel_siblings"):
+            raise ConfigurationError(
+                f"on_failure must be 'continue' or 'cancel_siblings', not {on_failure!r}"
+            )
+        if not turn_timeout > 0:
+            raise ConfigurationError(f"turn_timeout must be positive, not {turn_timeout!r}")
+        if inline_wait is not None and not inline_wait >= 0:
+            raise ConfigurationError(f"inline_wait must be >= 0 or None, not {inline_wait!r}")
+        if max_output_chars < 1:
+            raise ConfigurationError("max_output_chars must be at least 1")
+        self.registry = registry
+        self.turn_timeout = turn_timeout
+        self.mutating: MutatingPolicy = mutating
+        self.on_failure: OnFailure = on_failure
+        self.instruments = tuple(instruments)
+        self._trace = trace
+        self._scopes: dict[str, Scope] = {}
+        for scope in scopes:
+            if scope.name in self._scopes:
+                raise ConfigurationError(f"two scopes are named {scope.name!r}")
+            self._scopes[scope.name] = scope
+        self._settings = CallSettings(
+            retry=retry or RetryPolicy(),
+            inline_wait=inline_wait,
+            max_output_chars=max_output_chars,
+            threads=trio.CapacityLimiter(max_threads),
+            rng=rng or random.Random(),
+        )
+        self._counts = TurnCounts()
+
+    def scope(self, name: str) -> Scope:
+        """The scope called ``name``, created without limits if none was configured."""
+        if name not in self._scopes:
+            self._scopes[name] = Scope(name)
+        return self._scopes[name]
+
+    def turn(
+        self, calls: Iterable[ToolCall], *, timeout: float | None = None, run_id: str | None = None
+    ) -> Turn:
+        """Validate ``calls`` and build their turn (not yet running).
+
+        Raises ``InvalidTurnError`` when the calls cannot be answered one
+        result per id: an id that is missing, empty or repeated.
+        """
+        ordered = [attrs.evolve(call, position=i) for i, call in enumerate(calls)]
+        _validate(ordered)
+        run = run_id or uuid.uuid4().hex
+        states = []
+        for call in ordered:
+            spec = self.registry.get(call.name)
+            scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
+            key = idempotency_key(run, call.name, call.arguments) if call.arguments_valid else ""
+            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key))
+        return Turn(
+            states,
+            registry=self.registry,
+            timeout=self.turn_timeout if timeout is None else timeout,
+            run_id=run,
+            mutating=self.mutating,
+            on_failure=self.on_failure,
+            settings=self._settings,
+            recorder=Recorder(self.instruments, [] if self._trace else None),
+            counts=self._counts,
+        )
+
+    async def run_turn(
+        self, calls: Iterable[ToolCall], *, timeout: float | None = None, run_id: str | None = None
+    ) -> Turn:
+        """Build and run a turn; return it with every call answered."""
+        turn = self.turn(calls, timeout=timeout, run_id=run_id)
+        await turn.run()
+        return turn
+
+    def statistics(self) -> RunnerStatistics:
+        return RunnerStatistics(
+            turns_started=self._counts.started,
+            turns_running=self._counts.running,
+            scopes=tuple(self._scopes[name].statistics() for name in sorted(self._scopes)),
+        )
+
+
+def _validate(calls: Sequence[ToolCall]) -> None:
+    seen: set[str] = set()
+    for call in calls:
+        if not isinstance(call.id, str) or not call.id:
+            raise InvalidTurnError(f"call #{call.position} ({call.name!r}) has no id")
+        if call.id in seen:
+            raise InvalidTurnError(f"two calls share the id {call.id!r}; each id needs one answer")
+        seen.add(call.id)
+        if not isinstance(call.name, str) or not call.name:
+            raise InvalidTurnError(f"call {call.id!r} has no tool name")

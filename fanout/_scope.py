@@ -1,0 +1,220 @@
+"""A scope: the unit a server throttles, and everything fanout knows about it.
+
+One API key's limits are shared by every tool that uses the key, so limits
+live on the scope, not on the tool. A scope holds a ``trio.CapacityLimiter``
+(calls in flight), a token bucket (rate and burst), the server's "blocked
+until", its quota state, a retry budget, and the latency it has observed (for
+honest drain estimates when it sheds load).
+
+Every method a caller awaits is async, so that a scope shared between
+processes (on Redis) can stand behind the same interface.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import attrs
+import trio
+
+from ._bucket import BucketStatistics, TokenBucket
+from ._exceptions import ConfigurationError
+from ._retry import RetryBudget
+
+__all__ = ["Scope", "ScopeStatistics", "concurrency_for"]
+
+_DEFAULT_LATENCY = 1.0  # seconds assumed per call before any has been observed
+_LATENCY_SMOOTHING = 0.2  # weight of the newest sample in the moving average
+
+
+def concurrency_for(rate: float, latency: float) -> int:
+    """Little's law: the in-flight cap that sustains ``rate`` at ``latency``.
+
+    10 requests a second that each take 0.4 s keep 4 in flight; more slots
+    only queue at the server, fewer leave rate unused.
+    """
+    if not (rate > 0 and latency > 0 and math.isfinite(rate * latency)):
+        raise ConfigurationError("rate and latency must be positive and finite")
+    return max(1, math.ceil(rate * latency - 1e-9))
+
+
+@attrs.frozen
+class ScopeStatistics:
+    """A snapshot of one scope, cheap and safe to take from any task."""
+
+    name: str
+    in_flight: int
+    max_concurrency: int | None
+    waiting: int
+    bucket: BucketStatistics
+    exhausted_until: float | None
+    latency: float | None
+    shed: int
+    requests: int
+    retries: int
+    retries_refused: int
+
+
+class SlotHolder(Protocol):
+    """What a scope needs to know of whoever holds a slot: only identity."""
+
+
+@attrs.define(eq=False)
+class Scope:
+    """Limits shared by every call that draws from ``name``.
+
+    ``rate`` and ``burst`` configure the token bucket (``rate=None``: no rate
+    limit until one is learned from the server's headers); ``max_concurrency``
+    caps calls in flight; ``max_waiters`` bounds how many calls may queue
+    before the rest are answered at once; ``quota_horizon`` is the longest
+    server wait still treated as throttling rather than an exhausted quota.
+    """
+
+    name: str
+    rate: float | None = None
+    burst: float | None = None
+    max_concurrency: int | None = None
+    max_waiters: int | None = 64
+    quota_horizon: float = 3600.0
+    retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
+    _bucket: TokenBucket = attrs.field(init=False)
+    _limiter: trio.CapacityLimiter | None = attrs.field(init=False)
+    _waiting: int = attrs.field(init=False, default=0)
+    _in_flight: int = attrs.field(init=False, default=0)
+    _exhausted_until: float | None = attrs.field(init=False, default=None)
+    _latency: float | None = attrs.field(init=False, default=None)
+    _shed: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name:
+            raise ConfigurationError("a scope needs a non-empty name")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ConfigurationError(f"max_concurrency must be >= 1, not {self.max_concurrency}")
+        if self.max_waiters is not None and self.max_waiters < 0:
+            raise ConfigurationError(f"max_waiters must be >= 0, not {self.max_waiters}")
+        burst = self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
+        self._bucket = TokenBucket(self.rate, burst)
+        self._limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
+
+    # -- admission --------------------------------------------------------
+
+    def should_shed(self) -> bool:
+        """Whether the queue is full, so a new call must be answered at once."""
+        return self.max_waiters is not None and self._waiting >= self.max_waiters
+
+    async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
+        """Take a slot for ``holder``, or return False once ``deadline`` passes."""
+        if self._limiter is None:
+            await trio.lowlevel.checkpoint()
+            self._in_flight += 1
+            return True
+        self._waiting += 1
+        try:
+            with trio.move_on_at(deadline):
+                await self._limiter.acquire_on_behalf_of(holder)
+                self._in_flight += 1
+                return True
+            return False
+        finally:
+            self._waiting -= 1
+
+    async def release_slot(self, holder: SlotHolder) -> None:
+        """Give the slot back; safe to call from a ``finally`` under cancellation."""
+        self._in_flight -= 1
+        if self._limiter is not None:
+            self._limiter.release_on_behalf_of(holder)
+
+    async def reserve(self, cost: float, max_wait: float) -> float | None:
+        """Reserve tokens: the wait before starting, or None (nothing consumed)."""
+        return self._bucket.reserve(cost, max_wait=max_wait)
+
+    async def refund(self, cost: float) -> None:
+        """Hand back a reservation whose call gave up before starting."""
+        self._bucket.refund(cost)
+
+    async def wait_for(self, cost: float) -> float:
+        """Seconds until ``cost`` tokens would be available, consuming nothing."""
+        return self._bucket.wait_for(cost)
+
+    def note_waiting(self, delta: int) -> None:
+        """Count a call that waits for tokens, so shedding sees the whole queue."""
+        self._waiting += delta
+
+    def drain_estimate(self) -> float:
+        """How long the calls already here need before a new one would start.
+
+        From the queue (waiting plus in flight), the rate, the concurrency and
+        the latency observed so far; a new call re-issued after this long
+        finds the queue drained.
+        """
+        queued = self._waiting + self.in_flight + 1
+        latency = self._latency if self._latency is not None else _DEFAULT_LATENCY
+        by_slots = 0.0
+        if self.max_concurrency is not None:
+            by_slots = math.ceil(queued / self.max_concurrency - 1) * latency
+        by_rate = self._bucket.wait_for(1.0)
+        if self._bucket.rate is not None:
+            by_rate += (self._waiting) / self._bucket.rate
+        return max(by_slots, by_rate)
+
+    def count_shed(self) -> None:
+        self._shed += 1
+
+    # -- what the server told us -----------------------------------------
+
+    async def on_throttled(self, wait: float) -> None:
+        """A 429: empty the bucket and start nothing for ``wait`` seconds."""
+        self._bucket.drain(wait)
+
+    async def block_until(self, when: float) -> None:
+        """The server's remaining count hit zero: start nothing before ``when``."""
+        self._bucket.block_until(when)
+
+    def exhaust(self, until: float) -> None:
+        """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
+        current = self._exhausted_until or -math.inf
+        self._exhausted_until = max(current, until)
+
+    def exhausted_until(self) -> float | None:
+        """When the spent quota returns, or None while the scope is usable."""
+        if self._exhausted_until is not None and trio.current_time() >= self._exhausted_until:
+            self._exhausted_until = None
+        return self._exhausted_until
+
+    def observe_latency(self, seconds: float) -> None:
+        """Fold one call's duration into the moving average used for estimates."""
+        if self._latency is None:
+            self._latency = seconds
+        else:
+            self._latency += _LATENCY_SMOOTHING * (seconds - self._latency)
+
+    def set_limits(self, rate: float | None, burst: float) -> None:
+        """Replace the bucket's rate and burst (learned from the server)."""
+        self._bucket.set_limits(rate, burst)
+
+    # -- snapshots ---------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def bucket(self) -> TokenBucket:
+        return self._bucket
+
+    def statistics(self) -> ScopeStatistics:
+        budget = self.retry_budget.statistics()
+        return ScopeStatistics(
+            name=self.name,
+            in_flight=self.in_flight,
+            max_concurrency=self.max_concurrency,
+            waiting=self._waiting,
+            bucket=self._bucket.statistics(),
+            exhausted_until=self.exhausted_until(),
+            latency=self._latency,
+            shed=self._shed,
+            requests=budget.requests,
+            retries=budget.retries,
+            retries_refused=budget.refused,
+        )

@@ -1,0 +1,89 @@
+"""The values a turn is made of: calls in, results out.
+
+These are plain frozen data. They know nothing of JSON, of any SDK, or of
+time; the adapters at the edge translate them, and the runner produces them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = ["Kind", "Status", "ToolCall", "ToolResult"]
+
+
+class Status(enum.Enum):
+    """How a call ended. Closed: the model and the caller can rely on the set."""
+
+    OK = "ok"
+    ERROR = "error"
+    RATE_LIMITED = "rate_limited"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+
+
+class Kind(enum.Enum):
+    """What a tool does to the world, which decides when it may run.
+
+    ``PURE`` computes from its arguments; ``READS`` reads mutable state;
+    ``MUTATING`` changes it. A tool nobody described is ``MUTATING``: the
+    safe assumption is the one that cannot race a write.
+    """
+
+    PURE = "pure"
+    READS = "reads"
+    MUTATING = "mutating"
+
+
+def _frozen_mapping(value: Mapping[str, Any] | str) -> Mapping[str, Any] | str:
+    # A dict handed in stays the caller's; the call keeps its own copy so a
+    # later mutation by the caller cannot change what ran.
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``arguments`` is the decoded mapping, or the raw string when the model
+    sent text that is not a JSON object; such a call is answered ``error``
+    without running, and its siblings still run.
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] | str = attrs.field(
+        factory=dict, converter=_frozen_mapping, hash=False
+    )
+    position: int = 0
+
+    @property
+    def arguments_valid(self) -> bool:
+        """Whether the arguments decoded to a JSON object."""
+        return isinstance(self.arguments, Mapping)
+
+
+@attrs.frozen
+class ToolResult:
+    """The one answer a tool call gets.
+
+    ``content`` is the text the model will read; timings and reasons for
+    operators live in the trace, never here, so the transcript is a function
+    of the calls and their outcomes alone.
+    """
+
+    tool_use_id: str
+    status: Status
+    content: str
+    retry_after_ms: int | None = None
+    scope: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        """Everything but ``ok`` is an error to the model's SDKs."""
+        return self.status is not Status.OK

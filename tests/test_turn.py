@@ -1,0 +1,333 @@
+"""The turn runtime: phases, deadlines, cancellation and answers, on a mock clock."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+import trio
+
+import fanout
+from fanout import Kind, Registry, Runner, Status, ToolCall
+
+
+def call(id: str, name: str, arguments: Any = None) -> ToolCall:
+    return ToolCall(id, name, {} if arguments is None else arguments)
+
+
+def body(result: fanout.ToolResult) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(result.content)
+    return parsed
+
+
+@pytest.fixture
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=None)
+    async def sleep_for(seconds: float) -> str:
+        await trio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @reg.tool(kind=Kind.READS, timeout=3)
+    async def hang() -> str:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    @reg.tool(kind=Kind.PURE)
+    async def boom() -> str:
+        raise ValueError("bad input: x must be positive")
+
+    @reg.tool(kind=Kind.MUTATING, timeout=None)
+    async def write(key: str, seconds: float = 0) -> str:
+        await trio.sleep(seconds)
+        return f"wrote {key}"
+
+    return reg
+
+
+async def test_turn_finishes_at_its_longest_call(registry: Registry, autojump_clock: Any) -> None:
+    """N concurrent reads of known durations end when the longest one does."""
+    runner = Runner(registry)
+    start = trio.current_time()
+    turn = await runner.run_turn([call(f"c{i}", "sleep_for", {"seconds": i}) for i in (3, 1, 2)])
+    assert trio.current_time() - start == 3
+    assert [r.content for r in turn.results] == ["slept 3", "slept 1", "slept 2"]
+    finished = {e.call_id: e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED}
+    assert finished == {"c3": 3.0, "c1": 1.0, "c2": 2.0}
+
+
+async def test_hung_tool_times_out_exactly_at_its_own_deadline(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """A tool that never returns is answered timed_out at start + its timeout."""
+    turn = await Runner(registry).run_turn(
+        [call("h", "hang"), call("s", "sleep_for", {"seconds": 1})]
+    )
+    assert trio.current_time() == 3
+    hung, fine = turn.results
+    assert hung.status is Status.TIMED_OUT
+    assert body(hung)["message"] == "the call's own timeout of 3s passed"
+    assert body(hung)["started"] is True
+    assert fine.status is Status.OK
+    answered = [e for e in turn.trace if e.kind is fanout.EventKind.ANSWERED and e.call_id == "h"]
+    assert [e.time for e in answered] == [3.0]
+
+
+async def test_turn_deadline_cancels_everything_still_running(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """At the turn deadline every unfinished call is answered timed_out, at exactly that time."""
+    runner = Runner(registry, mutating="serial")
+    turn = await runner.run_turn(
+        [
+            call("a", "sleep_for", {"seconds": 1}),
+            call("b", "sleep_for", {"seconds": 50}),
+            call("w1", "write", {"key": "k1", "seconds": 100}),
+        ],
+        timeout=10,
+    )
+    assert trio.current_time() == 10
+    a, b, w1 = turn.results
+    assert a.status is Status.OK
+    assert b.status is Status.TIMED_OUT
+    assert body(b)["message"] == "the turn's deadline of 10s passed"
+    # b blocked phase two, so the write never started and says so.
+    assert w1.status is Status.TIMED_OUT
+    assert body(w1)["started"] is False
+    assert "effect" not in body(w1)
+
+
+async def test_started_write_cut_off_says_its_effect_is_unknown(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """A mutating call stopped mid-flight warns that it may have taken effect."""
+    turn = await Runner(registry).run_turn(
+        [call("w", "write", {"key": "k", "seconds": 9})], timeout=5
+    )
+    (result,) = turn.results
+    assert result.status is Status.TIMED_OUT
+    assert body(result)["started"] is True
+    assert body(result)["effect"].startswith("unknown")
+
+
+async def test_sync_tool_blocking_forever_does_not_hold_the_turn(autojump_clock: Any) -> None:
+    """A sync tool stuck in its thread is abandoned at its deadline."""
+    release = threading.Event()
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=4)
+    def stuck() -> str:
+        release.wait()
+        return "too late"
+
+    try:
+        turn = await Runner(reg).run_turn([call("s", "stuck")])
+        assert trio.current_time() == 4
+        assert turn.results[0].status is Status.TIMED_OUT
+    finally:
+        release.set()
+
+
+async def test_sync_tools_run_in_threads_and_return(autojump_clock: Any) -> None:
+    """A plain function is a tool too; it runs in a worker thread and sees its context."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.PURE)
+    def whoami() -> str:
+        return fanout.current_call().call.id
+
+    turn = await Runner(reg).run_turn([call("me", "whoami")])
+    assert turn.results[0].content == "me"
+
+
+async def test_raising_tool_is_answered_error_without_traceback(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """An exception becomes a short error naming its type and message; siblings still run."""
+    turn = await Runner(registry).run_turn(
+        [call("x", "boom"), call("y", "sleep_for", {"seconds": 1})]
+    )
+    error, ok = turn.results
+    assert error.status is Status.ERROR and error.is_error
+    assert body(error)["message"] == "ValueError: bad input: x must be positive"
+    assert "Traceback" not in error.content
+    assert ok.status is Status.OK and not ok.is_error
+
+
+async def test_unknown_tool_is_refused_naming_the_tools(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """An unregistered tool never runs; its answer lists the tools that exist."""
+    turn = await Runner(registry).run_turn([call("u", "delete_everything")])
+    (result,) = turn.results
+    assert result.status is Status.REFUSED
+    assert body(result)["message"] == (
+        "there is no tool named 'delete_everything'; the tools are: boom, hang, sleep_for, write"
+    )
+    assert body(result)["started"] is False
+
+
+async def test_invalid_json_arguments_answer_that_call_only(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Arguments that are not a JSON object fail one call; the rest run."""
+    turn = await Runner(registry).run_turn(
+        [ToolCall("bad", "sleep_for", '{"seconds": '), call("ok", "sleep_for", {"seconds": 1})]
+    )
+    bad, ok = turn.results
+    assert bad.status is Status.ERROR
+    assert body(bad)["started"] is False
+    assert ok.status is Status.OK
+
+
+@pytest.mark.parametrize(
+    ("calls", "message"),
+    [
+        ([call("a", "boom"), call("a", "boom")], "two calls share the id 'a'"),
+        ([call("", "boom")], "has no id"),
+        ([call("a", "")], "has no tool name"),
+    ],
+)
+def test_structurally_broken_turn_raises_before_running(
+    registry: Registry, calls: list[ToolCall], message: str
+) -> None:
+    """Duplicate, missing or nameless ids are a typed error, raised before anything runs."""
+    with pytest.raises(fanout.InvalidTurnError, match=message):
+        Runner(registry).turn(calls)
+
+
+async def test_policy_one_runs_the_first_write_and_refuses_the_rest(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Under 'one', later writes are refused with advice to re-request them alone."""
+    turn = await Runner(registry).run_turn(
+        [call("w1", "write", {"key": "a"}), call("w2", "write", {"key": "b"})]
+    )
+    first, second = turn.results
+    assert first.content == "wrote a"
+    assert second.status is Status.REFUSED
+    assert "Re-request it alone" in body(second)["message"]
+
+
+async def test_policy_serial_runs_writes_in_order_after_reads(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Under 'serial', reads run first together, then writes one after another in order."""
+    turn = await Runner(registry, mutating="serial").run_turn(
+        [
+            call("w1", "write", {"key": "a", "seconds": 2}),
+            call("r", "sleep_for", {"seconds": 1}),
+            call("w2", "write", {"key": "b", "seconds": 2}),
+        ]
+    )
+    started = {e.call_id: e.time for e in turn.trace if e.kind is fanout.EventKind.STARTED}
+    assert started == {"r": 0.0, "w1": 1.0, "w2": 3.0}
+    assert trio.current_time() == 5
+
+
+async def test_policy_parallel_runs_writes_together(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Under 'parallel', writes run concurrently once the reads are done."""
+    turn = await Runner(registry, mutating="parallel").run_turn(
+        [
+            call("w1", "write", {"key": "a", "seconds": 2}),
+            call("w2", "write", {"key": "b", "seconds": 2}),
+        ]
+    )
+    assert trio.current_time() == 2
+    assert all(r.status is Status.OK for r in turn.results)
+
+
+async def test_cancel_siblings_names_the_failed_call(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """With cancel_siblings, the first failure cancels the rest, each told which call failed."""
+    runner = Runner(registry, on_failure="cancel_siblings", mutating="serial")
+    turn = await runner.run_turn(
+        [
+            call("slow", "sleep_for", {"seconds": 10}),
+            call("bad", "boom"),
+            call("w", "write", {"key": "k"}),
+        ]
+    )
+    assert trio.current_time() == 0
+    slow, bad, write = turn.results
+    assert bad.status is Status.ERROR
+    assert slow.status is Status.CANCELLED
+    assert "call bad (boom) failed" in body(slow)["message"]
+    assert body(slow)["started"] is True
+    assert write.status is Status.CANCELLED
+    assert body(write)["started"] is False
+
+
+async def test_caller_cancellation_leaves_a_complete_result_list(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Cancelled from outside mid-turn: every id answered, and Cancelled still propagates."""
+    runner = Runner(registry, mutating="serial")
+    turn = runner.turn(
+        [
+            call("done", "sleep_for", {"seconds": 1}),
+            call("running", "sleep_for", {"seconds": 100}),
+            call("pending", "write", {"key": "k"}),
+        ]
+    )
+    propagated = False
+    with trio.move_on_after(5) as outer:
+        try:
+            await turn.run()
+        except* trio.Cancelled:
+            propagated = True
+            raise
+    assert outer.cancelled_caught and propagated
+    assert trio.current_time() == 5
+    done, running, pending = turn.results
+    assert done.status is Status.OK
+    assert running.status is Status.CANCELLED
+    assert body(running)["message"] == "the caller cancelled the turn"
+    assert body(running)["started"] is True
+    assert pending.status is Status.CANCELLED
+    assert body(pending)["started"] is False
+
+
+async def test_output_is_canonical_and_capped(autojump_clock: Any) -> None:
+    """Non-text output is canonical JSON; output over the cap is cut with a visible marker."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.PURE)
+    async def data() -> dict[str, Any]:
+        return {"b": [1, 2], "a": "é"}
+
+    @reg.tool(kind=Kind.PURE)
+    async def big() -> str:
+        return "x" * 500
+
+    turn = await Runner(reg, max_output_chars=100).run_turn([call("d", "data"), call("b", "big")])
+    data_result, big_result = turn.results
+    assert data_result.content == '{"a":"é","b":[1,2]}'
+    assert len(big_result.content) == 100
+    assert big_result.content.endswith("[truncated by fanout: 443 more characters]")
+
+
+async def test_turn_runs_once(registry: Registry, autojump_clock: Any) -> None:
+    """Running a turn twice is a programming error, not a second set of answers."""
+    turn = await Runner(registry).run_turn([call("a", "boom")])
+    with pytest.raises(RuntimeError, match="runs once"):
+        await turn.run()
+
+
+async def test_failing_instrument_costs_no_answer(registry: Registry, autojump_clock: Any) -> None:
+    """An instrument that raises is logged and ignored; the call is still answered."""
+
+    class Broken:
+        def on_event(self, event: fanout.Event) -> None:
+            raise RuntimeError("instrument bug")
+
+    turn = await Runner(registry, instruments=[Broken()]).run_turn(
+        [call("s", "sleep_for", {"seconds": 1})]
+    )
+    assert turn.results[0].content == "slept 1"
