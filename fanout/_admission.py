@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ._budget import Budget
-    from ._scope import Scope, SlotHolder
+    from ._scope import ScopeLike, SlotHolder
 
 __all__ = ["Denial", "admit"]
 
@@ -41,10 +41,10 @@ class Denial:
 
 async def admit(
     call: ToolCall,
-    scopes: Sequence[Scope],
+    scopes: Sequence[ScopeLike],
     *,
     holder: SlotHolder,
-    held: list[Scope],
+    held: list[ScopeLike],
     budget: Budget,
     cost: float,
     inline_wait: float | None,
@@ -73,7 +73,7 @@ async def admit(
     return await _take_tokens(call, scopes, budget, cost, patience, inline_wait, recorder, attempt)
 
 
-def _check_open(call: ToolCall, scopes: Sequence[Scope], recorder: Recorder) -> Denial | None:
+def _check_open(call: ToolCall, scopes: Sequence[ScopeLike], recorder: Recorder) -> Denial | None:
     now = trio.current_time()
     for scope in scopes:
         until = scope.exhausted_until()
@@ -102,7 +102,7 @@ def _check_open(call: ToolCall, scopes: Sequence[Scope], recorder: Recorder) -> 
     return None
 
 
-def _slot_denial(scope: Scope, budget: Budget, inline_wait: float | None) -> Denial:
+def _slot_denial(scope: ScopeLike, budget: Budget, inline_wait: float | None) -> Denial:
     if trio.current_time() >= budget.deadline:
         return Denial(
             Status.TIMED_OUT,
@@ -120,7 +120,7 @@ def _slot_denial(scope: Scope, budget: Budget, inline_wait: float | None) -> Den
 
 async def _take_tokens(
     call: ToolCall,
-    scopes: Sequence[Scope],
+    scopes: Sequence[ScopeLike],
     budget: Budget,
     cost: float,
     patience: float,
@@ -128,7 +128,7 @@ async def _take_tokens(
     recorder: Recorder,
     attempt: int,
 ) -> Denial | None:
-    reserved: list[Scope] = []
+    reserved: list[ScopeLike] = []
     admitted = False
     try:
         longest, slowest = 0.0, None
@@ -165,7 +165,9 @@ async def _take_tokens(
                 await scope.refund(cost)
 
 
-def _token_denial(scope: Scope, needed: float, budget: Budget, inline_wait: float | None) -> Denial:
+def _token_denial(
+    scope: ScopeLike, needed: float, budget: Budget, inline_wait: float | None
+) -> Denial:
     if not math.isfinite(needed):
         message = f"scope {scope.name!r} has no capacity in sight"
         return Denial(Status.TIMED_OUT, message, scope.name)

@@ -9,6 +9,7 @@ by admission, so cancellation at any point leaves the scopes consistent.
 from __future__ import annotations
 
 import functools
+import random
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,15 +20,13 @@ from ._answers import failure, success
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
 from ._exceptions import QuotaExhaustedError, RateLimitedError, ToolSignal, TransientError
+from ._registry import ToolSpec
+from ._retry import RetryPolicy
+from ._scope import ScopeLike
 from ._values import Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    import random
-
     from ._budget import Budget
-    from ._registry import ToolSpec
-    from ._retry import RetryPolicy
-    from ._scope import Scope
 
 __all__ = ["CallSettings", "CallState", "execute"]
 
@@ -49,7 +48,7 @@ class CallState:
 
     call: ToolCall
     spec: ToolSpec | None
-    scopes: tuple[Scope, ...] = ()
+    scopes: tuple[ScopeLike, ...] = ()
     idempotency_key: str = ""
     started: bool = False
     attempts: int = 0
@@ -104,7 +103,7 @@ async def _attempt(
     assert spec is not None
     assert isinstance(call.arguments, dict)
     holder = _SlotHolder()
-    held: list[Scope] = []
+    held: list[ScopeLike] = []
     try:
         denial = await admit(
             call, state.scopes, holder=holder, held=held, budget=budget,
@@ -206,7 +205,7 @@ async def _absorb_signal(
     return failure(call, Status.ERROR, _describe(signal), started=True, kind=spec.kind)
 
 
-def _targets(state: CallState, named: str | None) -> tuple[Scope, ...]:
+def _targets(state: CallState, named: str | None) -> tuple[ScopeLike, ...]:
     """The scopes a server's wait applies to: the one it named, else all of the call's."""
     if named is not None:
         hit = tuple(scope for scope in state.scopes if scope.name == named)

@@ -10,17 +10,14 @@ it too.
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING
 
 import attrs
 
+from ._budget import Budget
+from ._events import Recorder
 from ._exceptions import FanoutError
-
-if TYPE_CHECKING:
-    from ._budget import Budget
-    from ._events import Recorder
-    from ._scope import Scope
-    from ._values import Kind, ToolCall
+from ._scope import ScopeLike
+from ._values import Kind, ToolCall
 
 __all__ = ["CallContext", "current_call"]
 
@@ -37,7 +34,7 @@ class CallContext:
     call: ToolCall
     kind: Kind
     budget: Budget
-    scopes: tuple[Scope, ...]
+    scopes: tuple[ScopeLike, ...]
     idempotency_key: str
     run_id: str
     attempt: int

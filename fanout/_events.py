@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 import trio
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-    from ._values import Status
+from ._values import Status
 
 __all__ = ["Event", "EventKind", "Instrument"]
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 
 from ._exceptions import ConfigurationError
+from ._retry import RetryPolicy
 from ._values import Kind
-
-if TYPE_CHECKING:
-    from ._retry import RetryPolicy
 
 __all__ = ["Registry", "ToolSpec"]
 

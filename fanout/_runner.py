@@ -20,7 +20,7 @@ from ._canonical import idempotency_key
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError
 from ._retry import RetryPolicy
-from ._scope import Scope, ScopeStatistics
+from ._scope import Scope, ScopeLike, ScopeStatistics
 from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Runner:
         self,
         registry: Registry,
         *,
-        scopes: Iterable[Scope] = (),
+        scopes: Iterable[ScopeLike] = (),
         turn_timeout: float = 60.0,
         mutating: MutatingPolicy = "one",
         on_failure: OnFailure = "continue",
@@ -91,7 +91,7 @@ class Runner:
         self.on_failure: OnFailure = on_failure
         self.instruments = tuple(instruments)
         self._trace = trace
-        self._scopes: dict[str, Scope] = {}
+        self._scopes: dict[str, ScopeLike] = {}
         for scope in scopes:
             if scope.name in self._scopes:
                 raise ConfigurationError(f"two scopes are named {scope.name!r}")
@@ -105,7 +105,7 @@ class Runner:
         )
         self._counts = TurnCounts()
 
-    def scope(self, name: str) -> Scope:
+    def scope(self, name: str) -> ScopeLike:
         """The scope called ``name``, created without limits if none was configured."""
         if name not in self._scopes:
             self._scopes[name] = Scope(name)

@@ -131,8 +131,12 @@ async def test_sync_tool_blocking_forever_does_not_hold_the_turn(autojump_clock:
         release.set()
 
 
-async def test_sync_tools_run_in_threads_and_return(autojump_clock: Any) -> None:
-    """A plain function is a tool too; it runs in a worker thread and sees its context."""
+async def test_sync_tools_run_in_threads_and_return() -> None:
+    """A plain function is a tool too; it runs in a worker thread and sees its context.
+
+    Real clock on purpose: an autojumping clock would leap while trio waits
+    for the thread, and this test is about the thread's answer, not timing.
+    """
     reg = Registry()
 
     @reg.tool(kind=Kind.PURE)

@@ -1,0 +1,77 @@
+"""Idempotency: one write, one effect, however often the model asks for it.
+
+Every call has a key, sha256 over (run id, tool, canonical arguments). Before
+a mutating call runs, fanout *claims* its key in a store: the first claimant
+runs it; a later identical call finds either the stored answer (and replays
+it without running) or a claim still running (and is answered so, without
+running). Only answers the tool itself gave are stored: a write cut off
+mid-flight has an unknown effect, so its claim is released and a re-issue
+runs again, carrying the same key downstream (``Idempotency-Key``).
+
+The store is a small protocol: in memory here, on Redis for many processes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import attrs
+import trio
+
+from ._values import Status
+
+__all__ = ["Claim", "ClaimState", "IdempotencyStore", "MemoryIdempotencyStore", "StoredAnswer"]
+
+
+@attrs.frozen
+class StoredAnswer:
+    """An answer as stored: everything of a ``ToolResult`` but whose id it was."""
+
+    status: Status
+    content: str
+
+
+class ClaimState(enum.Enum):
+    NEW = "new"  # the key is ours: run the call, then finish or abandon it
+    DONE = "done"  # an answer is stored: replay it
+    RUNNING = "running"  # another call holds the key right now
+
+
+@attrs.frozen
+class Claim:
+    state: ClaimState
+    answer: StoredAnswer | None = None
+
+
+class IdempotencyStore(Protocol):
+    """Where keys are claimed and answers kept, for ``ttl`` seconds."""
+
+    async def claim(self, key: str, *, ttl: float) -> Claim: ...
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None: ...
+    async def abandon(self, key: str) -> None: ...
+
+
+@attrs.define
+class MemoryIdempotencyStore:
+    """The in-process store: a dict of keys with expiry on ``trio.current_time()``."""
+
+    _entries: dict[str, tuple[float, StoredAnswer | None]] = attrs.field(init=False, factory=dict)
+
+    async def claim(self, key: str, *, ttl: float) -> Claim:
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > now:
+            answer = entry[1]
+            return Claim(ClaimState.RUNNING) if answer is None else Claim(ClaimState.DONE, answer)
+        self._entries[key] = (now + ttl, None)
+        return Claim(ClaimState.NEW)
+
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
+        self._entries[key] = (trio.current_time() + ttl, answer)
+
+    async def abandon(self, key: str) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[1] is None:
+            del self._entries[key]
