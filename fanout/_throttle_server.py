@@ -1,0 +1,481 @@
+"""A throttling HTTP/1.1 server on 127.0.0.1 that behaves like a rate-limited API.
+
+fanout promises never to cause a downstream's 429s and never to wait past a
+budget. Those promises are only testable against a server that throttles the
+way real APIs do, keeps an exact record of when each request *started*, and
+runs on trio time, so that under ``MockClock(autojump_threshold=0)`` in the
+same ``trio.run`` as the client every timestamp is virtual and exact.
+
+Per key (``x-api-key``, else ``Authorization: Bearer <key>``, else
+``"anonymous"``) the server keeps a token bucket (over it: 429) and an
+in-flight cap (over it: 503). An admitted request sleeps ``latency`` plus
+seeded uniform ``jitter`` while it counts as in flight, then gets a 200.
+
+Header definitions, shared by every style (a key with ``rate=None`` gets none):
+
+* limit = ``burst``; window = ``burst / rate`` (time to refill from empty).
+* remaining = whole tokens left after this request, taken at admission.
+* reset = time until the bucket is full again (``remaining == limit``),
+  rounded *up* to whole seconds, except the ``openai`` duration (ms).
+* Retry-After (429) = time until the next token; (503) = time until the
+  earliest in-flight request of that key is due to finish.
+
+The key is recorded for accounting (tests read it from the records) but never
+sent back: bodies carry no key, and a scope header without a configured scope
+name carries a short hash of it, so a client that echoes responses into a
+transcript cannot leak the credential that way.
+
+Run it alone for benchmarks: ``python -m fanout._throttle_server --rate 10``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import email.utils
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import attrs
+import h11
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Sequence
+
+RetryAfterFormat = Literal["seconds", "http-date", "ms", "absent"]
+HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "none"]
+
+# Float slack: a client that sleeps exactly the advertised wait must be admitted.
+_EPS = 1e-9
+_ANONYMOUS = "anonymous"
+_ERRORS = {429: "rate_limited", 500: "injected_failure", 503: "overloaded"}
+
+
+def _ceil(value: float) -> int:
+    """Round up, forgiving float noise (1.0000000000000002 is 1)."""
+    return math.ceil(value - _EPS)
+
+
+# A validator for "a positive number, or None for unlimited" (typed loosely for the attrs plugin).
+_OPTIONAL_POSITIVE: Any = attrs.validators.optional(attrs.validators.gt(0))
+
+
+def key_label(key: str) -> str:
+    """A stable, non-reversible name for a key, fit to put in a response."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+@attrs.frozen
+class KeyLimits:
+    """The limits of one key's bucket; ``scope`` names it in the scope header."""
+
+    rate: float | None = attrs.field(validator=_OPTIONAL_POSITIVE)
+    burst: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    max_in_flight: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    scope: str | None = None
+
+
+def _frozen_keys(keys: Mapping[str, KeyLimits]) -> Mapping[str, KeyLimits]:
+    return MappingProxyType(dict(keys))
+
+
+@attrs.frozen
+class ServerConfig:
+    """How the server throttles. ``rate``/``burst``/``max_in_flight`` apply to
+    every key not named in ``keys``; ``rate=None`` means unlimited."""
+
+    rate: float | None = attrs.field(default=10.0, validator=_OPTIONAL_POSITIVE)
+    burst: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    max_in_flight: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    keys: Mapping[str, KeyLimits] = attrs.field(factory=dict, converter=_frozen_keys, hash=False)
+    latency: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    jitter: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    seed: int = 0
+    retry_after: RetryAfterFormat = attrs.field(
+        default="seconds", validator=attrs.validators.in_(get_args(RetryAfterFormat))
+    )
+    retry_after_precise: bool = False
+    headers: HeaderStyle = attrs.field(
+        default="ietf", validator=attrs.validators.in_(get_args(HeaderStyle))
+    )
+    reset_as_epoch: bool = False
+    scope_header: str | None = None
+    fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    date_skew: float = 0.0
+
+    def limits_for(self, key: str) -> KeyLimits:
+        """The key's own limits if configured, else the server-wide ones."""
+        default = KeyLimits(self.rate, self.burst, self.max_in_flight)
+        return self.keys.get(key, default)
+
+
+@attrs.frozen
+class RequestRecord:
+    """One request as the server saw it; times are ``trio.current_time()``."""
+
+    n: int
+    start: float
+    end: float
+    key: str
+    method: str
+    path: str
+    status: int
+    idempotency_key: str | None
+    in_flight_at_start: int
+
+
+@attrs.define
+class _TokenBucket:
+    """Continuous-refill token bucket: ``burst`` tokens, ``rate`` per second."""
+
+    rate: float
+    burst: int
+    _tokens: float
+    _updated: float
+
+    def _refill(self, now: float) -> None:
+        elapsed = now - self._updated
+        self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
+        self._updated = now
+
+    def try_take(self, now: float) -> float:
+        """Take a token and return 0.0, or take none and return the wait for one."""
+        self._refill(now)
+        if self._tokens >= 1 - _EPS:
+            self._tokens = max(self._tokens - 1, 0.0)
+            return 0.0
+        return (1 - self._tokens) / self.rate
+
+    def remaining(self, now: float) -> int:
+        self._refill(now)
+        return math.floor(self._tokens + _EPS)
+
+    def until_full(self, now: float) -> float:
+        self._refill(now)
+        return (self.burst - self._tokens) / self.rate
+
+
+@attrs.define
+class _KeyState:
+    limits: KeyLimits
+    bucket: _TokenBucket | None
+    in_flight: int = 0
+    due: list[float] = attrs.Factory(list)  # expected end times of admitted requests
+
+
+class ThrottlingServer:
+    """The server's state and its records; start it with ``serve_throttled``
+    or ``await nursery.start(server.serve)``."""
+
+    def __init__(
+        self, config: ServerConfig | None = None, *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
+        self.config = config if config is not None else ServerConfig()
+        self._wall_clock = wall_clock
+        self._rng = random.Random(self.config.seed)
+        self._keys: dict[str, _KeyState] = {}
+        self._records: list[RequestRecord] = []
+        self._arrivals = 0
+        self._in_flight = 0
+        self._peak: dict[str | None, int] = {}
+        self._port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("the server is not listening yet")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Finished requests (answered or abandoned), in arrival order."""
+        return sorted(self._records, key=lambda r: r.n)
+
+    def _select(self, key: str | None) -> list[RequestRecord]:
+        return [r for r in self.records if key is None or r.key == key]
+
+    def starts(self, key: str | None = None) -> list[float]:
+        return [r.start for r in self._select(key)]
+
+    def count(self, status: int | None = None, key: str | None = None) -> int:
+        return sum(1 for r in self._select(key) if status is None or r.status == status)
+
+    def max_in_flight(self, key: str | None = None) -> int:
+        """Peak number of admitted requests in flight at once (all keys if None)."""
+        return self._peak.get(key, 0)
+
+    def max_starts_in_window(self, window: float, key: str | None = None) -> int:
+        """Most request starts in any half-open window ``[t, t + window)``."""
+        starts = sorted(self.starts(key))
+        best, lo = 0, 0
+        for hi, start in enumerate(starts):
+            while starts[lo] <= start - window:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        return best
+
+    async def serve(
+        self, *, port: int = 0, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on 127.0.0.1 until cancelled; ``task_status`` gets the url."""
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+        self._port = listeners[0].socket.getsockname()[1]
+        task_status.started(self.url)
+        await trio.serve_listeners(self._serve_connection, listeners)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        """One keep-alive connection; ends on close, error or garbage (400)."""
+        conn = h11.Connection(h11.SERVER)
+        async with stream:
+            try:
+                try:
+                    while isinstance(request := await _next_event(conn, stream), h11.Request):
+                        while not isinstance(await _next_event(conn, stream), h11.EndOfMessage):
+                            pass  # bodies are read and discarded
+                        await self._answer(conn, stream, request)
+                        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                            return
+                        conn.start_next_cycle()
+                except h11.RemoteProtocolError as exc:
+                    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                        body = {"ok": False, "error": "bad_request"}
+                        await self._send(conn, stream, exc.error_status_hint, [], body, close=True)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+                return
+
+    async def _answer(
+        self, conn: h11.Connection, stream: trio.SocketStream, request: h11.Request
+    ) -> None:
+        start = trio.current_time()
+        self._arrivals += 1
+        n = self._arrivals
+        head = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers}
+        key, path = _key_from(head), request.target.decode("latin-1")
+        state = self._state_for(key, start)
+        in_flight_at_start = state.in_flight
+        status, wait = self._admit(state, n, start)
+        headers = self._limit_headers(state, start)
+        delay = 0.0
+        if status == 200:
+            body: dict[str, object] = {"ok": True, "path": path, "n": n}
+            delay = self.config.latency
+            if self.config.jitter:
+                delay += self._rng.uniform(0, self.config.jitter)
+            self._enter(state, key, start + delay)
+        else:
+            body = {"ok": False, "error": _ERRORS[status], "n": n}
+            headers += self._refusal_headers(state, key, wait) if status != 500 else []
+        try:
+            await trio.sleep(delay)
+            await self._send(conn, stream, status, headers, body, head=request.method == b"HEAD")
+        finally:
+            if status == 200:
+                state.in_flight -= 1
+                state.due.remove(start + delay)
+                self._in_flight -= 1
+            method, end = request.method.decode("latin-1"), trio.current_time()
+            idempotency_key = head.get("idempotency-key")
+            self._records.append(
+                RequestRecord(
+                    n, start, end, key, method, path, status, idempotency_key, in_flight_at_start
+                )
+            )
+
+    def _state_for(self, key: str, now: float) -> _KeyState:
+        if key not in self._keys:
+            limits = self.config.limits_for(key)
+            bucket = None
+            if limits.rate is not None:
+                bucket = _TokenBucket(limits.rate, limits.burst, float(limits.burst), now)
+            self._keys[key] = _KeyState(limits, bucket)
+        return self._keys[key]
+
+    def _admit(self, state: _KeyState, n: int, now: float) -> tuple[int, float]:
+        """Decide the status; refusals consume nothing. Returns (status, wait)."""
+        if n <= self.config.fail_first:
+            return 500, 0.0
+        cap = state.limits.max_in_flight
+        if cap is not None and state.in_flight >= cap:
+            return 503, max(min(state.due) - now, 0.0)
+        wait = state.bucket.try_take(now) if state.bucket is not None else 0.0
+        return (429, wait) if wait > 0 else (200, 0.0)
+
+    def _enter(self, state: _KeyState, key: str, due: float) -> None:
+        state.in_flight += 1
+        state.due.append(due)
+        self._in_flight += 1
+        self._peak[key] = max(self._peak.get(key, 0), state.in_flight)
+        self._peak[None] = max(self._peak.get(None, 0), self._in_flight)
+
+    def _wall(self) -> float:
+        """The server's (possibly skewed) wall clock, for dates only."""
+        return self._wall_clock() + self.config.date_skew
+
+    def _refusal_headers(self, state: _KeyState, key: str, wait: float) -> list[tuple[str, str]]:
+        cfg = self.config
+        headers = []
+        if cfg.scope_header is not None:
+            headers.append((cfg.scope_header, state.limits.scope or key_label(key)))
+        if cfg.retry_after == "seconds" and cfg.retry_after_precise:
+            headers.append(("retry-after", f"{max(_ceil(wait * 1000), 1) / 1000:g}"))
+        elif cfg.retry_after == "seconds":
+            headers.append(("retry-after", str(max(_ceil(wait), 1))))
+        elif cfg.retry_after == "ms":
+            headers.append(("retry-after-ms", str(max(_ceil(wait * 1000), 1))))
+        elif cfg.retry_after == "http-date":
+            when = _ceil(self._wall() + wait)
+            headers.append(("retry-after", email.utils.formatdate(when, usegmt=True)))
+        return headers
+
+    def _limit_headers(self, state: _KeyState, now: float) -> list[tuple[str, str]]:
+        """Rate-limit headers in the configured style (definitions: module doc)."""
+        bucket, style = state.bucket, self.config.headers
+        if bucket is None or style == "none":
+            return []
+        limit, remaining, until_full = bucket.burst, bucket.remaining(now), bucket.until_full(now)
+        full_at = _ceil(self._wall() + until_full)
+        reset: object = _ceil(until_full)
+        if style == "ietf":
+            window = max(_ceil(bucket.burst / bucket.rate), 1)
+            return [
+                ("ratelimit-policy", f'"default";q={limit};w={window}'),
+                ("ratelimit", f'"default";r={remaining};t={reset}'),
+            ]
+        names = ("limit", "remaining", "reset")
+        if style == "anthropic":
+            prefix = "anthropic-ratelimit-requests-"
+            reset = datetime.fromtimestamp(full_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        elif style == "openai":
+            prefix, reset = "x-ratelimit-", _go_duration(until_full)
+            names = ("limit-requests", "remaining-requests", "reset-requests")
+        else:
+            prefix = "ratelimit-" if style == "draft" else "x-ratelimit-"
+            reset = full_at if style == "x" and self.config.reset_as_epoch else reset
+        return [(prefix + n, str(v)) for n, v in zip(names, (limit, remaining, reset), strict=True)]
+
+    async def _send(
+        self,
+        conn: h11.Connection,
+        stream: trio.SocketStream,
+        status: int,
+        headers: list[tuple[str, str]],
+        body: Mapping[str, object],
+        *,
+        close: bool = False,
+        head: bool = False,
+    ) -> None:
+        """Send one response; ``head`` omits the body (the request was HEAD)."""
+        data = json.dumps(body).encode()
+        fields = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(data))),
+            ("date", email.utils.formatdate(self._wall(), usegmt=True)),
+            *headers,
+            *([("connection", "close")] if close else []),
+        ]
+        response = h11.Response(
+            status_code=status, headers=fields, reason=HTTPStatus(status).phrase
+        )
+        events = (response, h11.Data(b"" if head else data), h11.EndOfMessage())
+        await stream.send_all(b"".join(conn.send(event) or b"" for event in events))
+
+
+def _key_from(head: Mapping[str, str]) -> str:
+    """The accounting key: ``x-api-key``, else a Bearer token, else anonymous."""
+    if api_key := head.get("x-api-key", "").strip():
+        return api_key
+    scheme, _, token = head.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return _ANONYMOUS
+
+
+def _go_duration(seconds: float) -> str:
+    """Format like OpenAI's reset headers (Go durations): ``20ms``, ``1.5s``, ``6m0s``."""
+    ms = max(_ceil(seconds * 1000), 0)
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, ms = divmod(ms, 60_000)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{hours}h" if hours else ""
+    text += f"{minutes}m" if hours or minutes else ""
+    return text + f"{ms / 1000:g}s"
+
+
+async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> object:
+    """The next h11 event, reading from the socket as needed (b"" means EOF)."""
+    while (event := conn.next_event()) is h11.NEED_DATA:
+        conn.receive_data(await stream.receive_some(65536))
+    return event
+
+
+@asynccontextmanager
+async def serve_throttled(
+    config: ServerConfig | None = None,
+    *,
+    port: int = 0,
+    wall_clock: Callable[[], float] = time.time,
+) -> AsyncIterator[ThrottlingServer]:
+    """Run a ``ThrottlingServer`` on 127.0.0.1 for the duration of the block."""
+    server = ThrottlingServer(config, wall_clock=wall_clock)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(server.serve, port=port))
+        try:
+            yield server
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def _optional(kind: Callable[[str], float]) -> Callable[[str], float | None]:
+    return lambda text: None if text.lower() == "none" else kind(text)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """CLI for benchmarks: prints ``READY <url>`` once listening, serves until killed."""
+    p = argparse.ArgumentParser(prog="python -m fanout._throttle_server")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--rate", type=_optional(float), default=10.0, help="req/s, or 'none'")
+    p.add_argument("--burst", type=int, default=10)
+    p.add_argument("--max-in-flight", type=_optional(int), default=None)
+    p.add_argument("--latency", type=float, default=0.0)
+    p.add_argument("--jitter", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--retry-after", choices=get_args(RetryAfterFormat), default="seconds")
+    p.add_argument("--retry-after-precise", action="store_true")
+    p.add_argument("--headers", choices=get_args(HeaderStyle), default="ietf")
+    p.add_argument("--reset-as-epoch", action="store_true")
+    p.add_argument("--scope-header", default=None)
+    p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--date-skew", type=float, default=0.0)
+    args = vars(p.parse_args(argv))
+    port = args.pop("port")
+    config = ServerConfig(**args)
+
+    async def run() -> None:
+        async with serve_throttled(config, port=port) as server:
+            print(f"READY {server.url}", flush=True)
+            await trio.sleep_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(run)
+
+
+if __name__ == "__main__":
+    main()

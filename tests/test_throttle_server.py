@@ -1,0 +1,416 @@
+"""The throttling test server: limits, timing, headers and records, on virtual time.
+
+Timing tests take pytest-trio's built-in ``autojump_clock`` fixture
+(``MockClock(autojump_threshold=0)``); the server runs in the same ``trio.run``
+as the client, so every timestamp asserted here is exact. Rates are powers of
+two so that the expected times are exact binary floats.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import attrs
+import httpx
+import pytest
+import trio
+import trio.testing
+
+import fanout.testing
+from fanout._throttle_server import _go_duration, key_label
+from fanout.testing import (
+    HeaderStyle,
+    KeyLimits,
+    RetryAfterFormat,
+    ServerConfig,
+    ThrottlingServer,
+    serve_throttled,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+WALL = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+def wall() -> float:
+    """A wall clock that advances with trio's (virtual) clock."""
+    return WALL + trio.current_time()
+
+
+@asynccontextmanager
+async def running(
+    config: ServerConfig, **headers: str
+) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
+    async with (
+        serve_throttled(config, wall_clock=wall) as server,
+        httpx.AsyncClient(base_url=server.url, headers=headers, timeout=None) as client,
+    ):
+        yield server, client
+
+
+async def test_public_names() -> None:
+    """fanout.testing exports exactly the server's public names, sorted."""
+    expected = [
+        "HeaderStyle",
+        "KeyLimits",
+        "RequestRecord",
+        "RetryAfterFormat",
+        "ServerConfig",
+        "ThrottlingServer",
+        "serve_throttled",
+    ]
+    assert fanout.testing.__all__ == expected
+
+
+async def test_burst_then_429(autojump_clock: trio.testing.MockClock) -> None:
+    """A full bucket admits `burst` requests at once; the next gets 429 with Retry-After 1."""
+    async with running(ServerConfig(rate=4, burst=2), **{"x-api-key": "k"}) as (server, client):
+        statuses = [(await client.get("/")).status_code for _ in range(2)]
+        refused = await client.get("/")
+    assert statuses == [200, 200]
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"  # true wait 0.25 s, ceil, min 1
+    assert refused.json() == {"ok": False, "error": "rate_limited", "n": 3}
+    assert server.starts() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "precise", "expected"),
+    [
+        ("seconds", True, {"retry-after": "0.25"}),
+        ("ms", False, {"retry-after-ms": "250"}),
+        ("http-date", False, {"retry-after": "Tue, 14 Nov 2023 22:13:21 GMT"}),
+        ("absent", False, {}),
+    ],
+)
+async def test_retry_after_formats(
+    autojump_clock: trio.testing.MockClock,
+    retry_after: RetryAfterFormat,
+    precise: bool,
+    expected: dict[str, str],
+) -> None:
+    """Each Retry-After format carries the true wait for the next token (0.25 s here)."""
+    config = ServerConfig(rate=4, burst=1, retry_after=retry_after, retry_after_precise=precise)
+    async with running(config) as (_, client):
+        await client.get("/")
+        refused = await client.get("/")
+    assert refused.status_code == 429
+    got = {k: v for k, v in refused.headers.items() if k in ("retry-after", "retry-after-ms")}
+    assert got == expected
+
+
+async def test_refill_at_configured_rate(autojump_clock: trio.testing.MockClock) -> None:
+    """Tokens refill at `rate`: a client sleeping exactly the advertised wait is admitted."""
+    config = ServerConfig(rate=4, burst=1, retry_after="ms")
+    async with running(config) as (server, client):
+        admitted: list[float] = []
+        while len(admitted) < 4:
+            response = await client.get("/")
+            if response.status_code == 429:
+                await trio.sleep(int(response.headers["retry-after-ms"]) / 1000)
+            else:
+                admitted.append(trio.current_time())
+        await trio.sleep(0.125)  # halfway through a 0.25 s refill
+        early = await client.get("/")
+    assert admitted == [0.0, 0.25, 0.5, 0.75]
+    assert early.headers["retry-after-ms"] == "125"
+    assert server.starts() == [0.0, 0.0, 0.25, 0.25, 0.5, 0.5, 0.75, 0.875]
+    assert [r.status for r in server.records] == [200, 429] * 3 + [200, 429]
+
+
+async def test_in_flight_cap_gives_503(autojump_clock: trio.testing.MockClock) -> None:
+    """Past `max_in_flight` a request gets 503, Retry-After = earliest admitted finish."""
+    config = ServerConfig(rate=None, max_in_flight=2, latency=1.5, retry_after_precise=True)
+    responses: list[httpx.Response] = []
+    async with running(config) as (server, client):
+
+        async def fetch(delay: float) -> None:
+            await trio.sleep(delay)
+            responses.append(await client.get("/"))
+
+        async with trio.open_nursery() as nursery:
+            for delay in (0.0, 0.25, 0.5):
+                nursery.start_soon(fetch, delay)
+    refused, first, second = responses
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"  # first finishes at 1.5, asked at 0.5
+    assert [first.status_code, second.status_code] == [200, 200]
+    assert [(r.start, r.end, r.status) for r in server.records] == [
+        (0.0, 1.5, 200),
+        (0.25, 1.75, 200),
+        (0.5, 0.5, 503),
+    ]
+    assert [r.in_flight_at_start for r in server.records] == [0, 1, 2]
+    assert server.max_in_flight() == 2
+
+
+async def test_latency_is_exact(autojump_clock: trio.testing.MockClock) -> None:
+    """An admitted request takes exactly `latency` of virtual time, holding its slot."""
+    async with running(ServerConfig(latency=0.75)) as (server, client):
+        await client.get("/a")
+        assert trio.current_time() == 0.75
+        await client.get("/b")
+    assert [(r.start, r.end) for r in server.records] == [(0.0, 0.75), (0.75, 1.5)]
+
+
+async def test_jitter_is_seeded(autojump_clock: trio.testing.MockClock) -> None:
+    """Each admitted request takes latency + Random(seed).uniform(0, jitter), exactly."""
+    rng = random.Random(7)
+    expected = [1.0 + rng.uniform(0, 0.5) for _ in range(5)]
+    async with running(ServerConfig(latency=1.0, jitter=0.5, seed=7)) as (server, client):
+        for _ in range(5):
+            await client.get("/")
+    records = server.records
+    assert [r.end for r in records] == [r.start + d for r, d in zip(records, expected, strict=True)]
+    assert all(1.0 <= d <= 1.5 for d in expected)
+
+
+async def test_records_and_window(autojump_clock: trio.testing.MockClock) -> None:
+    """Records keep arrival order, key, method, path and Idempotency-Key; windows are half-open."""
+    async with running(ServerConfig(rate=None)) as (server, client):
+        for at, key in [(0.0, "a"), (0.25, "b"), (0.5, "a"), (1.0, "a")]:
+            await trio.sleep(at - trio.current_time())
+            await client.post("/t?x=1", headers={"x-api-key": key, "idempotency-key": f"i{at}"})
+    first = server.records[0]
+    assert attrs.astuple(first) == (1, 0.0, 0.0, "a", "POST", "/t?x=1", 200, "i0.0", 0)
+    assert [r.n for r in server.records] == [1, 2, 3, 4]
+    assert server.starts(key="a") == [0.0, 0.5, 1.0]
+    assert server.count(key="b") == 1
+    assert server.max_starts_in_window(0.5) == 2  # [0, 0.5) holds 0 and 0.25
+    assert server.max_starts_in_window(0.5, key="a") == 1
+    assert server.max_starts_in_window(0.75) == 3
+    assert server.max_starts_in_window(1.0, key="a") == 2
+
+
+IETF = {"ratelimit-policy": '"default";q=4;w=2', "ratelimit": '"default";r=3;t=1'}
+DRAFT = {"ratelimit-limit": "4", "ratelimit-remaining": "3", "ratelimit-reset": "1"}
+X = {"x-ratelimit-limit": "4", "x-ratelimit-remaining": "3", "x-ratelimit-reset": "1"}
+OPENAI = {
+    "x-ratelimit-limit-requests": "4",
+    "x-ratelimit-remaining-requests": "3",
+    "x-ratelimit-reset-requests": "500ms",
+}
+ANTHROPIC = {
+    "anthropic-ratelimit-requests-limit": "4",
+    "anthropic-ratelimit-requests-remaining": "3",
+    "anthropic-ratelimit-requests-reset": "2023-11-14T22:13:21Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("style", "epoch", "expected"),
+    [
+        ("ietf", False, IETF),
+        ("draft", False, DRAFT),
+        ("x", False, X),
+        ("x", True, {**X, "x-ratelimit-reset": str(int(WALL) + 1)}),
+        ("openai", False, OPENAI),
+        ("anthropic", False, ANTHROPIC),
+        ("none", False, {}),
+    ],
+)
+async def test_header_styles(
+    autojump_clock: trio.testing.MockClock,
+    style: HeaderStyle,
+    epoch: bool,
+    expected: dict[str, str],
+) -> None:
+    """Each style reports limit=burst, remaining after this request, reset=time to full."""
+    config = ServerConfig(rate=2, burst=4, headers=style, reset_as_epoch=epoch)
+    async with running(config) as (_, client):
+        response = await client.get("/")
+    got = {k: v for k, v in response.headers.items() if "ratelimit" in k}
+    assert got == expected
+
+
+async def test_headers_track_the_bucket(autojump_clock: trio.testing.MockClock) -> None:
+    """Remaining counts down to 0 on the 429 and is back to the limit once refilled."""
+    async with running(ServerConfig(rate=2, burst=2, headers="draft")) as (_, client):
+        seen = [(await client.get("/")).headers["ratelimit-remaining"] for _ in range(3)]
+        await trio.sleep(1.0)
+        refilled = await client.get("/")
+    assert seen == ["1", "0", "0"]
+    assert refilled.headers["ratelimit-remaining"] == "1"
+    assert refilled.headers["ratelimit-reset"] == "1"  # 0.5 s to full, rounded up
+
+
+async def test_unlimited_key_has_no_limit_headers(autojump_clock: trio.testing.MockClock) -> None:
+    """A key with rate=None is never refused and gets no rate-limit headers."""
+    async with running(ServerConfig(rate=None)) as (server, client):
+        responses = [await client.get("/") for _ in range(50)]
+    assert {r.status_code for r in responses} == {200}
+    assert not [k for k in responses[0].headers if "ratelimit" in k]
+    assert server.max_starts_in_window(0.001) == 50
+
+
+async def test_date_skew(autojump_clock: trio.testing.MockClock) -> None:
+    """date_skew moves Date and an HTTP-date Retry-After together; their gap is the wait."""
+    config = ServerConfig(rate=4, burst=1, retry_after="http-date", date_skew=3600.5)
+    async with running(config) as (_, client):
+        await client.get("/")
+        refused = await client.get("/")
+    date = email.utils.parsedate_to_datetime(refused.headers["date"]).timestamp()
+    retry = email.utils.parsedate_to_datetime(refused.headers["retry-after"]).timestamp()
+    assert date == WALL + 3600  # 3600.5 later, truncated to whole seconds
+    assert retry == WALL + 3601  # 3600.5 + 0.25 later, rounded up
+    assert retry - date >= 0.25
+
+
+async def test_keys_are_independent(autojump_clock: trio.testing.MockClock) -> None:
+    """Each key (x-api-key, Bearer token, anonymous) has its own bucket and overrides."""
+    config = ServerConfig(rate=1, burst=1, keys={"big": KeyLimits(rate=1, burst=3)})
+    async with running(config) as (server, client):
+        for headers in [
+            {"x-api-key": "a"},
+            {"authorization": "Bearer b"},
+            {},
+            {"x-api-key": "big"},
+        ]:
+            for _ in range(4):
+                await client.get("/", headers=headers)
+    assert [(k, server.count(200, k), server.count(429, k)) for k in ("a", "b", "anonymous")] == [
+        ("a", 1, 3),
+        ("b", 1, 3),
+        ("anonymous", 1, 3),
+    ]
+    assert (server.count(200, "big"), server.count(429, "big")) == (3, 1)
+
+
+async def test_scope_header_names_the_bucket(autojump_clock: trio.testing.MockClock) -> None:
+    """With scope_header set, a 429 names the configured scope, else the key."""
+    keys = {"k1": KeyLimits(rate=1, burst=1, scope="tickets")}
+    config = ServerConfig(rate=1, burst=1, keys=keys, scope_header="x-ratelimit-scope")
+    async with running(config) as (_, client):
+        scopes = []
+        for key in ("k1", "k2"):
+            ok = await client.get("/", headers={"x-api-key": key})
+            refused = await client.get("/", headers={"x-api-key": key})
+            assert "x-ratelimit-scope" not in ok.headers
+            scopes.append(refused.headers["x-ratelimit-scope"])
+    assert scopes == ["tickets", key_label("k2")]
+
+
+async def test_credentials_not_echoed(autojump_clock: trio.testing.MockClock) -> None:
+    """The key is recorded for accounting but never sent back in a response."""
+    async with running(ServerConfig(), authorization="Bearer tok") as (server, client):
+        response = await client.get("/p")
+    assert response.json() == {"ok": True, "path": "/p", "n": 1}
+    assert "tok" not in response.text
+    assert all("tok" not in value for value in response.headers.values())
+    assert server.records[0].key == "tok"
+
+
+async def test_fail_first(autojump_clock: trio.testing.MockClock) -> None:
+    """The first `fail_first` requests get 500 without consuming a token."""
+    async with running(ServerConfig(rate=1, burst=1, fail_first=2)) as (server, client):
+        statuses = [(await client.get("/")).status_code for _ in range(4)]
+    assert statuses == [500, 500, 200, 429]
+    assert [r.status for r in server.records] == statuses
+
+
+async def test_head_has_no_body(autojump_clock: trio.testing.MockClock) -> None:
+    """HEAD is throttled like GET but answered without a body, keeping the connection."""
+    async with running(ServerConfig(rate=1, burst=1, headers="draft")) as (server, client):
+        head = await client.head("/")
+        refused = await client.get("/")
+    assert (head.status_code, head.content, head.headers["ratelimit-remaining"]) == (200, b"", "0")
+    assert refused.status_code == 429
+    assert [r.method for r in server.records] == ["HEAD", "GET"]
+
+
+async def test_abandoned_request_frees_its_slot(autojump_clock: trio.testing.MockClock) -> None:
+    """A client that hangs up mid-latency is still recorded, and its slot comes back."""
+    config = ServerConfig(rate=None, max_in_flight=1, latency=1.0)
+    async with running(config) as (server, client):
+        with trio.move_on_after(0.5):
+            await client.get("/gone")
+        await trio.sleep(1.0)
+        later = await client.get("/later")
+    assert later.status_code == 200
+    assert [(r.path, r.start, r.end, r.in_flight_at_start) for r in server.records] == [
+        ("/gone", 0.0, 1.0, 0),
+        ("/later", 1.5, 2.5, 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\xff\xfe garbage\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX: " + b"a" * 20_000,
+    ],
+    ids=["binary", "bad-content-length", "huge-header"],
+)
+async def test_garbage_gets_4xx_and_close(
+    autojump_clock: trio.testing.MockClock, garbage: bytes
+) -> None:
+    """Malformed HTTP gets a 4xx and a closed connection; the server keeps serving."""
+    async with running(ServerConfig()) as (server, client):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        async with stream:
+            await stream.send_all(garbage)
+            reply = b""
+            while chunk := await stream.receive_some():
+                reply += chunk
+        after = await client.get("/")
+    assert reply.split(b" ", 2)[1] in (b"400", b"431")
+    assert b"connection: close" in reply
+    assert after.status_code == 200
+    assert server.count() == 1
+
+
+async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    """A client closing mid-body ends only its own connection handler."""
+    async with running(ServerConfig()) as (server, client):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        await stream.send_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        await stream.aclose()
+        after = await client.get("/")
+    assert after.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.02, "20ms"), (1, "1s"), (1.5, "1.5s"), (360, "6m0s"), (3723, "1h2m3s")],
+)
+def test_go_duration(seconds: float, text: str) -> None:
+    """OpenAI-style reset durations are Go durations, rounded up to the millisecond."""
+    assert _go_duration(seconds) == text
+
+
+def test_config_validates() -> None:
+    """Nonsense limits are rejected when the config is built, not when serving."""
+    with pytest.raises(ValueError, match="burst"):
+        ServerConfig(burst=0)
+    with pytest.raises(ValueError, match="rate"):
+        KeyLimits(rate=0)
+    with pytest.raises(ValueError, match="headers"):
+        ServerConfig(headers="bogus")  # type: ignore[arg-type]
+
+
+async def test_cli_runs_in_its_own_process() -> None:
+    """`python -m fanout._throttle_server` prints READY <url> and serves real requests."""
+    argv = [sys.executable, "-m", "fanout._throttle_server", "--rate", "2", "--burst", "1"]
+    process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+    try:
+        with trio.fail_after(20):
+            assert process.stdout is not None
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await process.stdout.receive_some(1)
+            word, url = line.decode().split()
+            async with httpx.AsyncClient(base_url=url) as client:
+                statuses = [(await client.get("/")).status_code for _ in range(2)]
+    finally:
+        process.kill()
+        await process.wait()
+    assert word == "READY"
+    assert url.startswith("http://127.0.0.1:")
+    assert statuses == [200, 429]
