@@ -88,6 +88,8 @@ def _plain(message: Any) -> Any:
 
 
 def _structure(data: Any, shape: type[Any], what: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise InvalidTurnError(f"not a valid {what}: expected a mapping, got {type(data).__name__}")
     try:
         return _converter.structure(data, shape)
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:

@@ -50,7 +50,7 @@ class TokenBucket:
     rate: float | None
     burst: float = attrs.field(default=1.0)
     _tokens: float = attrs.field(init=False)
-    _updated: float = attrs.field(init=False, factory=trio.current_time)
+    _updated: float | None = attrs.field(init=False, default=None)
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
@@ -131,7 +131,11 @@ class TokenBucket:
         )
 
     def _refill(self) -> None:
+        # The clock is read on first use, not at construction, so buckets
+        # (and scopes) can be built before trio.run starts.
         now = trio.current_time()
+        if self._updated is None:
+            self._updated = now
         if self.rate is not None:
             self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
         self._updated = now

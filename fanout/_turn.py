@@ -11,6 +11,7 @@ caller cancels the turn from outside (and ``Cancelled`` still propagates).
 from __future__ import annotations
 
 import enum
+import math
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -77,7 +78,7 @@ class Turn:
         self._settings = settings
         self._recorder = recorder
         self._stage = _Stage.NEW
-        self._deadline = trio.current_time() + timeout
+        self._deadline = math.inf  # set when the turn starts running
         self._failed: CallState | None = None
         self._siblings = trio.CancelScope()
 

@@ -1,0 +1,23 @@
+# fanout's everyday commands. `just --list` shows them.
+
+# Install fanout with everything the tests, lint and benchmarks use.
+setup:
+    python -m pip install -q -e '.[dev]'
+
+# The demo: a throttled agent turn against a local server, shown live.
+demo *ARGS:
+    python -m fanout demo {{ARGS}}
+
+# The test suite (starts its own redis-server when one is installed).
+test *ARGS:
+    python -m pytest {{ARGS}}
+
+# Lint, format check and strict typing, as CI runs them.
+lint:
+    ruff check .
+    ruff format --check .
+    mypy --strict fanout
+
+# Every benchmark; writes benchmarks/results/.
+bench:
+    python -m benchmarks
