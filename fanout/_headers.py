@@ -1,0 +1,400 @@
+"""Read the numbers a server puts in its rate-limit headers, and trust nothing else.
+
+A 429 is only useful if we learn *how long* to wait and *how fast* we may go,
+and servers say so in a dozen dialects. This module turns any of them into one
+frozen `RateLimitInfo`. It is pure: no I/O, no trio, no clock of its own. The
+caller passes the wall-clock ``now`` (epoch seconds), so tests are exact.
+
+Three facts shape every line:
+
+* **Client clocks skew.** An absolute time (an HTTP-date, an epoch, an RFC 3339
+  stamp) is measured against the response's own ``Date`` header when it has a
+  parseable one, so the server's clock is compared with the server's clock.
+  Only without ``Date`` do we fall back to ``now``.
+* **Servers lie, proxies mangle.** Values can be negative, NaN, ``1e400``,
+  thirty years long, or repeated and comma-joined by ``httpx.Headers``.
+* **Fail closed.** An unparsable value is ignored (``None``), never guessed at;
+  a malformed structured field is dropped whole, not half-trusted. Negative
+  waits and counts clamp to 0; a wait longer than ``max_wait`` is absurd and
+  dropped. No input makes this module raise.
+
+Precedence. ``retry_after``: ``retry-after-ms`` (more precise, as the OpenAI and
+Anthropic SDKs do), else ``Retry-After``. ``limit``, ``remaining`` and
+``reset_after`` are chosen per field from the first family that gives a valid
+value, in this order:
+
+1. the current IETF draft's structured ``RateLimit`` / ``RateLimit-Policy``;
+2. the older draft's ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset``;
+3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset: delta or epoch);
+4. ``anthropic-ratelimit-requests-*`` (reset is RFC 3339);
+5. OpenAI's ``x-ratelimit-*-requests`` (reset is a Go duration like ``6m0s``).
+
+``window`` travels with ``limit``: it is reported only by the family that gave
+the limit, so `RateLimitInfo.rate` never divides one policy's quota by another's
+window. Token families (``*-tokens``) are ignored: fanout meters requests.
+
+Repeated headers. ``httpx.Headers`` joins them with ", ". A joined plain number
+(``"5, 5"``) is garbage and ignored. Fields whose grammar is a list
+(``RateLimit-Limit``, the structured fields) are parsed as lists. A joined
+HTTP-date yields its first date, which ``email.utils`` reads on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "MAX_WAIT",
+    "RateLimitInfo",
+    "parse_duration",
+    "parse_rate_limit_headers",
+    "parse_retry_after",
+]
+
+MAX_WAIT: float = 7 * 24 * 3600.0
+"""Seconds. A server asking for a longer wait or reset is wrong, not patient."""
+
+_MAX_LEN = 1000  # a longer value is not a rate-limit header; don't spend time on it
+_EPOCH_S = 1e9  # 2001-09-09 as an epoch; as a delta, 31 years. No window is that long.
+_EPOCH_MS = 1e12  # the same instant in milliseconds
+
+
+# Finite and >= 0 (or > 0): NaN fails every comparison, inf fails "< inf".
+_non_negative = attrs.validators.optional(
+    attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(math.inf))
+)
+_positive = attrs.validators.optional(
+    attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.lt(math.inf))
+)
+
+
+@attrs.frozen
+class RateLimitInfo:
+    """What a response's headers say about waiting and quota; ``None`` = unknown.
+
+    Durations are seconds from the moment the response was received.
+    """
+
+    retry_after: float | None = attrs.field(default=None, validator=_non_negative)
+    limit: float | None = attrs.field(default=None, validator=_positive)
+    remaining: float | None = attrs.field(default=None, validator=_non_negative)
+    reset_after: float | None = attrs.field(default=None, validator=_non_negative)
+    window: float | None = attrs.field(default=None, validator=_positive)
+    scope: str | None = None
+    should_retry: bool | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Requests per second the server allows (``limit / window``), if both are known."""
+        if self.limit is None or self.window is None:
+            return None
+        rate = self.limit / self.window
+        return rate if math.isfinite(rate) else None
+
+
+# --- scalars -----------------------------------------------------------------
+
+# ASCII digits only: float() alone would take "nan", "inf", "1_0" and "١٢".
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def _number(value: str | None) -> float | None:
+    """A finite decimal number, or None. ``"1e400"`` overflows to inf and is dropped."""
+    if value is None or len(value) > _MAX_LEN:
+        return None
+    text = value.strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _clamped(seconds: float | None) -> float | None:
+    """Negative clamps to 0 (the moment has passed); NaN and inf are dropped."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _wait(seconds: float | None, max_wait: float) -> float | None:
+    seconds = _clamped(seconds)
+    return seconds if seconds is not None and seconds <= max_wait else None
+
+
+def _http_date(value: str | None) -> float | None:
+    """Epoch seconds of an IMF-fixdate, RFC 850 or asctime date, or None."""
+    if value is None or len(value) > _MAX_LEN:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value)
+        if parsed.tzinfo is None:  # asctime and "-0000" name no zone; HTTP-dates are GMT
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.timestamp()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+
+
+def _rfc3339(value: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 timestamp; one without an offset is a guess, so None."""
+    if value is None or len(value) > 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+        return parsed.timestamp() if parsed.tzinfo is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _delta_or_epoch(value: str | None, reference: float) -> float | None:
+    """X-RateLimit-Reset: >= 1e12 is epoch ms, >= 1e9 epoch seconds, else delta seconds."""
+    number = _number(value)
+    if number is None:
+        return None
+    if number >= _EPOCH_MS:
+        return number / 1000 - reference
+    if number >= _EPOCH_S:
+        return number - reference
+    return number
+
+
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|ns)", re.ASCII)
+_DURATION = re.compile(rf"([+-]?)((?:{_DURATION_PART.pattern})+)", re.ASCII)
+
+
+def parse_duration(value: str) -> float | None:
+    """Seconds in a Go duration (``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"``) or bare ``"2.5"``.
+
+    Negative clamps to 0; unparsable, NaN or overflowing values give None.
+    """
+    if len(value) > _MAX_LEN:
+        return None
+    text = value.strip().replace("µ", "u").replace("μ", "u")  # Go writes micro as "µs"
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        return _clamped(_number(text))
+    seconds = sum(float(n) * _UNIT[unit] for n, unit in _DURATION_PART.findall(match[2]))
+    return _clamped(-seconds if match[1] == "-" else seconds)
+
+
+def parse_retry_after(value: str, *, now: float, date: str | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: delta seconds or an HTTP-date.
+
+    An HTTP-date is measured against ``date`` (the response's ``Date`` header)
+    when it parses, else against ``now``: a skewed client clock then cannot
+    stretch or shrink the server's intended wait. A date in the past means 0.
+    """
+    delay = _number(value)
+    if delay is None and (target := _http_date(value)) is not None:
+        server_now = _http_date(date)
+        delay = target - (now if server_now is None else server_now)
+    return _clamped(delay)
+
+
+# --- structured fields (RFC 8941), just enough for RateLimit and RateLimit-Policy ---
+
+_SF_KEY = r"[a-z*][a-z0-9_.*-]*"
+_SF_BARE = (
+    r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"'  # string
+    r"|-?\d{1,15}(?:\.\d{1,3})?"  # integer or decimal
+    r"|[A-Za-z*][\w!#$%&'*+.^`|~:/-]*"  # token
+    r"|:[A-Za-z0-9+/=]*:"  # byte sequence
+    r"|\?[01]"  # boolean
+)
+_SF_PARAM = re.compile(rf";[ ]*({_SF_KEY})(?:=({_SF_BARE}))?", re.ASCII)
+_SF_ITEM = re.compile(rf"({_SF_BARE})((?:{_SF_PARAM.pattern})*)", re.ASCII)
+_SF_COMMA = re.compile(r"[ \t]*,[ \t]*")
+
+_Item = tuple[float | str, dict[str, float]]
+
+
+def _sf_bare(text: str) -> float | str:
+    """A bare item's value: numbers as float, strings unescaped, anything else as text."""
+    if text[0] == '"':
+        return re.sub(r'\\(["\\])', r"\1", text[1:-1])
+    if text[0] == "-" or text[0].isdigit():
+        return float(text)
+    return text
+
+
+def _sf_list(value: str | None, numeric: frozenset[str]) -> list[_Item] | None:
+    """An RFC 8941 list of items keeping only the ``numeric`` parameters.
+
+    None when the field is absent or malformed anywhere, including a numeric
+    parameter that is not a number: such a field is dropped whole.
+    """
+    if value is None or len(value) > _MAX_LEN:
+        return None
+    text, pos, items = value.strip(" \t"), 0, []
+    while True:
+        item = _SF_ITEM.match(text, pos)
+        if item is None:
+            return None
+        params: dict[str, float] = {}
+        for key, raw in _SF_PARAM.findall(item[2]):
+            if key not in numeric:
+                continue
+            number = _sf_bare(raw) if raw else None
+            if not isinstance(number, float):
+                return None  # a quota that is not a number spoils the whole field
+            params[key] = number
+        items.append((_sf_bare(item[1]), params))
+        pos = item.end()
+        comma = _SF_COMMA.match(text, pos)
+        if comma is None:
+            return items if pos == len(text) else None
+        pos = comma.end()
+
+
+# --- families -----------------------------------------------------------------
+
+
+@attrs.frozen
+class _Quota:
+    """One family's answer, already held to the same rules as every other."""
+
+    limit: float | None = None
+    remaining: float | None = None
+    reset_after: float | None = None
+    window: float | None = None
+
+
+def _quota(
+    limit: float | None,
+    remaining: float | None,
+    reset_after: float | None,
+    max_wait: float,
+    window: float | None = None,
+) -> _Quota:
+    def positive(x: float | None) -> float | None:
+        return x if x is not None and math.isfinite(x) and x > 0 else None
+
+    limit = positive(limit)
+    return _Quota(
+        limit=limit,
+        remaining=_clamped(remaining),
+        reset_after=_wait(reset_after, max_wait),
+        window=positive(window) if limit is not None else None,
+    )
+
+
+def _structured(h: Mapping[str, str], max_wait: float) -> _Quota:
+    """``RateLimit-Policy: "burst";q=100;w=60`` and ``RateLimit: "burst";r=50;t=30``."""
+    policies = _sf_list(h.get("ratelimit-policy"), frozenset("qlw")) or []
+    states = _sf_list(h.get("ratelimit"), frozenset("rt")) or []
+    # The state closest to running out is the one that will bite first.
+    name, state = min(states, key=lambda s: s[1].get("r", math.inf), default=(None, {}))
+    ranked: list[tuple[tuple[bool, float], float, float | None]] = []
+    for policy_name, params in policies:
+        q, w = params.get("q", params.get("l")), params.get("w")
+        if q is not None and q > 0:
+            # The policy the state names, else the most restrictive: lowest q/w, no w last.
+            rank = (policy_name != name, q / w if w is not None and w > 0 else math.inf)
+            ranked.append((rank, q, w))
+    _, limit, window = min(ranked, key=lambda r: r[0], default=(None, None, None))
+    return _quota(limit, state.get("r"), state.get("t"), max_wait, window)
+
+
+def _older_draft(h: Mapping[str, str], max_wait: float) -> _Quota:
+    """``RateLimit-Limit: 100, 100;w=60`` plus ``RateLimit-Remaining`` / ``-Reset`` (delta)."""
+    items = _sf_list(h.get("ratelimit-limit"), frozenset({"w", "window"})) or []
+    limit = items[0][0] if items and isinstance(items[0][0], float) else None
+    windows = (p.get("w", p.get("window")) for value, p in items if value == limit)
+    window = next((w for w in windows if w is not None), None)
+    remaining, reset = _number(h.get("ratelimit-remaining")), _number(h.get("ratelimit-reset"))
+    return _quota(limit, remaining, reset, max_wait, window)
+
+
+def _x_ratelimit(h: Mapping[str, str], reference: float, max_wait: float) -> _Quota:
+    reset = _delta_or_epoch(h.get("x-ratelimit-reset"), reference)
+    limit, remaining = _number(h.get("x-ratelimit-limit")), _number(h.get("x-ratelimit-remaining"))
+    return _quota(limit, remaining, reset, max_wait)
+
+
+def _anthropic(h: Mapping[str, str], reference: float, max_wait: float) -> _Quota:
+    reset_at = _rfc3339(h.get("anthropic-ratelimit-requests-reset"))
+    return _quota(
+        _number(h.get("anthropic-ratelimit-requests-limit")),
+        _number(h.get("anthropic-ratelimit-requests-remaining")),
+        None if reset_at is None else reset_at - reference,
+        max_wait,
+    )
+
+
+def _openai(h: Mapping[str, str], max_wait: float) -> _Quota:
+    reset = h.get("x-ratelimit-reset-requests")
+    return _quota(
+        _number(h.get("x-ratelimit-limit-requests")),
+        _number(h.get("x-ratelimit-remaining-requests")),
+        None if reset is None else parse_duration(reset),
+        max_wait,
+    )
+
+
+# --- the rest ---------------------------------------------------------------
+
+_SCOPE_HEADERS = ("x-ratelimit-scope", "ratelimit-scope", "x-ratelimit-resource")
+_PRINTABLE = re.compile(r"[\x20-\x7e]{1,200}")
+
+
+def _scope(h: Mapping[str, str]) -> str | None:
+    """The first scope header that is non-empty, short, printable ASCII; others are ignored."""
+    for name in _SCOPE_HEADERS:
+        if _PRINTABLE.fullmatch(text := h.get(name, "").strip()):
+            return text
+    return None
+
+
+def _retry_after(h: Mapping[str, str], now: float, max_wait: float) -> float | None:
+    """``retry-after-ms`` when it is usable (it is more precise), else ``Retry-After``."""
+    milliseconds = _number(h.get("retry-after-ms"))
+    if milliseconds is not None and (wait := _wait(milliseconds / 1000, max_wait)) is not None:
+        return wait
+    value = h.get("retry-after")
+    seconds = None if value is None else parse_retry_after(value, now=now, date=h.get("date"))
+    return _wait(seconds, max_wait)
+
+
+def _first(values: Iterable[float | None]) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def parse_rate_limit_headers(
+    headers: Mapping[str, str], *, now: float, max_wait: float = MAX_WAIT
+) -> RateLimitInfo:
+    """Everything the response's headers say about waiting and quota; see the module docstring.
+
+    ``headers`` is an ``httpx.Headers`` or any mapping, keys in any case (one
+    header given in two cases: the later wins). ``now`` is wall-clock epoch
+    seconds, used only when there is no ``Date``.
+    """
+    h = {k.lower(): v for k, v in headers.items() if isinstance(k, str) and isinstance(v, str)}
+    server_now = _http_date(h.get("date"))
+    reference = now if server_now is None else server_now
+    quotas = (
+        _structured(h, max_wait),
+        _older_draft(h, max_wait),
+        _x_ratelimit(h, reference, max_wait),
+        _anthropic(h, reference, max_wait),
+        _openai(h, max_wait),
+    )
+    with_limit = next((q for q in quotas if q.limit is not None), _Quota())
+    should_retry = {"true": True, "false": False}.get(h.get("x-should-retry", "").strip().lower())
+    return RateLimitInfo(
+        retry_after=_retry_after(h, now, max_wait),
+        limit=with_limit.limit,
+        remaining=_first(q.remaining for q in quotas),
+        reset_after=_first(q.reset_after for q in quotas),
+        window=with_limit.window,
+        scope=_scope(h),
+        should_retry=should_retry,
+    )
