@@ -6,6 +6,12 @@ global order (by name) so two calls can never hold one each and wait for the
 other's; then tokens on each scope. Every wait is bounded by the call's
 budget and by the inline threshold; a call that cannot be admitted in time is
 denied, never sent, and nothing it reserved stays consumed.
+
+Order: a turn admits its calls in the model's order. It starts the next call
+only once this one calls ``queued()``: when it is admitted or denied, or just
+before it blocks (on a slot that is not free, or in its token wait). A call
+that has only to reserve never blocks, so its place is taken in order, and
+the transcript does not depend on how trio happened to schedule the tasks.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ._exceptions import ConfigurationError
 from ._values import Status, ToolCall
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ._budget import Budget
     from ._scope import ScopeLike, SlotHolder
@@ -50,6 +56,7 @@ async def admit(
     inline_wait: float | None,
     recorder: Recorder,
     attempt: int,
+    queued: Callable[[], None],
 ) -> Denial | None:
     """Admit ``call`` on every scope, or say why not.
 
@@ -62,6 +69,8 @@ async def admit(
     now = trio.current_time()
     patience = budget.deadline if inline_wait is None else min(budget.deadline, now + inline_wait)
     for scope in scopes:
+        if not scope.has_free_slot():
+            queued()
         if not await scope.acquire_slot(holder, patience):
             return _slot_denial(scope, budget, inline_wait)
         held.append(scope)
@@ -70,7 +79,9 @@ async def admit(
                 EventKind.SLOT_ACQUIRED, call_id=call.id, tool=call.name,
                 scope=scope.name, attempt=attempt,
             )  # fmt: skip
-    return await _take_tokens(call, scopes, budget, cost, patience, inline_wait, recorder, attempt)
+    return await _take_tokens(
+        call, scopes, budget, cost, patience, inline_wait, recorder, attempt, queued
+    )
 
 
 def _check_open(call: ToolCall, scopes: Sequence[ScopeLike], recorder: Recorder) -> Denial | None:
@@ -127,6 +138,7 @@ async def _take_tokens(
     inline_wait: float | None,
     recorder: Recorder,
     attempt: int,
+    queued: Callable[[], None],
 ) -> Denial | None:
     reserved: list[ScopeLike] = []
     admitted = False
@@ -152,6 +164,7 @@ async def _take_tokens(
             )  # fmt: skip
             for scope in scopes:
                 scope.note_waiting(+1)
+            queued()
             try:
                 await trio.sleep(longest)
             finally:

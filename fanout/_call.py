@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from ._admission import admit
+from ._admission import Denial, admit
 from ._answers import failure, success
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
-from ._exceptions import QuotaExhaustedError, RateLimitedError, ToolSignal, TransientError
+from ._exceptions import (
+    LimiterUnavailableError,
+    QuotaExhaustedError,
+    RateLimitedError,
+    ToolSignal,
+    TransientError,
+)
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
 from ._scope import ScopeLike
@@ -39,7 +46,6 @@ class CallSettings:
     inline_wait: float | None
     max_output_chars: int
     threads: trio.CapacityLimiter
-    rng: random.Random
 
 
 @attrs.define
@@ -53,6 +59,13 @@ class CallState:
     started: bool = False
     attempts: int = 0
     result: ToolResult | None = None
+    queued: Callable[[], None] = attrs.field(default=lambda: None, eq=False)
+    # Each call draws its jitter from its own generator, seeded from the turn,
+    # so which call drew first cannot change anyone's backoff.
+    rng: random.Random = attrs.field(factory=random.Random, eq=False)
+
+
+_UNAVAILABLE = "limiter unavailable"
 
 
 class _SlotHolder:
@@ -83,7 +96,7 @@ async def execute(
         scope_name = _signal_scope(state, signal)
         if state.attempts >= policy.attempts:
             return _gave_up(state, status, signal, server_wait, scope_name)
-        delay = server_wait if server_wait is not None else policy.backoff(retries, settings.rng)
+        delay = server_wait if server_wait is not None else policy.backoff(retries, state.rng)
         refusal = _retry_refusal(state, status, signal, delay, budget, settings, scope_name)
         if refusal is not None:
             return refusal
@@ -105,11 +118,16 @@ async def _attempt(
     holder = _SlotHolder()
     held: list[ScopeLike] = []
     try:
-        denial = await admit(
-            call, state.scopes, holder=holder, held=held, budget=budget,
-            cost=spec.cost_of(call.arguments), inline_wait=settings.inline_wait,
-            recorder=recorder, attempt=state.attempts,
-        )  # fmt: skip
+        try:
+            denial = await admit(
+                call, state.scopes, holder=holder, held=held, budget=budget,
+                cost=spec.cost_of(call.arguments), inline_wait=settings.inline_wait,
+                recorder=recorder, attempt=state.attempts, queued=state.queued,
+            )  # fmt: skip
+        except LimiterUnavailableError as exc:
+            # Fail closed: a limiter we cannot reach cannot say the call may go.
+            denial = Denial(Status.RATE_LIMITED, f"{exc}; the call was not sent", _UNAVAILABLE)
+        state.queued()
         if denial is not None:
             return failure(
                 call, denial.status, denial.message, started=state.started, kind=spec.kind,

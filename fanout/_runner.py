@@ -101,8 +101,8 @@ class Runner:
             inline_wait=inline_wait,
             max_output_chars=max_output_chars,
             threads=trio.CapacityLimiter(max_threads),
-            rng=rng or random.Random(),
         )
+        self._rng = rng or random.Random()
         self._counts = TurnCounts()
 
     def scope(self, name: str) -> ScopeLike:
@@ -122,12 +122,14 @@ class Runner:
         ordered = [attrs.evolve(call, position=i) for i, call in enumerate(calls)]
         _validate(ordered)
         run = run_id or uuid.uuid4().hex
+        turn_seed = self._rng.getrandbits(64)
         states = []
         for call in ordered:
             spec = self.registry.get(call.name)
             scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
             key = idempotency_key(run, call.name, call.arguments) if call.arguments_valid else ""
-            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key))
+            rng = random.Random(f"{turn_seed}:{call.id}")
+            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key, rng=rng))
         return Turn(
             states,
             registry=self.registry,

@@ -78,6 +78,7 @@ class ScopeLike(Protocol):
     @property
     def retry_budget(self) -> RetryBudget: ...
     def should_shed(self) -> bool: ...
+    def has_free_slot(self) -> bool: ...
     def count_shed(self) -> None: ...
     def drain_estimate(self) -> float: ...
     def note_waiting(self, delta: int) -> None: ...
@@ -137,6 +138,13 @@ class Scope:
     def should_shed(self) -> bool:
         """Whether the queue is full, so a new call must be answered at once."""
         return self.max_waiters is not None and self._waiting >= self.max_waiters
+
+    def has_free_slot(self) -> bool:
+        """Whether ``acquire_slot`` would return at once (a scope that cannot
+        know cheaply, like a shared one, says False)."""
+        if self._limiter is None:
+            return True
+        return self._limiter.available_tokens > 0 and self._waiting == 0
 
     async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
         """Take a slot for ``holder``, or return False once ``deadline`` passes."""

@@ -150,9 +150,13 @@ class Turn:
         return runnable
 
     async def _phase(self, states: Iterable[CallState]) -> None:
+        """Run ``states`` concurrently, admitting those with scopes in the model's order."""
         async with trio.open_nursery() as nursery:
             for state in states:
-                nursery.start_soon(self._run_one, state)
+                if state.scopes:
+                    await nursery.start(self._run_one, state)
+                else:
+                    nursery.start_soon(self._run_one, state)
 
     def _writes_allowed(self, writes: list[CallState]) -> list[CallState]:
         """Under policy ``one``, refuse every write but the first, before anything runs."""
@@ -174,9 +178,20 @@ class Turn:
             for state in writes:
                 await self._run_one(state)
 
-    async def _run_one(self, state: CallState) -> None:
+    async def _run_one(
+        self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         assert state.spec is not None
         budget = Budget.starting_now(state.spec.timeout, turn_deadline=self._deadline)
+        signalled = False
+
+        def queued() -> None:
+            nonlocal signalled
+            if not signalled:
+                signalled = True
+                task_status.started()
+
+        state.queued = queued
         try:
             with trio.move_on_at(budget.deadline) as own_deadline:
                 result = await execute(
@@ -189,6 +204,7 @@ class Turn:
         finally:
             if state.result is None:
                 self._answer(state, self._interrupted(state))
+            queued()
 
     # -- answers ------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from typing import Any
 
@@ -76,16 +77,17 @@ def _play(
         with trio.move_on_after(cancel_at if cancel_at is not None else float("inf")):
             await turn.run()
 
-    # "The same clock" includes trio's scheduler: calls that contend for one
-    # token at one virtual instant are ordered by it. trio makes its scheduler
-    # deterministic under Hypothesis through this seedable Random; seeding it
-    # per run makes both runs of an example see the same schedule.
+    # What the runner decides at one virtual instant from state that calls
+    # share (a scope's retry budget, a retry's token) depends on the order
+    # trio runs the tasks woken at that instant. trio makes that order
+    # reproducible through this seedable Random (its Hypothesis hook); both
+    # runs of an example get the same seed, as "the same clock" requires.
     trio._core._run._r.seed(seed)
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     return calls, turn
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=int(os.environ.get("FANOUT_EXAMPLES", "150")), deadline=None)
 @given(
     spec=turns,
     policy=policies,
