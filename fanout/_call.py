@@ -22,6 +22,7 @@ from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
 from ._exceptions import (
     LimiterUnavailableError,
+    NotSentError,
     QuotaExhaustedError,
     RateLimitedError,
     ToolSignal,
@@ -140,21 +141,27 @@ async def _attempt(
         context = CallContext(
             call=call, kind=spec.kind, budget=budget, scopes=state.scopes,
             idempotency_key=state.idempotency_key, run_id=run_id,
-            attempt=state.attempts, recorder=recorder,
+            attempt=state.attempts, recorder=recorder, inline_wait=settings.inline_wait,
         )  # fmt: skip
         began = trio.current_time()
+        # For learning, an attempt went fine unless it was throttled or cut off:
+        # a tool's own error still says the rate was acceptable.
+        went_fine = False
         try:
             value = await _invoke(spec, call.arguments, context, settings.threads)
+            went_fine = True
         except ToolSignal as signal:
+            went_fine = not isinstance(signal, RateLimitedError | NotSentError)
             return signal
         except Exception as exc:
+            went_fine = True
             return failure(
                 call, Status.ERROR, _describe(exc), started=True, kind=spec.kind,
                 hint="the tool raised an error; fix the arguments or try another approach",
             )  # fmt: skip
         finally:
             for scope in state.scopes:
-                scope.observe_latency(trio.current_time() - began)
+                scope.observe_call(trio.current_time() - began, ok=went_fine)
         return success(call, value, limit=settings.max_output_chars)
     finally:
         for scope in reversed(held):
@@ -183,6 +190,11 @@ async def _absorb_signal(
     """Tell the scopes what the downstream said; return its wait, or a final answer."""
     spec, call = state.spec, state.call
     assert spec is not None
+    if isinstance(signal, NotSentError):
+        return failure(
+            call, signal.status, str(signal), started=True, kind=spec.kind,
+            scope=signal.scope, retry_after=signal.retry_after,
+        )  # fmt: skip
     targets = _targets(state, getattr(signal, "scope", None))
     horizon = min((scope.quota_horizon for scope in targets), default=3600.0)
     if isinstance(signal, QuotaExhaustedError) or (

@@ -39,6 +39,7 @@ class CallContext:
     run_id: str
     attempt: int
     recorder: Recorder
+    inline_wait: float | None = None
     requests: int = 0
 
 

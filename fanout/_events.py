@@ -27,6 +27,8 @@ _log = logging.getLogger("fanout")
 class EventKind(enum.Enum):
     """The moments of a call's life, and of a scope's."""
 
+    TURN_STARTED = "turn_started"
+    TURN_FINISHED = "turn_finished"
     QUEUED = "queued"
     SLOT_ACQUIRED = "slot_acquired"
     TOKEN_WAIT = "token_wait"
@@ -50,6 +52,7 @@ class Event:
 
     kind: EventKind
     time: float
+    turn_id: str | None = None
     call_id: str | None = None
     tool: str | None = None
     scope: str | None = None
@@ -76,6 +79,7 @@ class Recorder:
 
     instruments: Sequence[Instrument] = ()
     trace: list[Event] | None = attrs.field(factory=list)
+    turn_id: str | None = None
 
     @property
     def active(self) -> bool:
@@ -84,7 +88,7 @@ class Recorder:
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if self.trace is None and not self.instruments:
             return
-        event = Event(kind, trio.current_time(), **fields)
+        event = Event(kind, trio.current_time(), self.turn_id, **fields)
         if self.trace is not None:
             self.trace.append(event)
         for instrument in self.instruments:

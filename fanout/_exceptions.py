@@ -8,7 +8,8 @@
     ├── ToolSignal                 raised *by tools* to tell the runner something
     │   ├── RateLimitedError       the downstream said "not now" (429/503)
     │   ├── TransientError         a failure worth retrying (declared by the tool)
-    │   └── QuotaExhaustedError    the downstream's quota is spent until a reset
+    │   ├── QuotaExhaustedError    the downstream's quota is spent until a reset
+    │   └── NotSentError           fanout kept a request back: its wait did not fit
     └── LimiterUnavailableError    a shared limiter backend could not be reached
 
 Errors a tool raises that are not ``ToolSignal`` become ``error`` results;
@@ -17,11 +18,17 @@ they are never retried and never escape the turn.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._values import Status
+
 __all__ = [
     "ConfigurationError",
     "FanoutError",
     "InvalidTurnError",
     "LimiterUnavailableError",
+    "NotSentError",
     "QuotaExhaustedError",
     "RateLimitedError",
     "ToolSignal",
@@ -87,6 +94,28 @@ class QuotaExhaustedError(ToolSignal):
         super().__init__(message)
         self.reset_after = reset_after
         self.scope = scope
+
+
+class NotSentError(ToolSignal):
+    """A request the HTTP layer did not send, because its wait did not fit.
+
+    Raised inside a tool by fanout's transport; if it escapes the tool, the
+    call is answered with ``status`` at once and nothing is retried: the
+    limiter, not the server, said no, so there is nothing to back off from.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: Status,
+        scope: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.scope = scope
+        self.retry_after = retry_after
 
 
 class LimiterUnavailableError(FanoutError):

@@ -91,6 +91,11 @@ class RetryBudget:
         """Count one request (first try or retry) sent to the scope."""
         self._requests.append(trio.current_time())
 
+    def recent_requests(self, seconds: float) -> int:
+        """Requests sent in the last ``seconds`` (at most the window)."""
+        horizon = trio.current_time() - seconds
+        return sum(1 for t in self._requests if t > horizon)
+
     def try_spend(self) -> bool:
         """Take one retry from the budget, or say no (and count the refusal)."""
         self._forget_old()

@@ -103,6 +103,7 @@ class Runner:
             threads=trio.CapacityLimiter(max_threads),
         )
         self._rng = rng or random.Random()
+        self._turn_serial = 0
         self._counts = TurnCounts()
 
     def scope(self, name: str) -> ScopeLike:
@@ -123,6 +124,8 @@ class Runner:
         _validate(ordered)
         run = run_id or uuid.uuid4().hex
         turn_seed = self._rng.getrandbits(64)
+        self._turn_serial += 1
+        run_turn_id = f"turn-{self._turn_serial}"
         states = []
         for call in ordered:
             spec = self.registry.get(call.name)
@@ -138,7 +141,7 @@ class Runner:
             mutating=self.mutating,
             on_failure=self.on_failure,
             settings=self._settings,
-            recorder=Recorder(self.instruments, [] if self._trace else None),
+            recorder=Recorder(self.instruments, [] if self._trace else None, turn_id=run_turn_id),
             counts=self._counts,
         )
 

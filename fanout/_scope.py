@@ -13,14 +13,18 @@ processes (on Redis) can stand behind the same interface.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
 
 from ._bucket import BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError
+from ._learning import RateLearner
 from ._retry import RetryBudget
+
+if TYPE_CHECKING:
+    from ._headers import RateLimitInfo
 
 __all__ = ["Scope", "ScopeLike", "ScopeStatistics", "SlotHolder", "concurrency_for"]
 
@@ -89,9 +93,10 @@ class ScopeLike(Protocol):
     async def wait_for(self, cost: float) -> float: ...
     async def on_throttled(self, wait: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
+    async def observe_headers(self, info: RateLimitInfo) -> None: ...
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
-    def observe_latency(self, seconds: float) -> None: ...
+    def observe_call(self, seconds: float, *, ok: bool) -> None: ...
     def set_limits(self, rate: float | None, burst: float) -> None: ...
     def statistics(self) -> ScopeStatistics: ...
 
@@ -105,6 +110,10 @@ class Scope:
     caps calls in flight; ``max_waiters`` bounds how many calls may queue
     before the rest are answered at once; ``quota_horizon`` is the longest
     server wait still treated as throttling rather than an exhausted quota.
+
+    A scope built without a ``rate`` learns one (``learn=True``): from the
+    limits the server states in its headers, else from its 429s; and until
+    its first call has finished, it lets that one call out alone.
     """
 
     name: str
@@ -114,6 +123,7 @@ class Scope:
     max_waiters: int | None = 64
     quota_horizon: float = 3600.0
     retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
+    learn: bool = True
     _bucket: TokenBucket = attrs.field(init=False)
     _limiter: trio.CapacityLimiter | None = attrs.field(init=False)
     _waiting: int = attrs.field(init=False, default=0)
@@ -121,6 +131,10 @@ class Scope:
     _exhausted_until: float | None = attrs.field(init=False, default=None)
     _latency: float | None = attrs.field(init=False, default=None)
     _shed: int = attrs.field(init=False, default=0)
+    _learner: RateLearner | None = attrs.field(init=False, default=None)
+    _probed: bool = attrs.field(init=False, default=True)
+    _probe_holder: SlotHolder | None = attrs.field(init=False, default=None)
+    _probe_done: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -132,6 +146,9 @@ class Scope:
         burst = self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
         self._bucket = TokenBucket(self.rate, burst)
         self._limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
+        if self.rate is None and self.learn:
+            self._learner = RateLearner()
+            self._probed = False
 
     # -- admission --------------------------------------------------------
 
@@ -142,12 +159,16 @@ class Scope:
     def has_free_slot(self) -> bool:
         """Whether ``acquire_slot`` would return at once (a scope that cannot
         know cheaply, like a shared one, says False)."""
+        if not self._probed and self._probe_holder is not None:
+            return False
         if self._limiter is None:
             return True
         return self._limiter.available_tokens > 0 and self._waiting == 0
 
     async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
         """Take a slot for ``holder``, or return False once ``deadline`` passes."""
+        if not await self._pass_probe(holder, deadline):
+            return False
         if self._limiter is None:
             await trio.lowlevel.checkpoint()
             self._in_flight += 1
@@ -164,9 +185,30 @@ class Scope:
 
     async def release_slot(self, holder: SlotHolder) -> None:
         """Give the slot back; safe to call from a ``finally`` under cancellation."""
+        if holder is self._probe_holder and not self._probed:
+            # The probe gave up before finishing: let the next call be the probe.
+            self._probe_holder = None
+            done, self._probe_done = self._probe_done, trio.Event()
+            done.set()
         self._in_flight -= 1
         if self._limiter is not None:
             self._limiter.release_on_behalf_of(holder)
+
+    async def _pass_probe(self, holder: SlotHolder, deadline: float) -> bool:
+        """While the scope knows nothing, one call at a time goes first."""
+        while not self._probed:
+            if self._probe_holder is None:
+                self._probe_holder = holder
+                return True
+            self._waiting += 1
+            try:
+                with trio.move_on_at(deadline):
+                    await self._probe_done.wait()
+                    continue
+                return False
+            finally:
+                self._waiting -= 1
+        return True
 
     async def reserve(self, cost: float, max_wait: float) -> float | None:
         """Reserve tokens: the wait before starting, or None (nothing consumed)."""
@@ -207,12 +249,22 @@ class Scope:
     # -- what the server told us -----------------------------------------
 
     async def on_throttled(self, wait: float) -> None:
-        """A 429: empty the bucket and start nothing for ``wait`` seconds."""
+        """A 429: empty the bucket, start nothing for ``wait`` s, and slow down if learning."""
         self._bucket.drain(wait)
+        if self._learner is not None:
+            self._learner.on_throttled(float(self.retry_budget.recent_requests(1.0)))
+            self._apply_learned()
 
     async def block_until(self, when: float) -> None:
         """The server's remaining count hit zero: start nothing before ``when``."""
         self._bucket.block_until(when)
+
+    async def observe_headers(self, info: RateLimitInfo) -> None:
+        """Take in what a response said: an exhausted window, and stated limits."""
+        if info.remaining is not None and info.remaining < 1 and info.reset_after is not None:
+            self._bucket.block_until(trio.current_time() + info.reset_after)
+        if self._learner is not None and self._learner.from_headers(info.limit, info.window):
+            self._apply_learned()
 
     def exhaust(self, until: float) -> None:
         """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
@@ -225,12 +277,23 @@ class Scope:
             self._exhausted_until = None
         return self._exhausted_until
 
-    def observe_latency(self, seconds: float) -> None:
-        """Fold one call's duration into the moving average used for estimates."""
+    def observe_call(self, seconds: float, *, ok: bool) -> None:
+        """One attempt finished: fold in its duration, end the probe, learn from success."""
         if self._latency is None:
             self._latency = seconds
         else:
             self._latency += _LATENCY_SMOOTHING * (seconds - self._latency)
+        if not self._probed:
+            self._probed = True
+            self._probe_done.set()
+        if ok and self._learner is not None:
+            self._learner.on_success()
+            self._apply_learned()
+
+    def _apply_learned(self) -> None:
+        assert self._learner is not None
+        if self._learner.rate is not None:
+            self._bucket.set_limits(self._learner.rate, max(1.0, self._learner.burst))
 
     def set_limits(self, rate: float | None, burst: float) -> None:
         """Replace the bucket's rate and burst (learned from the server)."""

@@ -111,6 +111,7 @@ class Turn:
         self._deadline = trio.current_time() + self._timeout
         self._counts.started += 1
         self._counts.running += 1
+        self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
         try:
             runnable = self._answer_unrunnable()
             with trio.CancelScope(deadline=self._deadline), self._siblings:
@@ -123,6 +124,7 @@ class Turn:
                     self._answer(state, self._interrupted(state))
             self._stage = _Stage.DONE
             self._counts.running -= 1
+            self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
 
     # -- phases -------------------------------------------------------------
 
@@ -263,3 +265,11 @@ class Turn:
 
 def _kind(state: CallState) -> Kind:
     return state.spec.kind if state.spec is not None else Kind.MUTATING
+
+
+def _tally(results: Sequence[ToolResult]) -> dict[str, int]:
+    """How many answers of each status, for the turn's closing event."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status.value] = counts.get(result.status.value, 0) + 1
+    return dict(sorted(counts.items()))

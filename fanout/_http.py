@@ -1,0 +1,183 @@
+"""The HTTP layer: an httpx transport that obeys, and learns, the server's limits.
+
+Tools make requests with an ordinary ``httpx.AsyncClient`` whose transport is
+a ``FanoutTransport``. For each request sent from inside a tool call it:
+
+* charges the request to the call's scopes and budget first. The runner
+  reserved one token when it admitted the attempt, which pays for the first
+  request; each further request reserves again, so a tool making three
+  requests is charged three times. A request whose wait does not fit the
+  budget (or the inline threshold) is never sent: ``NotSentError``;
+* adds ``Idempotency-Key`` (the call's key) to requests of mutating calls;
+* reads the rate-limit headers of the response into the scopes (a window
+  with nothing remaining blocks the scope until its reset; stated limits
+  teach a scope with no configured rate);
+* turns 429, and 503 with a Retry-After, into ``RateLimitedError`` with the
+  parsed wait and the bucket the server named, so the runner's retry policy
+  applies; other 5xx become ``TransientError``; ``x-should-retry`` overrides
+  either way;
+* writes no credential anywhere: URLs and messages are redacted before they
+  reach an event or an exception.
+
+Outside a tool call the transport simply forwards the request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import trio
+
+from ._context import maybe_current_call
+from ._events import EventKind
+from ._exceptions import NotSentError, RateLimitedError, TransientError
+from ._headers import parse_rate_limit_headers
+from ._redact import redact_text, redact_url
+from ._values import Kind, Status
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._context import CallContext
+    from ._headers import RateLimitInfo
+    from ._scope import ScopeLike
+
+__all__ = ["FanoutTransport", "http_client"]
+
+_TRANSIENT = frozenset({500, 502, 503, 504})
+
+
+class FanoutTransport(httpx.AsyncBaseTransport):
+    """Wraps any httpx transport; see the module docstring for what it adds.
+
+    ``wall_clock`` is only for reading HTTP-dates and epoch resets; every
+    wait is measured on trio's clock.
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        **pool_options: Any,
+    ) -> None:
+        self._transport = transport or httpx.AsyncHTTPTransport(**pool_options)
+        self._wall_clock = wall_clock
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        context = maybe_current_call()
+        if context is None:
+            return await self._transport.handle_async_request(request)
+        if context.requests > 0:
+            await _charge(context)
+        context.requests += 1
+        if context.kind is Kind.MUTATING and context.idempotency_key:
+            request.headers.setdefault("Idempotency-Key", context.idempotency_key)
+        url = redact_url(request.url)
+        _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+        try:
+            response = await self._transport.handle_async_request(request)
+        except httpx.TransportError as exc:
+            # The exception's text may carry the URL; keep only a redacted form.
+            raise TransientError(redact_text(f"{type(exc).__name__}: {exc}")) from None
+        info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
+        for scope in _targets(context, info.scope):
+            await scope.observe_headers(info)
+        _emit(
+            context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
+        )
+        signal = _signal_for(response.status_code, info, f"{request.method} {url}")
+        if signal is not None:
+            await response.aclose()
+            raise signal
+        return response
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+def http_client(
+    transport: httpx.AsyncBaseTransport | None = None, **client_options: Any
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` whose requests are charged to the running call.
+
+    Share one client between tools: its connection pool is reused, and the
+    transport finds the running call itself (through ``current_call()``).
+    """
+    return httpx.AsyncClient(transport=FanoutTransport(transport), **client_options)
+
+
+async def _charge(context: CallContext) -> None:
+    """Reserve a token on each scope for a request after the first, within budget."""
+    budget = context.budget
+    patience = budget.remaining()
+    if context.inline_wait is not None:
+        patience = min(patience, context.inline_wait)
+    reserved: list[ScopeLike] = []
+    done = False
+    try:
+        longest = 0.0
+        for scope in context.scopes:
+            wait = await scope.reserve(1.0, patience)
+            if wait is None or not budget.fits(wait):
+                if wait is not None:
+                    reserved.append(scope)
+                needed = await scope.wait_for(1.0) if wait is None else wait
+                status = Status.RATE_LIMITED
+                raise NotSentError(
+                    f"a further request of this call would wait {needed:.3f}s on scope "
+                    f"{scope.name!r}, more than it can afford; it was not sent",
+                    status=status, scope=scope.name, retry_after=needed,
+                )  # fmt: skip
+            reserved.append(scope)
+            longest = max(longest, wait)
+        if longest > 0:
+            _emit(context, EventKind.TOKEN_WAIT, wait=longest)
+            await trio.sleep(longest)
+        done = True
+    finally:
+        if not done:
+            for scope in reserved:
+                await scope.refund(1.0)
+
+
+def _targets(context: CallContext, named: str | None) -> tuple[ScopeLike, ...]:
+    if named is not None:
+        hit = tuple(scope for scope in context.scopes if scope.name == named)
+        if hit:
+            return hit
+    return context.scopes
+
+
+def _signal_for(
+    status: int, info: RateLimitInfo, what: str
+) -> RateLimitedError | TransientError | None:
+    """The exception a response's status and headers call for, if any."""
+    retry = info.should_retry
+    if status == 429 or (status == 503 and info.retry_after is not None):
+        return RateLimitedError(
+            f"{what} answered {status}",
+            retry_after=info.retry_after, scope=info.scope, retryable=retry is not False,
+        )  # fmt: skip
+    if retry is False:
+        return None
+    if status in _TRANSIENT or (retry is True and status >= 400):
+        return TransientError(f"{what} answered {status}")
+    return None
+
+
+def _response_detail(response: httpx.Response, info: RateLimitInfo) -> dict[str, Any]:
+    detail: dict[str, Any] = {"status": response.status_code}
+    for name in ("limit", "remaining", "reset_after", "retry_after", "window"):
+        value = getattr(info, name)
+        if value is not None:
+            detail[name] = value
+    return detail
+
+
+def _emit(context: CallContext, kind: EventKind, **fields: Any) -> None:
+    context.recorder.emit(
+        kind, call_id=context.call.id, tool=context.call.name, attempt=context.attempt, **fields
+    )
