@@ -23,10 +23,15 @@ from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import FanoutError as FanoutError
 from ._exceptions import InvalidTurnError as InvalidTurnError
 from ._exceptions import LimiterUnavailableError as LimiterUnavailableError
+from ._exceptions import NotSentError as NotSentError
 from ._exceptions import QuotaExhaustedError as QuotaExhaustedError
 from ._exceptions import RateLimitedError as RateLimitedError
 from ._exceptions import ToolSignal as ToolSignal
 from ._exceptions import TransientError as TransientError
+from ._headers import RateLimitInfo as RateLimitInfo
+from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
+from ._http import FanoutTransport as FanoutTransport
+from ._http import http_client as http_client
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
 from ._retry import RetryBudget as RetryBudget
@@ -50,11 +55,14 @@ __all__ = [
     "Event",
     "EventKind",
     "FanoutError",
+    "FanoutTransport",
     "Instrument",
     "InvalidTurnError",
     "Kind",
     "LimiterUnavailableError",
+    "NotSentError",
     "QuotaExhaustedError",
+    "RateLimitInfo",
     "RateLimitedError",
     "Registry",
     "RetryBudget",
@@ -77,6 +85,8 @@ __all__ = [
     "canonical_json",
     "concurrency_for",
     "current_call",
+    "http_client",
     "idempotency_key",
     "openai_tool_messages",
+    "parse_rate_limit_headers",
 ]

@@ -64,6 +64,8 @@ class CallState:
     # Each call draws its jitter from its own generator, seeded from the turn,
     # so which call drew first cannot change anyone's backoff.
     rng: random.Random = attrs.field(factory=random.Random, eq=False)
+    # Credentials the HTTP layer sent for this call; scrubbed from its answer.
+    secrets: set[str] = attrs.field(factory=set, eq=False)
 
 
 _UNAVAILABLE = "limiter unavailable"
@@ -142,6 +144,7 @@ async def _attempt(
             call=call, kind=spec.kind, budget=budget, scopes=state.scopes,
             idempotency_key=state.idempotency_key, run_id=run_id,
             attempt=state.attempts, recorder=recorder, inline_wait=settings.inline_wait,
+            secrets=state.secrets,
         )  # fmt: skip
         began = trio.current_time()
         # For learning, an attempt went fine unless it was throttled or cut off:

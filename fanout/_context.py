@@ -28,7 +28,9 @@ class CallContext:
 
     ``requests`` counts requests sent in this attempt: the runner reserved
     one token for the attempt, which covers the first request; the HTTP layer
-    charges each further request to the scopes again.
+    charges each further request to the scopes again. ``secrets`` collects the
+    credentials the HTTP layer sent, so the answer can be scrubbed of them
+    even when a server echoes them back.
     """
 
     call: ToolCall
@@ -40,6 +42,7 @@ class CallContext:
     attempt: int
     recorder: Recorder
     inline_wait: float | None = None
+    secrets: set[str] = attrs.field(factory=set)
     requests: int = 0
 
 

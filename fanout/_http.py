@@ -34,7 +34,7 @@ from ._context import maybe_current_call
 from ._events import EventKind
 from ._exceptions import NotSentError, RateLimitedError, TransientError
 from ._headers import parse_rate_limit_headers
-from ._redact import redact_text, redact_url
+from ._redact import redact_text, redact_url, secrets_in
 from ._values import Kind, Status
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ class FanoutTransport(httpx.AsyncBaseTransport):
         if context.requests > 0:
             await _charge(context)
         context.requests += 1
+        context.secrets.update(secrets_in(request))
         if context.kind is Kind.MUTATING and context.idempotency_key:
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url)

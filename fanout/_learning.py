@@ -40,29 +40,51 @@ class RateLearner:
 
     The additive step is a fixed share of a reference rate (the server's
     stated rate, else the rate before the last decrease), so recovery takes
-    about twenty successes at any scale.
+    about twenty successes at any scale. A burst of 429s from one burst of
+    requests is one congestion event: after a decrease, further 429s within
+    the server's wait (at least a second) do not decrease again.
     """
 
     rate: float | None = None
     burst: float = 1.0
     ceiling: float | None = None  # the server's stated rate; never exceeded
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
+    _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
 
-    def from_headers(self, limit: float | None, window: float | None) -> bool:
-        """Adopt the server's stated limit; True when the limits changed."""
-        if limit is None or window is None or not (limit >= 1 and window > 0):
-            return False
-        stated = limit / window
-        if not (math.isfinite(stated) and stated > 0):
-            return False
-        if self.ceiling == stated and self.burst == limit:
-            return False
-        self.ceiling, self.burst, self._reference = stated, float(limit), stated
-        self.rate = stated
-        return True
+    def from_headers(
+        self,
+        limit: float | None,
+        window: float | None,
+        remaining: float | None = None,
+        reset_after: float | None = None,
+    ) -> bool:
+        """Adopt what the server stated; True when the limits changed.
 
-    def on_throttled(self, sending_rate: float) -> None:
-        """A 429: decrease from the rate we were sending at, or the learned one if lower."""
+        A limit with a window is the rate itself. Without a window (the
+        ``X-RateLimit-*`` and vendor families), what is left of the window
+        spread over the time until its reset is a pace that cannot overrun it.
+        """
+        if limit is not None and window is not None and limit >= 1 and window > 0:
+            stated = limit / window
+            if not (math.isfinite(stated) and stated > 0):
+                return False
+            if self.ceiling == stated and self.burst == limit:
+                return False
+            self.ceiling, self.burst, self._reference = stated, float(limit), stated
+            self.rate = stated
+            return True
+        if self.ceiling is None and remaining is not None and reset_after:
+            pace = max(remaining, 1.0) / reset_after
+            if math.isfinite(pace) and pace > 0 and pace != self.rate:
+                self.rate, self._reference = max(pace, _MIN_RATE), max(pace, _MIN_RATE)
+                return True
+        return False
+
+    def on_throttled(self, sending_rate: float, *, now: float, wait: float) -> None:
+        """A 429: decrease from the rate we were sending at, once per congestion event."""
+        if now < self._hold_until:
+            return
+        self._hold_until = now + max(wait, 1.0)
         current = sending_rate if self.rate is None else min(self.rate, sending_rate)
         current = max(current, _MIN_RATE)
         self._reference = self.ceiling or current

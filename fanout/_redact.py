@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import httpx
 
-__all__ = ["SECRET_HEADERS", "redact_headers", "redact_text", "redact_url"]
+__all__ = ["SECRET_HEADERS", "redact_headers", "redact_text", "redact_url", "secrets_in"]
 
 REDACTED = "REDACTED"
 
@@ -44,6 +44,21 @@ def redact_url(url: httpx.URL | str) -> str:
     if parsed.userinfo:
         cleaned = cleaned.copy_with(username=None, password=None)
     return str(cleaned)
+
+
+def secrets_in(request: httpx.Request) -> set[str]:
+    """The credential values a request carries, in headers and query parameters."""
+    found = set()
+    for name, value in request.headers.items():
+        if name.lower() in SECRET_HEADERS:
+            found.add(value)
+            scheme, _, credential = value.partition(" ")
+            if credential and scheme.lower() in ("bearer", "basic", "token"):
+                found.add(credential)
+    for name, value in request.url.params.multi_items():
+        if _SECRET_PARAM.match(name):
+            found.add(value)
+    return {secret for secret in found if len(secret) >= 4}
 
 
 def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -252,7 +252,11 @@ class Scope:
         """A 429: empty the bucket, start nothing for ``wait`` s, and slow down if learning."""
         self._bucket.drain(wait)
         if self._learner is not None:
-            self._learner.on_throttled(float(self.retry_budget.recent_requests(1.0)))
+            self._learner.on_throttled(
+                float(self.retry_budget.recent_requests(1.0)),
+                now=trio.current_time(),
+                wait=wait,
+            )
             self._apply_learned()
 
     async def block_until(self, when: float) -> None:
@@ -263,7 +267,9 @@ class Scope:
         """Take in what a response said: an exhausted window, and stated limits."""
         if info.remaining is not None and info.remaining < 1 and info.reset_after is not None:
             self._bucket.block_until(trio.current_time() + info.reset_after)
-        if self._learner is not None and self._learner.from_headers(info.limit, info.window):
+        if self._learner is not None and self._learner.from_headers(
+            info.limit, info.window, info.remaining, info.reset_after
+        ):
             self._apply_learned()
 
     def exhaust(self, until: float) -> None:

@@ -21,6 +21,7 @@ from ._answers import failure
 from ._budget import Budget
 from ._call import CallSettings, CallState, execute
 from ._events import Event, EventKind, Recorder
+from ._redact import redact_text
 from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -211,6 +212,8 @@ class Turn:
     # -- answers ------------------------------------------------------------
 
     def _answer(self, state: CallState, result: ToolResult) -> None:
+        if state.secrets:
+            result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
         state.result = result
         call = state.call
         self._recorder.emit(
