@@ -32,10 +32,17 @@ from ._headers import RateLimitInfo as RateLimitInfo
 from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
 from ._http import FanoutTransport as FanoutTransport
 from ._http import http_client as http_client
+from ._idempotency import Claim as Claim
+from ._idempotency import ClaimState as ClaimState
+from ._idempotency import IdempotencyStore as IdempotencyStore
+from ._idempotency import MemoryIdempotencyStore as MemoryIdempotencyStore
+from ._idempotency import StoredAnswer as StoredAnswer
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
 from ._retry import RetryBudget as RetryBudget
 from ._retry import RetryPolicy as RetryPolicy
+from ._run import ReadCache as ReadCache
+from ._run import Run as Run
 from ._runner import Runner as Runner
 from ._runner import RunnerStatistics as RunnerStatistics
 from ._scope import Scope as Scope
@@ -51,27 +58,34 @@ __all__ = [
     "BucketStatistics",
     "Budget",
     "CallContext",
+    "Claim",
+    "ClaimState",
     "ConfigurationError",
     "Event",
     "EventKind",
     "FanoutError",
     "FanoutTransport",
+    "IdempotencyStore",
     "Instrument",
     "InvalidTurnError",
     "Kind",
     "LimiterUnavailableError",
+    "MemoryIdempotencyStore",
     "NotSentError",
     "QuotaExhaustedError",
     "RateLimitInfo",
     "RateLimitedError",
+    "ReadCache",
     "Registry",
     "RetryBudget",
     "RetryPolicy",
+    "Run",
     "Runner",
     "RunnerStatistics",
     "Scope",
     "ScopeStatistics",
     "Status",
+    "StoredAnswer",
     "TokenBucket",
     "ToolCall",
     "ToolResult",

@@ -66,6 +66,12 @@ class CallState:
     rng: random.Random = attrs.field(factory=random.Random, eq=False)
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, eq=False)
+    # Whether the final answer is the tool's own (a return value or its own
+    # error), as opposed to fanout's; only those are kept for replay.
+    answered_by_tool: bool = False
+    # Single-flight: an identical earlier call of the turn answers this one.
+    leader: CallState | None = attrs.field(default=None, eq=False, repr=False)
+    followers: list[CallState] = attrs.field(factory=list, eq=False, repr=False)
 
 
 _UNAVAILABLE = "limiter unavailable"
@@ -152,12 +158,12 @@ async def _attempt(
         went_fine = False
         try:
             value = await _invoke(spec, call.arguments, context, settings.threads)
-            went_fine = True
+            went_fine = state.answered_by_tool = True
         except ToolSignal as signal:
             went_fine = not isinstance(signal, RateLimitedError | NotSentError)
             return signal
         except Exception as exc:
-            went_fine = True
+            went_fine = state.answered_by_tool = True
             return failure(
                 call, Status.ERROR, _describe(exc), started=True, kind=spec.kind,
                 hint="the tool raised an error; fix the arguments or try another approach",

@@ -9,7 +9,6 @@ and ``await turn.run()``, or do both with ``await runner.run_turn(calls)``.
 from __future__ import annotations
 
 import random
-import uuid
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,6 +19,7 @@ from ._canonical import idempotency_key
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError
 from ._retry import RetryPolicy
+from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
 from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
 
@@ -113,43 +113,49 @@ class Runner:
         return self._scopes[name]
 
     def turn(
-        self, calls: Iterable[ToolCall], *, timeout: float | None = None, run_id: str | None = None
+        self, calls: Iterable[ToolCall], *, run: Run | None = None, timeout: float | None = None
     ) -> Turn:
         """Validate ``calls`` and build their turn (not yet running).
 
-        Raises ``InvalidTurnError`` when the calls cannot be answered one
-        result per id: an id that is missing, empty or repeated.
+        ``run`` is the conversation the turn belongs to; without one the turn
+        is a run of its own (nothing is remembered across turns). Raises
+        ``InvalidTurnError`` when the calls cannot be answered one result
+        per id: an id that is missing, empty or repeated.
         """
         ordered = [attrs.evolve(call, position=i) for i, call in enumerate(calls)]
         _validate(ordered)
-        run = run_id or uuid.uuid4().hex
+        run = run if run is not None else Run()
         turn_seed = self._rng.getrandbits(64)
         self._turn_serial += 1
-        run_turn_id = f"turn-{self._turn_serial}"
         states = []
         for call in ordered:
             spec = self.registry.get(call.name)
             scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
-            key = idempotency_key(run, call.name, call.arguments) if call.arguments_valid else ""
+            valid = call.arguments_valid
+            key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
             rng = random.Random(f"{turn_seed}:{call.id}")
             states.append(CallState(call, spec, scopes=scopes, idempotency_key=key, rng=rng))
         return Turn(
             states,
             registry=self.registry,
             timeout=self.turn_timeout if timeout is None else timeout,
-            run_id=run,
+            run=run,
             mutating=self.mutating,
             on_failure=self.on_failure,
             settings=self._settings,
-            recorder=Recorder(self.instruments, [] if self._trace else None, turn_id=run_turn_id),
+            recorder=Recorder(
+                self.instruments,
+                [] if self._trace else None,
+                turn_id=f"turn-{self._turn_serial}",
+            ),
             counts=self._counts,
         )
 
     async def run_turn(
-        self, calls: Iterable[ToolCall], *, timeout: float | None = None, run_id: str | None = None
+        self, calls: Iterable[ToolCall], *, run: Run | None = None, timeout: float | None = None
     ) -> Turn:
         """Build and run a turn; return it with every call answered."""
-        turn = self.turn(calls, timeout=timeout, run_id=run_id)
+        turn = self.turn(calls, run=run, timeout=timeout)
         await turn.run()
         return turn
 

@@ -22,12 +22,23 @@ from ._budget import Budget
 from ._call import CallSettings, CallState, execute
 from ._events import Event, EventKind, Recorder
 from ._redact import redact_text
+from ._repeats import (
+    cached_answer,
+    claim,
+    invalidate_for,
+    is_idempotent_write,
+    remember,
+    settle,
+    shared,
+    single_flight,
+)
 from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from ._registry import Registry
+    from ._run import Run
 
 __all__ = ["MutatingPolicy", "OnFailure", "Turn", "TurnCounts"]
 
@@ -62,7 +73,7 @@ class Turn:
         *,
         registry: Registry,
         timeout: float,
-        run_id: str,
+        run: Run,
         mutating: MutatingPolicy,
         on_failure: OnFailure,
         settings: CallSettings,
@@ -73,7 +84,7 @@ class Turn:
         self._states = list(states)
         self._registry = registry
         self._timeout = timeout
-        self._run_id = run_id
+        self._run = run
         self._mutating = mutating
         self._on_failure = on_failure
         self._settings = settings
@@ -114,7 +125,7 @@ class Turn:
         self._counts.running += 1
         self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
         try:
-            runnable = self._answer_unrunnable()
+            runnable = self._answer_without_running()
             with trio.CancelScope(deadline=self._deadline), self._siblings:
                 writes = self._writes_allowed([c for c in runnable if _kind(c) is Kind.MUTATING])
                 await self._phase(c for c in runnable if _kind(c) is not Kind.MUTATING)
@@ -129,8 +140,11 @@ class Turn:
 
     # -- phases -------------------------------------------------------------
 
-    def _answer_unrunnable(self) -> list[CallState]:
-        """Answer calls that cannot run (unknown tool, broken arguments); keep the rest."""
+    def _answer_without_running(self) -> list[CallState]:
+        """Answer what needs no run (unknown tool, broken arguments, repeats, cache hits).
+
+        Returns the calls left to run: one per group of identical calls.
+        """
         runnable = []
         for state in self._states:
             call = state.call
@@ -150,7 +164,12 @@ class Turn:
                 )  # fmt: skip
             else:
                 runnable.append(state)
-        return runnable
+        leaders = single_flight(runnable, self._recorder)
+        for state in leaders:
+            hit = cached_answer(self._run, state, self._recorder)
+            if hit is not None:
+                self._answer(state, hit)
+        return [state for state in leaders if state.result is None]
 
     async def _phase(self, states: Iterable[CallState]) -> None:
         """Run ``states`` concurrently, admitting those with scopes in the model's order."""
@@ -195,12 +214,21 @@ class Turn:
                 task_status.started()
 
         state.queued = queued
+        claimed = False
         try:
             with trio.move_on_at(budget.deadline) as own_deadline:
+                if is_idempotent_write(state):
+                    invalidate_for(self._run, state)
+                    replay = await claim(self._run, state, budget, self._recorder)
+                    if replay is not None:
+                        self._answer(state, replay)
+                        return
+                    claimed = True
                 result = await execute(
-                    state, budget=budget, run_id=self._run_id,
+                    state, budget=budget, run_id=self._run.run_id,
                     settings=self._settings, recorder=self._recorder,
                 )  # fmt: skip
+                remember(self._run, state, result)
                 self._answer(state, result)
             if own_deadline.cancelled_caught and state.result is None:
                 self._answer(state, self._timed_out(state, budget))
@@ -208,6 +236,8 @@ class Turn:
             if state.result is None:
                 self._answer(state, self._interrupted(state))
             queued()
+            if claimed:
+                await settle(self._run, state)
 
     # -- answers ------------------------------------------------------------
 
@@ -215,6 +245,10 @@ class Turn:
         if state.secrets:
             result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
         state.result = result
+        for follower in state.followers:
+            if follower.result is None:
+                follower.started = state.started
+                self._answer(follower, shared(result, follower))
         call = state.call
         self._recorder.emit(
             EventKind.ANSWERED, call_id=call.id, tool=call.name, status=result.status,

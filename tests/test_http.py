@@ -174,7 +174,7 @@ async def test_mutating_requests_carry_the_calls_idempotency_key(autojump_clock:
         runner = Runner(reg, scopes=[Scope("key", learn=False)])
         turn = await runner.run_turn(
             [ToolCall("r", "read", {"name": "a"}), ToolCall("w", "create", {"name": "a"})],
-            run_id="run-1",
+            run=fanout.Run("run-1"),
         )
     assert [r.status for r in turn.results] == [Status.OK, Status.OK]
     expected = fanout.idempotency_key("run-1", "create", {"name": "a"})

@@ -1,0 +1,85 @@
+"""A run: one agent conversation, spanning its turns.
+
+The model repeats itself. Within a turn the same search appears twice; across
+turns of one conversation the same invoice is "sent" again after a retry or a
+re-plan. A run is where fanout remembers enough to make a repeat cheap (a
+read answered from its cache) or harmless (a write answered from its
+idempotency store instead of taking effect twice).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._idempotency import IdempotencyStore, MemoryIdempotencyStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+__all__ = ["ReadCache", "Run"]
+
+
+@attrs.frozen
+class _Entry:
+    expires: float
+    tool: str
+    content: str
+
+
+@attrs.define
+class ReadCache:
+    """Answers of cacheable reads, by call key, with an expiry on trio's clock."""
+
+    _entries: dict[str, _Entry] = attrs.field(init=False, factory=dict)
+    hits: int = attrs.field(init=False, default=0)
+
+    def get(self, key: str) -> str | None:
+        """A fresh cached answer for ``key``, or None (an expired one is dropped)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if trio.current_time() >= entry.expires:
+            del self._entries[key]
+            return None
+        self.hits += 1
+        return entry.content
+
+    def put(self, key: str, tool: str, content: str, ttl: float) -> None:
+        self._entries[key] = _Entry(trio.current_time() + ttl, tool, content)
+
+    def invalidate(self, tools: Iterable[str] | None) -> int:
+        """Drop the entries of ``tools`` (None: all of them); return how many went."""
+        if tools is None:
+            dropped = len(self._entries)
+            self._entries.clear()
+            return dropped
+        names = set(tools)
+        stale = [key for key, entry in self._entries.items() if entry.tool in names]
+        for key in stale:
+            del self._entries[key]
+        return len(stale)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@attrs.define
+class Run:
+    """One conversation: its id, its idempotency store and its read cache.
+
+    Pass the same run to every turn of a conversation
+    (``runner.run_turn(calls, run=run)``). A write's idempotency key is
+    derived from the run id, so another process serving the same
+    conversation must use the same ``run_id`` and a shared store (Redis) for
+    its re-issued writes to take effect once.
+    """
+
+    run_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    store: IdempotencyStore = attrs.field(factory=MemoryIdempotencyStore)
+    idempotency_ttl: float = 24 * 3600.0
+    cache: ReadCache = attrs.field(init=False, factory=ReadCache)
