@@ -155,10 +155,12 @@ async def test_raising_tool_is_answered_error_without_traceback(
         [call("x", "boom"), call("y", "sleep_for", {"seconds": 1})]
     )
     error, ok = turn.results
-    assert error.status is Status.ERROR and error.is_error
+    assert error.status is Status.ERROR
+    assert error.is_error
     assert body(error)["message"] == "ValueError: bad input: x must be positive"
     assert "Traceback" not in error.content
-    assert ok.status is Status.OK and not ok.is_error
+    assert ok.status is Status.OK
+    assert not ok.is_error
 
 
 async def test_unknown_tool_is_refused_naming_the_tools(
@@ -287,7 +289,8 @@ async def test_caller_cancellation_leaves_a_complete_result_list(
         except* trio.Cancelled:
             propagated = True
             raise
-    assert outer.cancelled_caught and propagated
+    assert outer.cancelled_caught
+    assert propagated
     assert trio.current_time() == 5
     done, running, pending = turn.results
     assert done.status is Status.OK
