@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._budget import Budget
     from ._scope import ScopeLike, SlotHolder
 
-__all__ = ["Denial", "admit"]
+__all__ = ["Denial", "Shortfall", "admit", "take_tokens"]
 
 
 @attrs.frozen
@@ -79,9 +79,16 @@ async def admit(
                 EventKind.SLOT_ACQUIRED, call_id=call.id, tool=call.name,
                 scope=scope.name, attempt=attempt,
             )  # fmt: skip
-    return await _take_tokens(
-        call, scopes, budget, cost, patience, inline_wait, recorder, attempt, queued
-    )
+
+    def waiting(wait: float, slowest: str | None) -> None:
+        recorder.emit(
+            EventKind.TOKEN_WAIT, call_id=call.id, tool=call.name, attempt=attempt,
+            scope=slowest, wait=wait,
+        )  # fmt: skip
+        queued()
+
+    shortfall = await take_tokens(scopes, cost, budget=budget, patience=patience, on_wait=waiting)
+    return None if shortfall is None else _token_denial(shortfall, budget, inline_wait)
 
 
 def _check_open(call: ToolCall, scopes: Sequence[ScopeLike], recorder: Recorder) -> Denial | None:
@@ -129,61 +136,69 @@ def _slot_denial(scope: ScopeLike, budget: Budget, inline_wait: float | None) ->
     )
 
 
-async def _take_tokens(
-    call: ToolCall,
+@attrs.frozen
+class Shortfall:
+    """Tokens a scope could not give in time: how long they would take, or why never."""
+
+    scope: str
+    needed: float
+    never: str | None = None
+
+
+async def take_tokens(
     scopes: Sequence[ScopeLike],
-    budget: Budget,
     cost: float,
+    *,
+    budget: Budget,
     patience: float,
-    inline_wait: float | None,
-    recorder: Recorder,
-    attempt: int,
-    queued: Callable[[], None],
-) -> Denial | None:
+    on_wait: Callable[[float, str | None], None],
+) -> Shortfall | None:
+    """Reserve ``cost`` on every scope and sleep the longest wait, or say what fell short.
+
+    ``patience`` is the absolute time the caller may wait until. Reservations
+    are refunded if any scope falls short or the sleep is cancelled, so the
+    buckets never keep tokens for a request that was not sent. ``on_wait``
+    hears of a wait (seconds, slowest scope) just before it is slept.
+    """
     reserved: list[ScopeLike] = []
-    admitted = False
+    taken = False
     try:
         longest, slowest = 0.0, None
         for scope in scopes:
             try:
                 wait = await scope.reserve(cost, max(0.0, patience - trio.current_time()))
             except ConfigurationError as exc:
-                return Denial(Status.REFUSED, str(exc), scope.name)
+                return Shortfall(scope.name, math.inf, never=str(exc))
+            if wait is not None:
+                reserved.append(scope)
             if wait is None or not budget.fits(wait):
-                if wait is not None:
-                    reserved.append(scope)
                 needed = await scope.wait_for(cost) if wait is None else wait
-                return _token_denial(scope, needed, budget, inline_wait)
-            reserved.append(scope)
+                return Shortfall(scope.name, needed)
             if wait > longest:
                 longest, slowest = wait, scope.name
         if longest > 0:
-            recorder.emit(
-                EventKind.TOKEN_WAIT, call_id=call.id, tool=call.name, attempt=attempt,
-                scope=slowest, wait=longest,
-            )  # fmt: skip
+            on_wait(longest, slowest)
             for scope in scopes:
                 scope.note_waiting(+1)
-            queued()
             try:
                 await trio.sleep(longest)
             finally:
                 for scope in scopes:
                     scope.note_waiting(-1)
-        admitted = True
+        taken = True
         return None
     finally:
-        if not admitted:
+        if not taken:
             for scope in reserved:
                 await scope.refund(cost)
 
 
-def _token_denial(
-    scope: ScopeLike, needed: float, budget: Budget, inline_wait: float | None
-) -> Denial:
+def _token_denial(shortfall: Shortfall, budget: Budget, inline_wait: float | None) -> Denial:
+    name, needed = shortfall.scope, shortfall.needed
+    if shortfall.never is not None:
+        return Denial(Status.REFUSED, shortfall.never, name)
     if not math.isfinite(needed):
-        message = f"scope {scope.name!r} has no capacity in sight"
-        return Denial(Status.TIMED_OUT, message, scope.name)
+        return Denial(Status.TIMED_OUT, f"scope {name!r} has no capacity in sight", name)
     where = (
         "past the call's deadline"
         if not budget.fits(needed)
@@ -191,7 +206,7 @@ def _token_denial(
     )
     return Denial(
         Status.RATE_LIMITED,
-        f"scope {scope.name!r} allows this call in {needed:.3f}s, {where}; the call was not sent",
-        scope.name,
+        f"scope {name!r} allows this call in {needed:.3f}s, {where}; the call was not sent",
+        name,
         needed,
     )

@@ -30,7 +30,7 @@ from ._exceptions import (
 )
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
-from ._scope import ScopeLike
+from ._scope import ScopeLike, scopes_named
 from ._values import Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ async def _absorb_signal(
             call, signal.status, str(signal), started=True, kind=spec.kind,
             scope=signal.scope, retry_after=signal.retry_after,
         )  # fmt: skip
-    targets = _targets(state, getattr(signal, "scope", None))
+    targets = scopes_named(state.scopes, getattr(signal, "scope", None))
     horizon = min((scope.quota_horizon for scope in targets), default=3600.0)
     if isinstance(signal, QuotaExhaustedError) or (
         isinstance(signal, RateLimitedError)
@@ -244,17 +244,8 @@ async def _absorb_signal(
     return failure(call, Status.ERROR, _describe(signal), started=True, kind=spec.kind)
 
 
-def _targets(state: CallState, named: str | None) -> tuple[ScopeLike, ...]:
-    """The scopes a server's wait applies to: the one it named, else all of the call's."""
-    if named is not None:
-        hit = tuple(scope for scope in state.scopes if scope.name == named)
-        if hit:
-            return hit
-    return state.scopes
-
-
 def _signal_scope(state: CallState, signal: ToolSignal) -> str | None:
-    targets = _targets(state, getattr(signal, "scope", None))
+    targets = scopes_named(state.scopes, getattr(signal, "scope", None))
     return targets[0].name if targets else getattr(signal, "scope", None)
 
 

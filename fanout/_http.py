@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 
+from ._admission import take_tokens
 from ._context import maybe_current_call
 from ._events import EventKind
 from ._exceptions import NotSentError, RateLimitedError, TransientError
 from ._headers import parse_rate_limit_headers
 from ._redact import redact_text, redact_url, secrets_in
+from ._scope import scopes_named
 from ._values import Kind, Status
 
 if TYPE_CHECKING:
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
 
     from ._context import CallContext
     from ._headers import RateLimitInfo
-    from ._scope import ScopeLike
 
 __all__ = ["FanoutTransport", "http_client"]
 
@@ -84,7 +85,7 @@ class FanoutTransport(httpx.AsyncBaseTransport):
             # The exception's text may carry the URL; keep only a redacted form.
             raise TransientError(redact_text(f"{type(exc).__name__}: {exc}")) from None
         info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
-        for scope in _targets(context, info.scope):
+        for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(info)
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
@@ -112,44 +113,19 @@ def http_client(
 
 async def _charge(context: CallContext) -> None:
     """Reserve a token on each scope for a request after the first, within budget."""
-    budget = context.budget
-    patience = budget.remaining()
+    patience = context.budget.deadline
     if context.inline_wait is not None:
-        patience = min(patience, context.inline_wait)
-    reserved: list[ScopeLike] = []
-    done = False
-    try:
-        longest = 0.0
-        for scope in context.scopes:
-            wait = await scope.reserve(1.0, patience)
-            if wait is None or not budget.fits(wait):
-                if wait is not None:
-                    reserved.append(scope)
-                needed = await scope.wait_for(1.0) if wait is None else wait
-                status = Status.RATE_LIMITED
-                raise NotSentError(
-                    f"a further request of this call would wait {needed:.3f}s on scope "
-                    f"{scope.name!r}, more than it can afford; it was not sent",
-                    status=status, scope=scope.name, retry_after=needed,
-                )  # fmt: skip
-            reserved.append(scope)
-            longest = max(longest, wait)
-        if longest > 0:
-            _emit(context, EventKind.TOKEN_WAIT, wait=longest)
-            await trio.sleep(longest)
-        done = True
-    finally:
-        if not done:
-            for scope in reserved:
-                await scope.refund(1.0)
-
-
-def _targets(context: CallContext, named: str | None) -> tuple[ScopeLike, ...]:
-    if named is not None:
-        hit = tuple(scope for scope in context.scopes if scope.name == named)
-        if hit:
-            return hit
-    return context.scopes
+        patience = min(patience, trio.current_time() + context.inline_wait)
+    shortfall = await take_tokens(
+        context.scopes, 1.0, budget=context.budget, patience=patience,
+        on_wait=lambda wait, scope: _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope),
+    )  # fmt: skip
+    if shortfall is not None:
+        raise NotSentError(
+            f"a further request of this call would wait {shortfall.needed:.3f}s on scope "
+            f"{shortfall.scope!r}, more than it can afford; it was not sent",
+            status=Status.RATE_LIMITED, scope=shortfall.scope, retry_after=shortfall.needed,
+        )  # fmt: skip
 
 
 def _signal_for(

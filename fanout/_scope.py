@@ -26,7 +26,14 @@ from ._retry import RetryBudget
 if TYPE_CHECKING:
     from ._headers import RateLimitInfo
 
-__all__ = ["Scope", "ScopeLike", "ScopeStatistics", "SlotHolder", "concurrency_for"]
+__all__ = [
+    "Scope",
+    "ScopeLike",
+    "ScopeStatistics",
+    "SlotHolder",
+    "concurrency_for",
+    "scopes_named",
+]
 
 _DEFAULT_LATENCY = 1.0  # seconds assumed per call before any has been observed
 _LATENCY_SMOOTHING = 0.2  # weight of the newest sample in the moving average
@@ -41,6 +48,20 @@ def concurrency_for(rate: float, latency: float) -> int:
     if not (rate > 0 and latency > 0 and math.isfinite(rate * latency)):
         raise ConfigurationError("rate and latency must be positive and finite")
     return max(1, math.ceil(rate * latency - 1e-9))
+
+
+def scopes_named(scopes: tuple[ScopeLike, ...], named: str | None) -> tuple[ScopeLike, ...]:
+    """The scopes a server's wait applies to: the one it named, else all of them.
+
+    A server that names the bucket it throttled (an organisation, a
+    resource) holds back that bucket only, so calls governed by another
+    scope are not stalled by it.
+    """
+    if named is not None:
+        hit = tuple(scope for scope in scopes if scope.name == named)
+        if hit:
+            return hit
+    return scopes
 
 
 @attrs.frozen
