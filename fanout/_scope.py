@@ -66,7 +66,12 @@ def scopes_named(scopes: tuple[ScopeLike, ...], named: str | None) -> tuple[Scop
 
 @attrs.frozen
 class ScopeStatistics:
-    """A snapshot of one scope, cheap and safe to take from any task."""
+    """A snapshot of one scope, cheap and safe to take from any task.
+
+    ``in_flight`` counts calls holding a slot; ``waiting`` counts calls queued
+    for a slot, the probe or tokens. A call that holds its slot while it
+    waits for a token is in both: it occupies capacity and is not yet running.
+    """
 
     name: str
     in_flight: int
