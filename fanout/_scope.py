@@ -199,6 +199,15 @@ class Scope:
             await trio.lowlevel.checkpoint()
             self._in_flight += 1
             return True
+        try:
+            # A free slot is taken even when no time is left to wait for one.
+            self._limiter.acquire_on_behalf_of_nowait(holder)
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self._in_flight += 1
+            return True
         self._waiting += 1
         try:
             with trio.move_on_at(deadline):

@@ -419,3 +419,13 @@ async def test_unreachable_limiter_fails_closed(autojump_clock: Any) -> None:
     assert result.scope == "limiter unavailable"
     assert body(result)["started"] is False
     assert ran == []
+
+
+async def test_free_slot_is_taken_even_with_no_time_to_wait(autojump_clock: Any) -> None:
+    """inline_wait=0 still admits a call whose slot and token are free right now."""
+    api = FakeAPI(rate=1000, burst=1000)
+    scope = Scope("key", rate=10, burst=1, max_concurrency=1)
+    runner = Runner(api_registry(api), scopes=[scope], inline_wait=0)
+    turn = await runner.run_turn(fetches(2))
+    assert [r.status for r in turn.results] == [Status.OK, Status.RATE_LIMITED]
+    assert api.requests == 1

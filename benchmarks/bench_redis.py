@@ -1,0 +1,238 @@
+"""What sharing a limit on Redis costs, and how exactly it holds the rate.
+
+1. **Cost of one reservation**: ``RedisScope.reserve`` (one Lua script over
+   loopback) against the local ``TokenBucket.reserve`` and ``Scope.reserve``,
+   run side by side in one process; median and p99 in microseconds, and the
+   ratio. Also a slot (lease acquire + release) and the throughput of 16
+   tasks reserving at once over one client.
+2. **Aggregate-rate accuracy**: 4 OS processes, 2 tasks each, reserving on
+   one ``RedisScope`` as fast as it lets them, for a few seconds. Achieved
+   rate (starts beyond the burst, over the run) against the configured rate,
+   and the most starts in any 1 s window against the bound ``B + R``.
+
+Uses ``FANOUT_TEST_REDIS_URL`` when set, else starts a redis-server of its
+own. Prints a markdown table and writes it to ``benchmarks/results/redis.md``.
+
+    python benchmarks/bench_redis.py            # or: python -m benchmarks.bench_redis
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import fanout
+from fanout.redis import RedisScope
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
+
+RESULTS = Path(__file__).with_name("results") / "redis.md"
+SAMPLES = 3000
+RATE, BURST, PROCESSES, TASKS, SECONDS = 50.0, 10.0, 4, 2, 4.0
+UNLIMITED = 1e9  # a rate the reservation-cost runs never exhaust
+
+
+@contextlib.contextmanager
+def redis_url() -> Iterator[str]:
+    """The CI server, or a private redis-server for as long as the block runs."""
+    if url := os.environ.get("FANOUT_TEST_REDIS_URL"):
+        yield url
+        return
+    if shutil.which("redis-server") is None:
+        raise SystemExit("no redis-server installed and FANOUT_TEST_REDIS_URL is not set")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.kill()
+        server.wait()
+
+
+async def timed(operation: Callable[[], Awaitable[object]], samples: int) -> list[float]:
+    """Microseconds per call of ``operation``, one at a time."""
+    took = []
+    for _ in range(samples):
+        began = time.perf_counter_ns()
+        await operation()
+        took.append((time.perf_counter_ns() - began) / 1000)
+    return took
+
+
+def summary(took: list[float]) -> tuple[float, float]:
+    ordered = sorted(took)
+    return statistics.median(ordered), ordered[int(0.99 * (len(ordered) - 1))]
+
+
+async def reservation_costs(url: str) -> tuple[list[tuple[str, float, float]], float]:
+    """(what, median µs, p99 µs) for each way of reserving one token; and the
+    reservations a second 16 concurrent tasks get through one client."""
+    bucket = fanout.TokenBucket(UNLIMITED, UNLIMITED)
+    local = fanout.Scope("local", rate=UNLIMITED, burst=UNLIMITED)
+
+    async def bucket_reserve() -> None:
+        bucket.reserve(1.0, max_wait=1.0)
+
+    prefix = f"fanout-bench:{time.time_ns()}:"
+    rows = []
+    async with RedisScope.from_url(
+        url, name="bench", prefix=prefix, rate=UNLIMITED, burst=UNLIMITED, max_concurrency=64
+    ) as shared:
+        await shared.reserve(1.0, 1.0)  # connect and load the script first
+
+        async def slot() -> None:
+            holder = object()
+            await shared.acquire_slot(holder, trio.current_time() + 1)
+            await shared.release_slot(holder)
+
+        for what, operation in [
+            ("`TokenBucket.reserve` (local, sync)", bucket_reserve),
+            ("`Scope.reserve` (local)", lambda: local.reserve(1.0, 1.0)),
+            ("`RedisScope.reserve` (Lua over loopback)", lambda: shared.reserve(1.0, 1.0)),
+            ("`RedisScope` slot: acquire + release", slot),
+        ]:
+            rows.append((what, *summary(await timed(operation, SAMPLES))))
+        began, done = time.perf_counter(), 0
+
+        async def hammer() -> None:
+            nonlocal done
+            for _ in range(SAMPLES // 16):
+                await shared.reserve(1.0, 1.0)
+                done += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(16):
+                nursery.start_soon(hammer)
+        per_second = done / (time.perf_counter() - began)
+    return rows, per_second
+
+
+async def worker(url: str, prefix: str, start_at: float) -> None:
+    """One process of the accuracy run: reserve, sleep the wait, record the start."""
+    stamps: list[float] = []
+    async with RedisScope.from_url(
+        url, name="bench", prefix=prefix, rate=RATE, burst=BURST
+    ) as scope:
+        await trio.sleep(max(0.0, start_at - time.time()))
+        end = trio.current_time() + SECONDS
+
+        async def loop() -> None:
+            while trio.current_time() < end:
+                wait = await scope.reserve(1.0, 1.0)
+                if wait is None:
+                    await trio.sleep(0.01)
+                    continue
+                await trio.sleep(wait)
+                stamps.append(time.time())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(TASKS):
+                nursery.start_soon(loop)
+    print(json.dumps(stamps))
+
+
+async def accuracy(url: str) -> dict[str, float]:
+    prefix = f"fanout-bench:{time.time_ns()}:"
+    start_at = time.time() + 1.5
+    command = [sys.executable, __file__, "--worker", url, prefix, str(start_at)]
+    stamps: list[float] = []
+
+    async def one() -> None:
+        done = await trio.run_process(command, capture_stdout=True, check=True)
+        stamps.extend(json.loads(done.stdout))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(PROCESSES):
+            nursery.start_soon(one)
+    stamps.sort()
+    first = stamps[0]
+    in_run = [s for s in stamps if s < first + SECONDS]
+    busiest, low = 0, 0
+    for high, stamp in enumerate(stamps):
+        while stamps[low] < stamp - 1.0:
+            low += 1
+        busiest = max(busiest, high - low + 1)
+    return {
+        "starts": len(in_run),
+        "achieved": (len(in_run) - BURST) / SECONDS,
+        "busiest": busiest,
+    }
+
+
+def table(costs: list[tuple[str, float, float]], per_second: float, rate: dict[str, float]) -> str:
+    base = costs[1][1]
+    lines = [
+        "## Redis: cost of one reservation",
+        "",
+        f"{SAMPLES} sequential calls each, one process, redis-server on loopback.",
+        "",
+        "| operation | median µs | p99 µs | ratio to local `Scope` |",
+        "|---|---:|---:|---:|",
+    ]
+    for what, median, p99 in costs:
+        lines.append(f"| {what} | {median:.1f} | {p99:.1f} | {median / base:.0f} |")
+    bound = BURST + RATE
+    lines += [
+        "",
+        f"16 tasks reserving at once through one client: {per_second:,.0f} reservations/s.",
+        "",
+        "## Redis: aggregate-rate accuracy",
+        "",
+        f"{PROCESSES} processes, {TASKS} tasks each, reserving on one `RedisScope` "
+        f"(R = {RATE:g}/s, B = {BURST:g}) for {SECONDS:g} s.",
+        "",
+        "| measure | configured | achieved |",
+        "|---|---:|---:|",
+        f"| starts in the run | ≤ {BURST + RATE * SECONDS:g} | {rate['starts']:g} |",
+        f"| rate beyond the burst (/s) | {RATE:g} | {rate['achieved']:.2f} "
+        f"({rate['achieved'] / RATE:.1%}) |",
+        f"| most starts in any 1 s window | ≤ {bound:g} | {rate['busiest']:g} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    with redis_url() as url:
+        costs, per_second = await reservation_costs(url)
+        rate = await accuracy(url)
+    text = table(costs, per_second, rate)
+    print(text)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--worker", nargs=3, metavar=("URL", "PREFIX", "START_AT"))
+    options = parser.parse_args()
+    if options.worker:
+        url, prefix, start_at = options.worker
+        trio.run(worker, url, prefix, float(start_at))
+    else:
+        trio.run(main)

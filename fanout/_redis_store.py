@@ -1,0 +1,146 @@
+"""Idempotency keys on Redis, so a write re-issued by another process runs once.
+
+A claim is ``SET key <pending marker> NX PX ttl`` in one script with the read
+of whatever is there instead, so two processes claiming at once cannot both
+see NEW. The marker is unique per claim: ``abandon`` deletes a key only while
+it still holds this store's own marker, never an answer and never another
+process's claim. ``finish`` replaces the marker with the answer as JSON.
+
+Failures: ``claim`` raises ``LimiterUnavailableError`` (a write whose key
+cannot be checked must not run: fail closed). ``finish`` and ``abandon`` run
+after the tool, often in ``finally``; they are shielded, bounded by
+``op_timeout``, and log instead of raising. A claim left behind expires with
+its TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, Self
+
+import attrs
+import coredis
+import trio
+from coredis.commands.script import Script
+
+from ._exceptions import LimiterUnavailableError
+from ._idempotency import Claim, ClaimState, StoredAnswer
+from ._redis_scripts import CLAIM, RELEASE_CLAIM, bounded
+from ._values import Status
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from ._idempotency import IdempotencyStore
+
+__all__ = ["RedisIdempotencyStore"]
+
+_log = logging.getLogger("fanout.redis")
+_PENDING = "pending:"
+
+
+@attrs.define(eq=False)
+class RedisIdempotencyStore:
+    """Claims and answers under ``prefix + "idem:" + key``, expiring on Redis's clock.
+
+    Pass a coredis client the caller has entered, or use ``from_url`` and
+    ``async with store:``.
+    """
+
+    client: coredis.Redis[Any] = attrs.field(repr=False)
+    prefix: str = "fanout:"
+    op_timeout: float = 0.25
+    _owns_client: bool = attrs.field(init=False, default=False)
+    _markers: dict[str, str] = attrs.field(init=False, factory=dict)
+    _scripts: dict[str, Script[Any]] = attrs.field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self._scripts = {
+            "claim": self.client.register_script(CLAIM),
+            "release": self.client.register_script(RELEASE_CLAIM),
+        }
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisIdempotencyStore:
+        """A store with a client of its own, opened by ``async with store:``."""
+        client: coredis.Redis[str] = coredis.Redis.from_url(url, decode_responses=True)
+        store = cls(client, **options)
+        store._owns_client = True
+        return store
+
+    async def __aenter__(self) -> Self:
+        if self._owns_client:
+            await self.client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._owns_client:
+            await self.client.__aexit__(None, None, None)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}idem:{key}"
+
+    async def claim(self, key: str, *, ttl: float) -> Claim:
+        """NEW (the key is ours), RUNNING (claimed elsewhere) or DONE (with its answer)."""
+        marker = f"{_PENDING}{uuid.uuid4().hex}"
+        args = [marker, str(_milliseconds(ttl))]
+        found: object = await bounded(
+            "the idempotency store", self.op_timeout,
+            lambda: self._scripts["claim"](keys=[self._key(key)], args=args),
+        )  # fmt: skip
+        text = _text(found)
+        if text == "":
+            self._markers[key] = marker
+            return Claim(ClaimState.NEW)
+        if text.startswith(_PENDING):
+            return Claim(ClaimState.RUNNING)
+        stored = json.loads(text)
+        return Claim(ClaimState.DONE, StoredAnswer(Status(stored["status"]), stored["content"]))
+
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
+        """Store the tool's answer for ``ttl`` seconds, for every later claimant."""
+        self._markers.pop(key, None)
+        text = json.dumps({"status": answer.status.value, "content": answer.content})
+        await self._quietly(
+            "finish",
+            lambda: self.client.set(self._key(key), text, px=_milliseconds(ttl)),
+        )
+
+    async def abandon(self, key: str) -> None:
+        """Release our pending claim (the effect is unknown), leaving answers alone."""
+        marker = self._markers.pop(key, None)
+        if marker is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._quietly(
+            "abandon",
+            lambda: self._scripts["release"](keys=[self._key(key)], args=[marker]),
+        )
+
+    async def _quietly(self, op: str, operation: Callable[[], Awaitable[object]]) -> None:
+        with trio.CancelScope(shield=True):
+            try:
+                await bounded("the idempotency store", self.op_timeout, operation)
+            except LimiterUnavailableError as exc:
+                _log.warning(
+                    "%s (on %s: %r); the claim expires with its TTL", exc, op, exc.__cause__
+                )
+
+
+def _milliseconds(ttl: float) -> int:
+    return max(1, round(ttl * 1000))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+if TYPE_CHECKING:
+
+    def _fits_the_protocol(store: RedisIdempotencyStore) -> IdempotencyStore:
+        return store  # mypy checks that the store implements IdempotencyStore

@@ -1,0 +1,577 @@
+"""RedisScope and RedisIdempotencyStore against a real redis-server, in real time.
+
+Redis keeps time with its own clock, so these tests cannot use trio's
+MockClock: windows are short (rates of 10-20/s, runs of 3 s) and timing
+assertions allow a few milliseconds for the loopback and the scheduler.
+Start stamps come from the server's ``TIME``, one clock for every process.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import coredis
+import pytest
+import trio
+
+import fanout
+from fanout._headers import RateLimitInfo
+from fanout._idempotency import ClaimState, StoredAnswer
+from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
+from tests.redis_support import (
+    ENV_URL,
+    RedisServer,
+    have_redis_server,
+    shared_redis_url,
+    unique_prefix,
+)
+from tests.redis_worker import ENTER, SCOPE, downstream_keys
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
+
+pytestmark = pytest.mark.redis
+
+WORKER = Path(__file__).with_name("redis_worker.py")
+SLACK = 0.05  # seconds a real-time assertion allows for loopback and scheduling
+
+# Live leases and their scores, read on the server's clock.
+LIVE = """
+local t = redis.call('TIME')
+local now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')}
+"""
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if not os.environ.get(ENV_URL) and not have_redis_server():
+        pytest.skip(f"redis-server is not installed and {ENV_URL} is not set")
+    with shared_redis_url() as url:
+        yield url
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A server of the test's own, which it may kill or freeze."""
+    if not have_redis_server():
+        pytest.skip("stopping Redis mid-test needs a local redis-server binary")
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[coredis.Redis[str]]:
+    """A plain client for reading what the scopes wrote."""
+    redis: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    async with redis:
+        yield redis
+
+
+def leases_key(prefix: str, name: str) -> str:
+    return f"{prefix}{{{name}}}:leases"
+
+
+async def live_leases(client: coredis.Redis[str], key: str) -> tuple[float, dict[str, float]]:
+    """Server time now, and the leases not yet expired with their expiry."""
+    now, flat = cast("list[Any]", await client.eval(LIVE, keys=[key]))
+    pairs = dict(zip(flat[::2], (float(score) for score in flat[1::2]), strict=True))
+    return float(now), pairs
+
+
+async def wait_for_leases(client: coredis.Redis[str], key: str, count: int) -> None:
+    """Poll until ``count`` leases are live (the caller bounds how long)."""
+    for _ in itertools.count():
+        if len((await live_leases(client, key))[1]) >= count:
+            return
+        await trio.sleep(0.02)
+
+
+async def server_time(client: coredis.Redis[str]) -> float:
+    # Not client.time(): coredis 6.9 reads TIME's microseconds as milliseconds.
+    seconds, micros = cast("list[str]", await client.eval("return redis.call('TIME')"))
+    return int(seconds) + int(micros) / 1e6
+
+
+def downstream_registry(client: coredis.Redis[str], prefix: str, latency: float) -> fanout.Registry:
+    """A tool that reports each start to the shared downstream and holds ``latency`` s."""
+    registry = fanout.Registry()
+    enter = client.register_script(ENTER)
+    keys = downstream_keys(prefix)
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=[SCOPE], timeout=None)
+    async def hit(i: int) -> str:
+        await enter(keys=list(keys), args=[])
+        try:
+            await trio.sleep(latency)
+        finally:
+            with trio.CancelScope(shield=True):
+                await client.decr(keys[1])
+        return f"hit {i}"
+
+    return registry
+
+
+async def starts(client: coredis.Redis[str], prefix: str) -> list[float]:
+    return sorted(float(stamp) for stamp in await client.lrange(downstream_keys(prefix)[0], 0, -1))
+
+
+def calls(count: int, name: str = "hit") -> list[fanout.ToolCall]:
+    return [fanout.ToolCall(f"c{i}", name, {"i": i}) for i in range(count)]
+
+
+def worker(mode: str, url: str, prefix: str, *options: str) -> list[str]:
+    return [sys.executable, str(WORKER), mode, "--url", url, "--prefix", prefix, *options]
+
+
+def most_in_any_window(stamps: Sequence[float], window: float) -> int:
+    """The largest number of stamps in any closed window of ``window`` seconds."""
+    best, first = 0, 0
+    for last, stamp in enumerate(stamps):
+        while stamps[first] < stamp - window:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
+
+
+# -- the scope on its own ------------------------------------------------------------
+
+
+async def test_runner_takes_a_redis_scope_as_configuration(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """A RedisScope stands where a Scope does: a turn runs, slots return, stats report."""
+    registry = downstream_registry(client, prefix, latency=0.05)
+    async with RedisScope.from_url(
+        redis_url, name=SCOPE, prefix=prefix, rate=50, burst=4, max_concurrency=2
+    ) as scope:
+        runner = fanout.Runner(registry, scopes=[scope])
+        turn = await runner.run_turn(calls(4))
+        assert [r.status for r in turn.results] == [fanout.Status.OK] * 4
+        stats = scope.statistics()
+        assert (stats.name, stats.in_flight, stats.max_concurrency) == (SCOPE, 0, 2)
+        assert (stats.bucket.reserved, stats.bucket.refused) == (4, 0)
+        assert stats.bucket.tokens <= 4
+        assert (await live_leases(client, leases_key(prefix, SCOPE)))[1] == {}
+        assert await client.get(downstream_keys(prefix)[2]) == "2"
+
+
+async def test_reserve_refuses_without_consuming(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """A reservation whose wait exceeds max_wait is refused and takes no tokens."""
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix, rate=10, burst=2) as scope:
+        assert [await scope.reserve(1, 0.0), await scope.reserve(1, 0.0)] == [0.0, 0.0]
+        assert await scope.reserve(1, 0.05) is None
+        peek = await scope.wait_for(1)
+        assert 0.1 - SLACK <= peek <= 0.1
+        wait = await scope.reserve(1, 1.0)
+        assert wait is not None
+        assert 0.1 - SLACK <= wait <= 0.1  # not 0.2: the refusal consumed nothing
+        stats = scope.statistics().bucket
+        assert (stats.reserved, stats.refused) == (3, 1)
+        # An idle bucket's key expires once it would be full again (1 s margin).
+        assert 0 < await client.pttl(f"{prefix}{{api}}:bucket") <= 1300
+
+
+async def test_refund_and_throttle_reach_every_process(redis_url: str, prefix: str) -> None:
+    """A refund frees tokens for another client; a 429 seen by one blocks the other."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        await one.reserve(2, 0.0)
+        assert 0.1 - SLACK <= await other.wait_for(1) <= 0.1
+        await one.refund(1)
+        assert await other.wait_for(1) == 0.0
+        await one.on_throttled(0.5)
+        assert await other.reserve(1, 0.3) is None
+        wait = await other.reserve(1, 1.0)
+        assert wait is not None
+        assert 0.5 - SLACK <= wait <= 0.5
+        blocked = other.statistics().bucket.blocked_until
+        assert trio.current_time() + 0.5 - SLACK <= blocked <= trio.current_time() + 0.5
+
+
+async def test_headers_and_exhaustion_are_shared(redis_url: str, prefix: str) -> None:
+    """A spent window (headers) and a spent quota seen by one client hold back another."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        await one.observe_headers(RateLimitInfo(remaining=0, reset_after=0.4))
+        assert 0.4 - SLACK <= await other.wait_for(1) <= 0.4
+        until = trio.current_time() + 2.0
+        one.exhaust(until)
+        assert one.exhausted_until() == until
+        await trio.sleep(0.05)  # the marker is written by the scope's own task
+        assert other.exhausted_until() is None  # learned on the next reservation
+        await other.reserve(1, 1.0)
+        learned = other.exhausted_until()
+        assert learned is not None
+        assert until - SLACK - 0.05 <= learned <= until + 0.01
+
+
+async def test_slots_are_capped_across_clients(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Two clients share the cap: the third holder waits to its deadline, then gets a freed slot."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "max_concurrency": 2}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        first, second, third = object(), object(), object()
+        assert await one.acquire_slot(first, trio.current_time() + 1)
+        assert await other.acquire_slot(second, trio.current_time() + 1)
+        began = trio.current_time()
+        assert not await other.acquire_slot(third, began + 0.2)
+        # Polling stops short of the deadline; only its last Redis round trip may end past it.
+        assert 0.2 - 0.05 <= trio.current_time() - began <= 0.2 + SLACK
+        async with trio.open_nursery() as nursery:
+            got = trio.Event()
+
+            async def take() -> None:
+                assert await other.acquire_slot(third, trio.current_time() + 2)
+                got.set()
+
+            nursery.start_soon(take)
+            await trio.sleep(0.1)
+            released = trio.current_time()
+            await one.release_slot(first)
+            await got.wait()
+            assert trio.current_time() - released <= 0.05 + SLACK  # one poll pause at most
+        _, live = await live_leases(client, leases_key(prefix, "api"))
+        assert len(live) == 2
+        await other.release_slot(second)
+        await other.release_slot(third)
+        assert (await live_leases(client, leases_key(prefix, "api")))[1] == {}
+
+
+async def test_leases_are_renewed_while_calls_run(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """A slot held for twice the lease TTL stays live; released, it is gone at once."""
+    async with RedisScope.from_url(
+        redis_url, name="api", prefix=prefix, max_concurrency=1, lease_ttl=0.3
+    ) as scope:
+        holder = object()
+        assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        await trio.sleep(0.6)
+        now, live = await live_leases(client, leases_key(prefix, "api"))
+        assert len(live) == 1
+        assert now < max(live.values()) <= now + 0.3
+        await scope.release_slot(holder)
+        assert (await live_leases(client, leases_key(prefix, "api")))[1] == {}
+
+
+async def test_cancelled_turn_gives_its_slots_back(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Calls cut off by the turn's deadline release their leases before the turn returns."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["api"])
+    async def hang(i: int) -> str:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with RedisScope.from_url(
+        redis_url, name="api", prefix=prefix, max_concurrency=2
+    ) as scope:
+        runner = fanout.Runner(registry, scopes=[scope], turn_timeout=0.3)
+        turn = await runner.run_turn(calls(3, "hang"))
+        statuses = {r.status for r in turn.results}
+        assert statuses <= {fanout.Status.TIMED_OUT, fanout.Status.RATE_LIMITED}
+        assert (await live_leases(client, leases_key(prefix, "api")))[1] == {}
+        assert scope.statistics().in_flight == 0
+
+
+# -- many processes ----------------------------------------------------------------------
+
+
+async def test_four_processes_share_one_rate_and_cap(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Four OS processes on one key: any window T has at most B + R*T starts, the run
+    at least 90% of B + R*D, and never more than the cap in flight at the downstream."""
+    rate, burst, cap, duration = 20.0, 5, 3, 3.0
+    start_at = time.time() + 1.5
+    command = worker(
+        "run", redis_url, prefix, "--rate", str(rate), "--burst", str(burst), "--cap", str(cap),
+        "--start-at", str(start_at), "--duration", str(duration), "--latency", "0.05",
+    )  # fmt: skip
+    tallies: list[dict[str, int]] = []
+
+    async def one() -> None:
+        done = await trio.run_process(command, capture_stdout=True, check=True)
+        tallies.append(json.loads(done.stdout))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(one)
+    stamps = await starts(client, prefix)
+    # The run is [first start, first start + D]; workers stop issuing turns at its end.
+    first = stamps[0]
+    in_run = [s for s in stamps if s <= first + duration]
+    assert len(in_run) >= 0.9 * (burst + rate * duration)
+    # Starts may land up to 10 ms late (loopback, scheduling): allow that, no more.
+    for window in (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, duration):
+        assert most_in_any_window(stamps, window) <= burst + rate * (window + 0.01)
+    assert sum(tallies[i].get("ok", 0) for i in range(4)) == len(stamps)
+    assert all(tally.get("ok", 0) > 0 for tally in tallies)  # every process got its share in
+    assert int(await client.get(downstream_keys(prefix)[2]) or 0) <= cap
+
+
+async def test_killed_process_slots_return_within_the_lease_ttl(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """SIGKILL a process holding every slot: its leases expire within the TTL, others go on."""
+    ttl, cap = 1.0, 2
+    key = leases_key(prefix, SCOPE)
+    command = worker(
+        "hold", redis_url, prefix, "--cap", str(cap), "--calls", str(cap),
+        "--lease-ttl", str(ttl), "--turn-timeout", "600",
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        victim: trio.Process = await nursery.start(
+            functools.partial(trio.run_process, command, check=False, stdout=subprocess.DEVNULL)
+        )
+        with trio.fail_after(10):
+            await wait_for_leases(client, key, cap)
+        await trio.sleep(1.5 * ttl)
+        assert len((await live_leases(client, key))[1]) == cap  # renewed past their TTL
+
+        survivor_log = prefix + "survivor:"  # its starts, apart from the victim's
+        registry = downstream_registry(client, survivor_log, latency=0.05)
+        async with RedisScope.from_url(
+            redis_url, name=SCOPE, prefix=prefix, max_concurrency=cap, lease_ttl=ttl
+        ) as scope:
+            runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+            survivor = runner.turn(calls(3), timeout=5)
+            done = trio.Event()
+
+            async def run_survivor() -> None:
+                await survivor.run()
+                done.set()
+
+            nursery.start_soon(run_survivor)
+            await trio.sleep(0.3)
+            assert await starts(client, survivor_log) == []  # none while the slots are held
+            victim.kill()
+            killed_at = await server_time(client)
+            _, held = await live_leases(client, key)
+            assert len(held) == cap
+            assert max(held.values()) <= killed_at + ttl
+            with trio.fail_after(5):
+                await done.wait()
+    assert victim.returncode == -9
+    assert [r.status for r in survivor.results] == [fanout.Status.OK] * 3
+    first = (await starts(client, survivor_log))[0]
+    assert killed_at <= first <= max(held.values()) + 0.05 + SLACK  # one poll pause after expiry
+
+
+# -- when Redis is away ----------------------------------------------------------------------
+
+
+async def test_dead_redis_fails_closed_at_once(private_redis: RedisServer) -> None:
+    """With Redis gone, reserve and acquire raise LimiterUnavailableError within op_timeout,
+    and later calls raise at once; releases and refunds never raise."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
+        max_concurrency=2, op_timeout=0.2, recheck_after=5,
+    ) as scope:  # fmt: skip
+        holder = object()
+        assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        private_redis.stop()
+        began = trio.current_time()
+        with pytest.raises(fanout.LimiterUnavailableError, match=r"Redis failed \(ConnectionError"):
+            await scope.reserve(1, 1.0)
+        assert trio.current_time() - began <= 0.2 + SLACK
+        began = trio.current_time()
+        with pytest.raises(fanout.LimiterUnavailableError, match="unavailable"):
+            await scope.acquire_slot(object(), trio.current_time() + 1)
+        with pytest.raises(fanout.LimiterUnavailableError):
+            await scope.wait_for(1)
+        await scope.refund(1)
+        await scope.on_throttled(1.0)
+        await scope.release_slot(holder)
+        assert trio.current_time() - began <= SLACK  # Redis is left alone after it failed
+        assert scope.statistics().in_flight == 0
+
+
+async def test_frozen_redis_fails_closed_at_op_timeout_never_past_deadline(
+    private_redis: RedisServer,
+) -> None:
+    """A Redis that accepts but never answers costs op_timeout, and never more than the
+    caller's deadline; the slot held before the freeze is released without hanging."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": unique_prefix(), "rate": 20, "max_concurrency": 2,
+        "op_timeout": 0.2,
+    }  # fmt: skip
+    async with (
+        RedisScope.from_url(private_redis.url, **options) as scope,
+        RedisScope.from_url(private_redis.url, **options) as other,
+    ):
+        holder = object()
+        assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        await other.wait_for(1)  # connected before the freeze
+        private_redis.freeze()
+        try:
+            began = trio.current_time()
+            with pytest.raises(fanout.LimiterUnavailableError, match="did not answer"):
+                await scope.acquire_slot(object(), trio.current_time() + 5)
+            assert 0.2 <= trio.current_time() - began <= 0.2 + SLACK
+            began = trio.current_time()
+            with trio.move_on_after(0.05) as deadline:
+                await other.reserve(1, 1.0)
+            assert deadline.cancelled_caught
+            assert trio.current_time() - began <= 0.05 + SLACK
+            began = trio.current_time()
+            with trio.CancelScope() as outer:
+                outer.cancel()  # a release under cancellation still runs, bounded
+                await scope.release_slot(holder)
+            assert trio.current_time() - began <= SLACK  # Redis is known down: not asked
+        finally:
+            private_redis.thaw()
+
+
+async def test_fallback_limits_locally_at_its_share_and_warns_once(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a fallback, an outage limits this process to its share, logged once per outage."""
+    caplog.set_level(logging.WARNING, logger="fanout.redis")
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=4,
+        max_concurrency=4, fallback=LocalFallback(share=0.25), recheck_after=0.1,
+    ) as scope:  # fmt: skip
+        assert await scope.reserve(1, 0.0) == 0.0
+        private_redis.stop()
+        waits = [await scope.reserve(1, math.inf) for _ in range(6)]
+        # The local share: 5/s with a burst of 1, so starts 0.2 s apart.
+        for k, wait in enumerate(waits):
+            assert wait is not None
+            assert k * 0.2 - 0.05 <= wait <= k * 0.2
+        assert await scope.acquire_slot(object(), trio.current_time() + 1)  # 1 of 4 slots
+        assert not await scope.acquire_slot(object(), trio.current_time() + 0.1)
+        await trio.sleep(0.15)  # past recheck_after: Redis is asked again, still down
+        assert await scope.reserve(1, 0.0) is None
+    warnings = [r for r in caplog.records if r.name == "fanout.redis"]
+    assert len(warnings) == 1
+    assert "limiting this process locally at 25%" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("fallback", [None, LocalFallback(share=0.5)], ids=["closed", "fallback"])
+async def test_redis_stopped_mid_turn_every_call_answered_by_its_deadline(
+    private_redis: RedisServer, fallback: LocalFallback | None
+) -> None:
+    """Kill Redis during a turn: every call id is answered by the turn's deadline; fail-closed
+    calls are rate_limited by the "limiter unavailable" scope, fallback calls still run."""
+    async with RedisScope.from_url(
+        private_redis.url, name=SCOPE, prefix=unique_prefix(), rate=20, burst=2, max_concurrency=2,
+        fallback=fallback,
+    ) as scope:  # fmt: skip
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=[SCOPE], timeout=None)
+        async def hit(i: int) -> str:
+            await trio.sleep(0.1)
+            return f"hit {i}"
+
+        runner = fanout.Runner(registry, scopes=[scope], turn_timeout=2.0)
+        turn = runner.turn(calls(6))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(turn.run)
+            await trio.sleep(0.15)
+            private_redis.stop()
+        finished = trio.current_time()
+    assert finished <= turn.deadline
+    assert [r.tool_use_id for r in turn.results] == [f"c{i}" for i in range(6)]
+    statuses = [r.status for r in turn.results]
+    assert statuses[:2] == [fanout.Status.OK] * 2  # started before Redis went away
+    if fallback is None:
+        refused = [r for r in turn.results if r.status is not fanout.Status.OK]
+        assert refused
+        assert all(r.status is fanout.Status.RATE_LIMITED for r in refused)
+        assert all(r.scope == "limiter unavailable" for r in refused)
+    else:
+        assert statuses == [fanout.Status.OK] * 6
+
+
+# -- idempotency ------------------------------------------------------------------------------
+
+
+async def test_one_key_claimed_twice_across_clients_runs_once(redis_url: str, prefix: str) -> None:
+    """Two clients claim one key at once: exactly one NEW; its answer replays to the other."""
+    async with (
+        RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as one,
+        RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as other,
+    ):
+        claims: list[tuple[RedisIdempotencyStore, ClaimState]] = []
+
+        async def claim(store: RedisIdempotencyStore) -> None:
+            claims.append((store, (await store.claim("write-1", ttl=5)).state))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim, one)
+            nursery.start_soon(claim, other)
+        assert sorted(state.value for _, state in claims) == ["new", "running"]
+        owner = next(store for store, state in claims if state is ClaimState.NEW)
+        loser = other if owner is one else one
+        await loser.abandon("write-1")  # not its claim: nothing happens
+        assert (await loser.claim("write-1", ttl=5)).state is ClaimState.RUNNING
+        answer = StoredAnswer(fanout.Status.OK, "ticket 42 created")
+        await owner.finish("write-1", answer, ttl=5)
+        replay = await loser.claim("write-1", ttl=5)
+        assert (replay.state, replay.answer) == (ClaimState.DONE, answer)
+        await owner.abandon("write-1")  # an answer is never abandoned
+        assert (await loser.claim("write-1", ttl=5)).state is ClaimState.DONE
+
+
+async def test_abandoned_or_expired_claims_free_the_key(redis_url: str, prefix: str) -> None:
+    """A claim abandoned by its owner, or past its TTL, lets the next claimant run."""
+    async with (
+        RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as one,
+        RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as other,
+    ):
+        assert (await one.claim("k", ttl=5)).state is ClaimState.NEW
+        await one.abandon("k")
+        assert (await other.claim("k", ttl=0.2)).state is ClaimState.NEW
+        assert (await one.claim("k", ttl=5)).state is ClaimState.RUNNING
+        await trio.sleep(0.25)
+        assert (await one.claim("k", ttl=5)).state is ClaimState.NEW
+
+
+async def test_idempotency_claim_fails_closed_without_redis(private_redis: RedisServer) -> None:
+    """With Redis gone, claim raises LimiterUnavailableError; finish and abandon only log."""
+    async with RedisIdempotencyStore.from_url(
+        private_redis.url, prefix=unique_prefix(), op_timeout=0.2
+    ) as store:
+        assert (await store.claim("k", ttl=5)).state is ClaimState.NEW
+        private_redis.stop()
+        began = trio.current_time()
+        with pytest.raises(fanout.LimiterUnavailableError):
+            await store.claim("other", ttl=5)
+        await store.abandon("k")
+        await store.finish("k", StoredAnswer(fanout.Status.OK, "x"), ttl=5)
+        assert trio.current_time() - began <= 3 * (0.2 + SLACK)
