@@ -28,6 +28,7 @@ from ._exceptions import (
     ToolSignal,
     TransientError,
 )
+from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
 from ._scope import ScopeLike, scopes_named
@@ -302,6 +303,10 @@ def _retry_refusal(
 
 
 def _describe(exc: BaseException) -> str:
-    """Exception type and message: enough to act on, without a traceback."""
-    text = str(exc)
+    """Exception type and message: enough to act on, with no traceback and no credential.
+
+    Messages often quote what failed (a URL with ``?api_key=``, a header), so
+    credential-shaped text is redacted before the model can read it.
+    """
+    text = redact_text(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -338,3 +338,20 @@ async def test_failing_instrument_costs_no_answer(registry: Registry, autojump_c
         [call("s", "sleep_for", {"seconds": 1})]
     )
     assert turn.results[0].content == "slept 1"
+
+
+async def test_error_messages_are_scrubbed_of_credentials(autojump_clock: Any) -> None:
+    """A tool error quoting a bearer token or an api_key parameter reaches the model redacted."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def leaky() -> str:
+        raise RuntimeError(
+            "GET https://api.test/x?api_key=abc123secret with Bearer sk-live-0123456789"
+        )
+
+    turn = await Runner(reg).run_turn([call("l", "leaky")])
+    message = body(turn.results[0])["message"]
+    assert "abc123secret" not in message
+    assert "sk-live-0123456789" not in message
+    assert message.startswith("RuntimeError: GET https://api.test/x?api_key=REDACTED")
