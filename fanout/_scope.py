@@ -21,6 +21,7 @@ import trio
 from ._bucket import BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError
 from ._learning import RateLearner
+from ._probe import Probe
 from ._retry import RetryBudget
 
 if TYPE_CHECKING:
@@ -158,9 +159,7 @@ class Scope:
     _latency: float | None = attrs.field(init=False, default=None)
     _shed: int = attrs.field(init=False, default=0)
     _learner: RateLearner | None = attrs.field(init=False, default=None)
-    _probed: bool = attrs.field(init=False, default=True)
-    _probe_holder: SlotHolder | None = attrs.field(init=False, default=None)
-    _probe_done: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _probe: Probe = attrs.field(init=False, factory=lambda: Probe(done=True))
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -174,7 +173,7 @@ class Scope:
         self._limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
         if self.rate is None and self.learn:
             self._learner = RateLearner()
-            self._probed = False
+            self._probe = Probe()
 
     # -- admission --------------------------------------------------------
 
@@ -185,7 +184,7 @@ class Scope:
     def has_free_slot(self) -> bool:
         """Whether ``acquire_slot`` would return at once (a scope that cannot
         know cheaply, like a shared one, says False)."""
-        if not self._probed and self._probe_holder is not None:
+        if not self._probe.is_open():
             return False
         if self._limiter is None:
             return True
@@ -195,6 +194,22 @@ class Scope:
         """Take a slot for ``holder``, or return False once ``deadline`` passes."""
         if not await self._pass_probe(holder, deadline):
             return False
+        if not await self._take_slot(holder, deadline):
+            self._probe.abandoned(holder)
+            self._probe.step_done()
+            return False
+        return True
+
+    async def _pass_probe(self, holder: SlotHolder, deadline: float) -> bool:
+        if self._probe.is_open():
+            return await self._probe.wait_turn(holder, deadline)
+        self._waiting += 1
+        try:
+            return await self._probe.wait_turn(holder, deadline)
+        finally:
+            self._waiting -= 1
+
+    async def _take_slot(self, holder: SlotHolder, deadline: float) -> bool:
         if self._limiter is None:
             await trio.lowlevel.checkpoint()
             self._in_flight += 1
@@ -220,34 +235,18 @@ class Scope:
 
     async def release_slot(self, holder: SlotHolder) -> None:
         """Give the slot back; safe to call from a ``finally`` under cancellation."""
-        if holder is self._probe_holder and not self._probed:
-            # The probe gave up before finishing: let the next call be the probe.
-            self._probe_holder = None
-            done, self._probe_done = self._probe_done, trio.Event()
-            done.set()
+        self._probe.abandoned(holder)
+        self._probe.step_done()
         self._in_flight -= 1
         if self._limiter is not None:
             self._limiter.release_on_behalf_of(holder)
 
-    async def _pass_probe(self, holder: SlotHolder, deadline: float) -> bool:
-        """While the scope knows nothing, one call at a time goes first."""
-        while not self._probed:
-            if self._probe_holder is None:
-                self._probe_holder = holder
-                return True
-            self._waiting += 1
-            try:
-                with trio.move_on_at(deadline):
-                    await self._probe_done.wait()
-                    continue
-                return False
-            finally:
-                self._waiting -= 1
-        return True
-
     async def reserve(self, cost: float, max_wait: float) -> float | None:
         """Reserve tokens: the wait before starting, or None (nothing consumed)."""
-        return self._bucket.reserve(cost, max_wait=max_wait)
+        try:
+            return self._bucket.reserve(cost, max_wait=max_wait)
+        finally:
+            self._probe.step_done()
 
     async def refund(self, cost: float) -> None:
         """Hand back a reservation whose call gave up before starting."""
@@ -324,9 +323,7 @@ class Scope:
             self._latency = seconds
         else:
             self._latency += _LATENCY_SMOOTHING * (seconds - self._latency)
-        if not self._probed:
-            self._probed = True
-            self._probe_done.set()
+        self._probe.finished()
         if ok and self._learner is not None:
             self._learner.on_success()
             self._apply_learned()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
@@ -304,3 +305,22 @@ async def test_no_credential_reaches_results_trace_or_errors(autojump_clock: Any
     sent = [e for e in turn.trace if e.kind is fanout.EventKind.REQUEST_SENT]
     assert sent
     assert all("api_key=REDACTED" in e.detail["url"] for e in sent if "search" in e.detail["url"])
+
+
+def test_calls_queued_behind_the_probe_keep_the_models_order() -> None:
+    """After the probe, queued calls take learned tokens first-come: same answers every run."""
+    outcomes = set()
+    for _ in range(20):
+
+        async def main() -> tuple[str, ...]:
+            async with api(ServerConfig(rate=2, burst=2, latency=0.1)) as (_, client):
+                runner = Runner(fetch_registry(client), inline_wait=1.0)
+                turn = await runner.run_turn(calls(6))
+            return tuple(r.status.value for r in turn.results)
+
+        outcomes.add(trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)))
+    assert len(outcomes) == 1
+    (statuses,) = outcomes
+    # The probe, then the learned burst and rate: later calls are the ones told to wait.
+    assert statuses[:3] == ("ok", "ok", "ok")
+    assert statuses == tuple(sorted(statuses, key=lambda s: s != "ok"))

@@ -1,0 +1,82 @@
+"""The probe: while a scope knows nothing of its limits, one call goes first.
+
+A scope that was told no rate sends its first call alone and learns from the
+answer (the server's stated limits, or at least its latency) before the rest
+go. The calls that queued behind the probe then pass one at a time, in the
+order they arrived: each hands the gate on once it has reserved its tokens,
+so which of them gets the first learned token never depends on the order in
+which trio happens to wake tasks.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import attrs
+import trio
+
+__all__ = ["Probe"]
+
+
+@attrs.define
+class Probe:
+    """A first-in, first-out gate that opens for good once the probe call finishes."""
+
+    done: bool = False
+    _holder: object | None = attrs.field(default=None, alias="_holder")
+    _queue: collections.deque[trio.Event] = attrs.field(factory=collections.deque, init=False)
+    _passing: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
+
+    def is_open(self) -> bool:
+        """Whether a call arriving now would pass without waiting."""
+        if self._queue or self._passing is not None:
+            return False
+        return self.done or self._holder is None
+
+    async def wait_turn(self, holder: object, deadline: float) -> bool:
+        """Pass the gate (as the probe, or in turn), or return False at ``deadline``."""
+        if self.is_open():
+            if not self.done:
+                self._holder = holder
+            return True
+        turn = trio.Event()
+        self._queue.append(turn)
+        got = False
+        try:
+            with trio.move_on_at(deadline):
+                await turn.wait()
+                got = True
+        finally:
+            if not turn.is_set():
+                self._queue.remove(turn)
+            elif not got:
+                self._hand_on()  # woken, then cancelled before taking its turn
+        if not got:
+            return False
+        if self.done:
+            self._passing = trio.lowlevel.current_task()
+        else:
+            self._holder = holder  # the earlier probe gave up: this call is the probe now
+        return True
+
+    def step_done(self) -> None:
+        """The call that passed last has reserved (or given up): let the next one through."""
+        if self._passing is trio.lowlevel.current_task():
+            self._hand_on()
+
+    def finished(self) -> None:
+        """The probe call finished: the gate opens for good, queued calls first."""
+        if not self.done:
+            self.done, self._holder = True, None
+            self._hand_on()
+
+    def abandoned(self, holder: object) -> None:
+        """The probe gave up before finishing (denied, cancelled): the next call probes."""
+        if not self.done and holder is self._holder:
+            self._holder = None
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        self._passing = None
+        if self._queue:
+            self._queue.popleft().set()
