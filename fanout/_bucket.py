@@ -61,11 +61,17 @@ class TokenBucket:
         _check_limits(self.rate, self.burst)
         self._tokens = self.burst
 
-    def set_limits(self, rate: float | None, burst: float) -> None:
-        """Change the rate and burst (learned limits), keeping what is owed."""
+    def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
+        """Change the rate and burst (learned limits), keeping what is owed.
+
+        ``tokens`` sets the balance outright, for a bucket adopting limits for
+        the first time from a server that also said how many requests remain.
+        """
         _check_limits(rate, burst)
         self._refill()
         self.rate, self.burst = rate, burst
+        if tokens is not None and math.isfinite(tokens):
+            self._tokens = tokens
         self._tokens = min(self._tokens, burst)
 
     def wait_for(self, cost: float = 1.0) -> float:

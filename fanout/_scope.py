@@ -301,10 +301,13 @@ class Scope:
         """Take in what a response said: an exhausted window, and stated limits."""
         if info.remaining is not None and info.remaining < 1 and info.reset_after is not None:
             self._bucket.block_until(trio.current_time() + info.reset_after)
-        if self._learner is not None and self._learner.from_headers(
-            info.limit, info.window, info.remaining, info.reset_after
-        ):
-            self._apply_learned()
+        if self._learner is None:
+            return
+        first = self._bucket.rate is None
+        if self._learner.from_headers(info.limit, info.window, info.remaining, info.reset_after):
+            # The first answer is the probe's, alone in flight: what it says
+            # remains is exactly what the bucket may spend now.
+            self._apply_learned(tokens=info.remaining if first else None)
 
     def exhaust(self, until: float) -> None:
         """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
@@ -328,10 +331,11 @@ class Scope:
             self._learner.on_success()
             self._apply_learned()
 
-    def _apply_learned(self) -> None:
+    def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None
         if self._learner.rate is not None:
-            self._bucket.set_limits(self._learner.rate, max(1.0, self._learner.burst))
+            burst = max(1.0, self._learner.burst)
+            self._bucket.set_limits(self._learner.rate, burst, tokens=tokens)
 
     def set_limits(self, rate: float | None, burst: float) -> None:
         """Replace the bucket's rate and burst (learned from the server)."""

@@ -324,3 +324,12 @@ def test_calls_queued_behind_the_probe_keep_the_models_order() -> None:
     # The probe, then the learned burst and rate: later calls are the ones told to wait.
     assert statuses[:3] == ("ok", "ok", "ok")
     assert statuses == tuple(sorted(statuses, key=lambda s: s != "ok"))
+
+
+async def test_learning_spends_what_the_probe_says_remains(autojump_clock: Any) -> None:
+    """The probe's answer says 3 of 4 remain: three calls go at once, then one per 1/R."""
+    async with api(ServerConfig(rate=4, burst=4, headers="ietf")) as (server, client):
+        runner = Runner(fetch_registry(client), inline_wait=None)
+        await runner.run_turn(calls(6))
+    assert server.starts() == [0, 0, 0, 0, 0.25, 0.5]
+    assert server.count(status=429) == 0
