@@ -45,10 +45,17 @@ class TokenBucket:
 
     A bucket without a rate still honours ``blocked_until``, so a scope whose
     limits are unknown still obeys the server's Retry-After.
+
+    ``slack`` allows for the network. A server's bucket starts refilling when
+    the first request of a burst *arrives*, and that one is often the slowest
+    to arrive (it opens the connection). So when a burst starts from a full
+    bucket, refilling is counted from ``slack`` seconds later, and the first
+    request after the burst cannot reach the server before its token exists.
     """
 
     rate: float | None
     burst: float = attrs.field(default=1.0)
+    slack: float = attrs.field(default=0.0)
     _tokens: float = attrs.field(init=False)
     _updated: float | None = attrs.field(init=False, default=None)
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
@@ -59,6 +66,8 @@ class TokenBucket:
 
     def __attrs_post_init__(self) -> None:
         _check_limits(self.rate, self.burst)
+        if not (self.slack >= 0 and math.isfinite(self.slack)):
+            raise ConfigurationError(f"slack must be a finite number >= 0, not {self.slack!r}")
         self._tokens = self.burst
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
@@ -79,13 +88,16 @@ class TokenBucket:
         self._check_cost(cost)
         self._refill()
         now = trio.current_time()
-        blocked = max(0.0, self._blocked_until - now)
         if self.rate is None:
-            return blocked
-        # Tokens keep refilling while blocked; count what the block adds.
-        available = min(self.burst, self._tokens + blocked * self.rate)
-        shortfall = max(0.0, cost - available)
-        return blocked + shortfall / self.rate
+            return max(0.0, self._blocked_until - now)
+        # Tokens accrue from ``_updated`` on, through any block; the call may
+        # start once enough have accrued and the block is over.
+        assert self._updated is not None
+        shortfall = cost - self._tokens
+        ready = self._blocked_until
+        if shortfall > 0:
+            ready = max(ready, self._updated + shortfall / self.rate)
+        return max(0.0, ready - now)
 
     def reserve(self, cost: float = 1.0, *, max_wait: float = math.inf) -> float | None:
         """Reserve ``cost`` tokens; return the wait before starting, or None.
@@ -97,7 +109,11 @@ class TokenBucket:
             self._refused += 1
             return None
         if self.rate is not None:
+            starts_burst = self._tokens >= self.burst
             self._tokens -= cost
+            if starts_burst and self.slack:
+                assert self._updated is not None
+                self._updated = max(self._updated, trio.current_time()) + self.slack
         self._reserved += 1
         return wait
 
@@ -142,6 +158,8 @@ class TokenBucket:
         now = trio.current_time()
         if self._updated is None:
             self._updated = now
+        if now <= self._updated:
+            return  # refilling has not resumed yet (slack after a burst began)
         if self.rate is not None:
             self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
         self._updated = now

@@ -140,7 +140,9 @@ class Scope:
 
     A scope built without a ``rate`` learns one (``learn=True``): from the
     limits the server states in its headers, else from its 429s; and until
-    its first call has finished, it lets that one call out alone.
+    its first call has finished, it lets that one call out alone. ``slack``
+    (seconds) allows for the network at the start of a burst; see
+    ``TokenBucket``.
     """
 
     name: str
@@ -151,6 +153,7 @@ class Scope:
     quota_horizon: float = 3600.0
     retry_budget: RetryBudget = attrs.field(factory=RetryBudget)
     learn: bool = True
+    slack: float = 0.0
     _bucket: TokenBucket = attrs.field(init=False)
     _limiter: trio.CapacityLimiter | None = attrs.field(init=False)
     _waiting: int = attrs.field(init=False, default=0)
@@ -169,7 +172,7 @@ class Scope:
         if self.max_waiters is not None and self.max_waiters < 0:
             raise ConfigurationError(f"max_waiters must be >= 0, not {self.max_waiters}")
         burst = self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
-        self._bucket = TokenBucket(self.rate, burst)
+        self._bucket = TokenBucket(self.rate, burst, slack=self.slack)
         self._limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
         if self.rate is None and self.learn:
             self._learner = RateLearner()

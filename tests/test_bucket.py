@@ -90,3 +90,19 @@ async def test_set_limits_keeps_what_is_owed(autojump_clock: Any) -> None:
         bucket.reserve()
     bucket.set_limits(2, 2)
     assert bucket.wait_for() == 1.5
+
+
+async def test_slack_delays_the_refill_after_a_burst_begins(autojump_clock: Any) -> None:
+    """With slack, the first token after a burst comes slack later; the burst itself does not."""
+    bucket = TokenBucket(rate=4, burst=2, slack=0.05)
+    assert [bucket.reserve() for _ in range(4)] == [0, 0, pytest.approx(0.3), pytest.approx(0.55)]
+
+
+async def test_slack_applies_again_after_the_bucket_refills(autojump_clock: Any) -> None:
+    """An idle bucket is full again: the next burst gets its slack too, and only once."""
+    bucket = TokenBucket(rate=4, burst=1, slack=0.05)
+    bucket.reserve()
+    await trio.sleep(10)
+    assert bucket.reserve() == 0
+    assert bucket.reserve() == pytest.approx(0.3)
+    assert bucket.reserve() == pytest.approx(0.55)
