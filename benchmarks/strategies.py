@@ -308,7 +308,7 @@ async def fanout_configured(setting: Setting) -> list[CallOutcome]:
     """fanout told the true limits: rate, burst and (where the API has one) the in-flight cap.
 
     ``slack=0.02``: the first request of a burst opens a connection and reaches
-    the server last-but-not-least, up to ~20 ms after the rest here; without
+    the server last, up to ~20 ms after the rest of the burst here; without
     the slack the first request after the burst can arrive before its token.
     """
     s = setting.scenario

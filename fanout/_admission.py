@@ -143,6 +143,7 @@ class Shortfall:
     scope: str
     needed: float
     never: str | None = None
+    late: float | None = None  # the expected duration that would end past the deadline
 
 
 async def take_tokens(
@@ -174,6 +175,11 @@ async def take_tokens(
             if wait is None or not budget.fits(wait):
                 needed = await scope.wait_for(cost) if wait is None else wait
                 return Shortfall(scope.name, needed)
+            expected = scope.expected_latency()
+            if wait > 0 and expected is not None and not budget.fits(wait + expected):
+                # Waiting only to be cut off would waste the request (and, for a
+                # write, leave its effect unknown): answer now instead.
+                return Shortfall(scope.name, wait, late=expected)
             if wait > longest:
                 longest, slowest = wait, scope.name
         if longest > 0:
@@ -199,6 +205,14 @@ def _token_denial(shortfall: Shortfall, budget: Budget, inline_wait: float | Non
         return Denial(Status.REFUSED, shortfall.never, name)
     if not math.isfinite(needed):
         return Denial(Status.TIMED_OUT, f"scope {name!r} has no capacity in sight", name)
+    if shortfall.late is not None:
+        return Denial(
+            Status.RATE_LIMITED,
+            f"scope {name!r} allows this call in {needed:.3f}s, but calls there take about "
+            f"{shortfall.late:.3f}s and it would end past its deadline; the call was not sent",
+            name,
+            needed,
+        )
     where = (
         "past the call's deadline"
         if not budget.fits(needed)

@@ -407,6 +407,10 @@ class RedisScope:
             self._exhausted_until = None
         return self._exhausted_until
 
+    def expected_latency(self) -> float | None:
+        """This process's moving average of call durations here (local, as in ``Scope``)."""
+        return self._latency
+
     def observe_call(self, seconds: float, *, ok: bool) -> None:
         """Fold one attempt's duration into this process's moving average."""
         if self._latency is None:

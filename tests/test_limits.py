@@ -429,3 +429,18 @@ async def test_free_slot_is_taken_even_with_no_time_to_wait(autojump_clock: Any)
     turn = await runner.run_turn(fetches(2))
     assert [r.status for r in turn.results] == [Status.OK, Status.RATE_LIMITED]
     assert api.requests == 1
+
+
+async def test_a_call_that_would_finish_past_its_deadline_is_not_sent(autojump_clock: Any) -> None:
+    """Calls take 1 s here; one whose token comes 0.5 s before its deadline is answered, not sent."""
+    api = FakeAPI(rate=1000, burst=1000, latency=1.0)
+    runner = Runner(api_registry(api, timeout=2.5), scopes=[Scope("key", rate=1, burst=1)])
+    first = await runner.run_turn(fetches(1))
+    assert first.results[0].status is Status.OK
+    turn = await runner.run_turn(fetches(3))
+    statuses = [r.status for r in turn.results]
+    # The turn starts at 1 s with deadlines at 3.5 s; tokens come at 1, 2 and 3 s, and a
+    # call started at 3 s would end at 4 s.
+    assert statuses == [Status.OK, Status.OK, Status.RATE_LIMITED]
+    assert "would end past its deadline" in body(turn.results[2])["message"]
+    assert api.starts == [0, 1, 2]
