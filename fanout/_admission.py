@@ -63,6 +63,8 @@ async def admit(
     Slots taken are appended to ``held``; the caller releases them in a
     ``finally`` whatever happens, including cancellation during this function.
     """
+    if not scopes:
+        return None
     denial = _check_open(call, scopes, recorder)
     if denial is not None:
         return denial

@@ -62,17 +62,26 @@ class CallState:
     attempts: int = 0
     result: ToolResult | None = None
     queued: Callable[[], None] = attrs.field(default=lambda: None, eq=False)
-    # Each call draws its jitter from its own generator, seeded from the turn,
-    # so which call drew first cannot change anyone's backoff.
-    rng: random.Random = attrs.field(factory=random.Random, eq=False)
+    # Each call draws its jitter from its own generator, seeded from the turn
+    # and its id (made on first use), so which call drew first cannot change
+    # anyone's backoff.
+    seed: str = ""
+    _rng: random.Random | None = attrs.field(default=None, eq=False, alias="_rng")
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, eq=False)
     # Whether the final answer is the tool's own (a return value or its own
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
+    claimed: bool = False  # holds its idempotency key in the run's store
     # Single-flight: an identical earlier call of the turn answers this one.
     leader: CallState | None = attrs.field(default=None, eq=False, repr=False)
     followers: list[CallState] = attrs.field(factory=list, eq=False, repr=False)
+
+    @property
+    def rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
 
 
 _UNAVAILABLE = "limiter unavailable"

@@ -60,9 +60,11 @@ class ToolSpec:
     repeatable: bool = False
     invalidates: tuple[str, ...] | None = None
 
-    @property
-    def is_async(self) -> bool:
-        """Async tools run in the turn's nursery; sync ones in worker threads."""
+    # Async tools run in the turn's nursery; sync ones in worker threads.
+    is_async: bool = attrs.field(init=False)
+
+    @is_async.default
+    def _is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
     def cost_of(self, arguments: Mapping[str, Any]) -> float:

@@ -122,7 +122,10 @@ class Runner:
         ``InvalidTurnError`` when the calls cannot be answered one result
         per id: an id that is missing, empty or repeated.
         """
-        ordered = [attrs.evolve(call, position=i) for i, call in enumerate(calls)]
+        ordered = [
+            call if call.position == i else attrs.evolve(call, position=i)
+            for i, call in enumerate(calls)
+        ]
         _validate(ordered)
         run = run if run is not None else Run()
         turn_seed = self._rng.getrandbits(64)
@@ -133,8 +136,8 @@ class Runner:
             scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
             valid = call.arguments_valid
             key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
-            rng = random.Random(f"{turn_seed}:{call.id}")
-            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key, rng=rng))
+            seed = f"{turn_seed}:{call.id}"
+            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key, seed=seed))
         return Turn(
             states,
             registry=self.registry,

@@ -214,30 +214,37 @@ class Turn:
                 task_status.started()
 
         state.queued = queued
-        claimed = False
         try:
-            with trio.move_on_at(budget.deadline) as own_deadline:
-                if is_idempotent_write(state):
-                    invalidate_for(self._run, state)
-                    replay = await claim(self._run, state, budget, self._recorder)
-                    if replay is not None:
-                        self._answer(state, replay)
-                        return
-                    claimed = True
-                result = await execute(
-                    state, budget=budget, run_id=self._run.run_id,
-                    settings=self._settings, recorder=self._recorder,
-                )  # fmt: skip
-                remember(self._run, state, result)
-                self._answer(state, result)
-            if own_deadline.cancelled_caught and state.result is None:
-                self._answer(state, self._timed_out(state, budget))
+            if budget.deadline < self._deadline:
+                with trio.move_on_at(budget.deadline) as own_deadline:
+                    await self._execute(state, budget)
+                if own_deadline.cancelled_caught and state.result is None:
+                    self._answer(state, self._timed_out(state, budget))
+            else:
+                # The turn's deadline is this call's: its scope is enough.
+                await self._execute(state, budget)
         finally:
             if state.result is None:
                 self._answer(state, self._interrupted(state))
             queued()
-            if claimed:
+            if state.claimed:
                 await settle(self._run, state)
+
+    async def _execute(self, state: CallState, budget: Budget) -> None:
+        """Answer one call: a replay of a write already done, or a run of it."""
+        if is_idempotent_write(state):
+            invalidate_for(self._run, state)
+            replay = await claim(self._run, state, budget, self._recorder)
+            if replay is not None:
+                self._answer(state, replay)
+                return
+            state.claimed = True
+        result = await execute(
+            state, budget=budget, run_id=self._run.run_id,
+            settings=self._settings, recorder=self._recorder,
+        )  # fmt: skip
+        remember(self._run, state, result)
+        self._answer(state, result)
 
     # -- answers ------------------------------------------------------------
 
