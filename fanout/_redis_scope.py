@@ -43,6 +43,7 @@ import trio
 
 from ._bucket import BucketStatistics, TokenBucket, _check_limits
 from ._exceptions import ConfigurationError, LimiterUnavailableError
+from ._ledger import Ledger
 from ._redis import BucketReply, LocalFallback, RedisLink, SharedBucket, SharedLeases
 from ._retry import RetryBudget
 from ._scope import ScopeStatistics
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisScope"]
 
-_DEFAULT_LATENCY = 1.0  # as in Scope: seconds assumed per call before any was observed
-_LATENCY_SMOOTHING = 0.2
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
 _FALLBACK = "fallback"  # the slot came from the local fallback, not from Redis
@@ -105,11 +104,7 @@ class RedisScope:
     _fallback_gate: trio.CapacityLimiter | None = attrs.field(init=False, default=None)
     _fallback_bucket: TokenBucket | None = attrs.field(init=False, default=None)
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> lease
-    _waiting: int = attrs.field(init=False, default=0)
-    _in_flight: int = attrs.field(init=False, default=0)
-    _exhausted_until: float | None = attrs.field(init=False, default=None)
-    _latency: float | None = attrs.field(init=False, default=None)
-    _shed: int = attrs.field(init=False, default=0)
+    _ledger: Ledger = attrs.field(init=False, factory=Ledger)
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
     _counts: dict[str, int] = attrs.field(init=False, factory=dict)
 
@@ -234,7 +229,7 @@ class RedisScope:
         self._seen = (reply.tokens, now, blocked_until)
         if reply.exhausted_for is not None:
             learned = now + reply.exhausted_for
-            self._exhausted_until = max(self._exhausted_until or -math.inf, learned)
+            self._ledger.exhaust(learned)
         return reply
 
     @property
@@ -246,7 +241,7 @@ class RedisScope:
 
     def should_shed(self) -> bool:
         """Whether this process's queue is full, so a new call is answered at once."""
-        return self.max_waiters is not None and self._waiting >= self.max_waiters
+        return self.max_waiters is not None and self._ledger.waiting >= self.max_waiters
 
     def has_free_slot(self) -> bool:
         """Whether ``acquire_slot`` returns at once: only without a cap, since
@@ -254,11 +249,11 @@ class RedisScope:
         return self.max_concurrency is None
 
     def count_shed(self) -> None:
-        self._shed += 1
+        self._ledger.shed += 1
 
     def note_waiting(self, delta: int) -> None:
         """Count a call that waits for tokens, so shedding sees the whole queue."""
-        self._waiting += delta
+        self._ledger.waiting += delta
 
     async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
         """Take a slot for ``holder``, or return False once ``deadline`` passes.
@@ -269,9 +264,9 @@ class RedisScope:
         self._open()
         if self._gate is None:
             await trio.lowlevel.checkpoint()
-            self._in_flight += 1
+            self._ledger.in_flight += 1
             return True
-        self._waiting += 1
+        self._ledger.waiting += 1
         try:
             if not await _take(self._gate, holder, deadline):
                 return False
@@ -284,10 +279,10 @@ class RedisScope:
                 self._gate.release_on_behalf_of(holder)
                 return False
             self._held[holder] = slot
-            self._in_flight += 1
+            self._ledger.in_flight += 1
             return True
         finally:
-            self._waiting -= 1
+            self._ledger.waiting -= 1
 
     async def _lease(self, holder: SlotHolder, deadline: float) -> str | None:
         """A lease's member name, the fallback marker, or None at the deadline."""
@@ -311,7 +306,7 @@ class RedisScope:
     async def release_slot(self, holder: SlotHolder) -> None:
         """Give the slot back; shielded and bounded, so safe in ``finally``."""
         slot = self._held.pop(holder, None)
-        self._in_flight -= 1
+        self._ledger.in_flight -= 1
         if self._gate is None:
             return
         self._gate.release_on_behalf_of(holder)
@@ -397,26 +392,21 @@ class RedisScope:
 
     def exhaust(self, until: float) -> None:
         """The quota is spent until ``until``: here at once, elsewhere via a marker key."""
-        self._exhausted_until = max(self._exhausted_until or -math.inf, until)
+        self._ledger.exhaust(until)
         if self._nursery is not None:
             self._nursery.start_soon(self._bucket.mark_exhausted, until - trio.current_time())
 
     def exhausted_until(self) -> float | None:
         """When the spent quota returns (as last known here), or None."""
-        if self._exhausted_until is not None and trio.current_time() >= self._exhausted_until:
-            self._exhausted_until = None
-        return self._exhausted_until
+        return self._ledger.exhausted_until()
 
     def expected_latency(self) -> float | None:
         """This process's moving average of call durations here (local, as in ``Scope``)."""
-        return self._latency
+        return self._ledger.latency
 
     def observe_call(self, seconds: float, *, ok: bool) -> None:
         """Fold one attempt's duration into this process's moving average."""
-        if self._latency is None:
-            self._latency = seconds
-        else:
-            self._latency += _LATENCY_SMOOTHING * (seconds - self._latency)
+        self._ledger.observe_latency(seconds)
 
     def set_limits(self, rate: float | None, burst: float) -> None:
         """Use a learned rate and burst for this process's next scripts.
@@ -436,17 +426,13 @@ class RedisScope:
 
     def drain_estimate(self) -> float:
         """How long this process's queue needs, from the bucket as last seen."""
-        queued = self._waiting + self._in_flight + 1
-        latency = self._latency if self._latency is not None else _DEFAULT_LATENCY
-        by_slots = 0.0
-        if self.max_concurrency is not None:
-            by_slots = math.ceil(queued / self.max_concurrency - 1) * latency
+        by_slots = self._ledger.slots_estimate(self.max_concurrency)
         tokens, blocked_until = self._projected()
         now = trio.current_time()
         by_rate = max(0.0, blocked_until - now)
         if self.rate is not None:
             available = min(self._burst, tokens + by_rate * self.rate)
-            by_rate += max(0.0, 1.0 - available) / self.rate + self._waiting / self.rate
+            by_rate += max(0.0, 1.0 - available) / self.rate + self._ledger.waiting / self.rate
         return max(by_slots, by_rate)
 
     def _projected(self) -> tuple[float, float]:
@@ -462,7 +448,7 @@ class RedisScope:
     @property
     def in_flight(self) -> int:
         """Calls in flight from this process (other processes' are in Redis)."""
-        return self._in_flight
+        return self._ledger.in_flight
 
     def statistics(self) -> ScopeStatistics:
         """A snapshot from what this process last heard; it never asks Redis."""
@@ -474,9 +460,9 @@ class RedisScope:
             refunded=self._counts["refunded"], drained=self._counts["drained"],
         )  # fmt: skip
         return ScopeStatistics(
-            name=self.name, in_flight=self._in_flight, max_concurrency=self.max_concurrency,
-            waiting=self._waiting, bucket=bucket, exhausted_until=self.exhausted_until(),
-            latency=self._latency, shed=self._shed, requests=budget.requests,
+            name=self.name, in_flight=self._ledger.in_flight, max_concurrency=self.max_concurrency,
+            waiting=self._ledger.waiting, bucket=bucket, exhausted_until=self.exhausted_until(),
+            latency=self._ledger.latency, shed=self._ledger.shed, requests=budget.requests,
             retries=budget.retries, retries_refused=budget.refused,
         )  # fmt: skip
 

@@ -21,6 +21,7 @@ import trio
 from ._bucket import BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError
 from ._learning import RateLearner
+from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
 
@@ -35,9 +36,6 @@ __all__ = [
     "concurrency_for",
     "scopes_named",
 ]
-
-_DEFAULT_LATENCY = 1.0  # seconds assumed per call before any has been observed
-_LATENCY_SMOOTHING = 0.2  # weight of the newest sample in the moving average
 
 
 def concurrency_for(rate: float, latency: float) -> int:
@@ -157,11 +155,7 @@ class Scope:
     slack: float = 0.0
     _bucket: TokenBucket = attrs.field(init=False)
     _limiter: trio.CapacityLimiter | None = attrs.field(init=False)
-    _waiting: int = attrs.field(init=False, default=0)
-    _in_flight: int = attrs.field(init=False, default=0)
-    _exhausted_until: float | None = attrs.field(init=False, default=None)
-    _latency: float | None = attrs.field(init=False, default=None)
-    _shed: int = attrs.field(init=False, default=0)
+    _ledger: Ledger = attrs.field(init=False, factory=Ledger)
     _learner: RateLearner | None = attrs.field(init=False, default=None)
     _probe: Probe = attrs.field(init=False, factory=lambda: Probe(done=True))
 
@@ -183,7 +177,7 @@ class Scope:
 
     def should_shed(self) -> bool:
         """Whether the queue is full, so a new call must be answered at once."""
-        return self.max_waiters is not None and self._waiting >= self.max_waiters
+        return self.max_waiters is not None and self._ledger.waiting >= self.max_waiters
 
     def has_free_slot(self) -> bool:
         """Whether ``acquire_slot`` would return at once (a scope that cannot
@@ -192,7 +186,7 @@ class Scope:
             return False
         if self._limiter is None:
             return True
-        return self._limiter.available_tokens > 0 and self._waiting == 0
+        return self._limiter.available_tokens > 0 and self._ledger.waiting == 0
 
     async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
         """Take a slot for ``holder``, or return False once ``deadline`` passes."""
@@ -207,16 +201,16 @@ class Scope:
     async def _pass_probe(self, holder: SlotHolder, deadline: float) -> bool:
         if self._probe.is_open():
             return await self._probe.wait_turn(holder, deadline)
-        self._waiting += 1
+        self._ledger.waiting += 1
         try:
             return await self._probe.wait_turn(holder, deadline)
         finally:
-            self._waiting -= 1
+            self._ledger.waiting -= 1
 
     async def _take_slot(self, holder: SlotHolder, deadline: float) -> bool:
         if self._limiter is None:
             await trio.lowlevel.checkpoint()
-            self._in_flight += 1
+            self._ledger.in_flight += 1
             return True
         try:
             # A free slot is taken even when no time is left to wait for one.
@@ -225,23 +219,23 @@ class Scope:
             pass
         else:
             await trio.lowlevel.cancel_shielded_checkpoint()
-            self._in_flight += 1
+            self._ledger.in_flight += 1
             return True
-        self._waiting += 1
+        self._ledger.waiting += 1
         try:
             with trio.move_on_at(deadline):
                 await self._limiter.acquire_on_behalf_of(holder)
-                self._in_flight += 1
+                self._ledger.in_flight += 1
                 return True
             return False
         finally:
-            self._waiting -= 1
+            self._ledger.waiting -= 1
 
     async def release_slot(self, holder: SlotHolder) -> None:
         """Give the slot back; safe to call from a ``finally`` under cancellation."""
         self._probe.abandoned(holder)
         self._probe.step_done()
-        self._in_flight -= 1
+        self._ledger.in_flight -= 1
         if self._limiter is not None:
             self._limiter.release_on_behalf_of(holder)
 
@@ -262,7 +256,7 @@ class Scope:
 
     def note_waiting(self, delta: int) -> None:
         """Count a call that waits for tokens, so shedding sees the whole queue."""
-        self._waiting += delta
+        self._ledger.waiting += delta
 
     def drain_estimate(self) -> float:
         """How long the calls already here need before a new one would start.
@@ -271,18 +265,13 @@ class Scope:
         the latency observed so far; a new call re-issued after this long
         finds the queue drained.
         """
-        queued = self._waiting + self.in_flight + 1
-        latency = self._latency if self._latency is not None else _DEFAULT_LATENCY
-        by_slots = 0.0
-        if self.max_concurrency is not None:
-            by_slots = math.ceil(queued / self.max_concurrency - 1) * latency
         by_rate = self._bucket.wait_for(1.0)
         if self._bucket.rate is not None:
-            by_rate += (self._waiting) / self._bucket.rate
-        return max(by_slots, by_rate)
+            by_rate += self._ledger.waiting / self._bucket.rate
+        return max(self._ledger.slots_estimate(self.max_concurrency), by_rate)
 
     def count_shed(self) -> None:
-        self._shed += 1
+        self._ledger.shed += 1
 
     # -- what the server told us -----------------------------------------
 
@@ -315,21 +304,15 @@ class Scope:
 
     def exhaust(self, until: float) -> None:
         """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
-        current = self._exhausted_until or -math.inf
-        self._exhausted_until = max(current, until)
+        self._ledger.exhaust(until)
 
     def exhausted_until(self) -> float | None:
         """When the spent quota returns, or None while the scope is usable."""
-        if self._exhausted_until is not None and trio.current_time() >= self._exhausted_until:
-            self._exhausted_until = None
-        return self._exhausted_until
+        return self._ledger.exhausted_until()
 
     def observe_call(self, seconds: float, *, ok: bool) -> None:
         """One attempt finished: fold in its duration, end the probe, learn from success."""
-        if self._latency is None:
-            self._latency = seconds
-        else:
-            self._latency += _LATENCY_SMOOTHING * (seconds - self._latency)
+        self._ledger.observe_latency(seconds)
         self._probe.finished()
         if ok and self._learner is not None:
             self._learner.on_success()
@@ -337,7 +320,7 @@ class Scope:
 
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""
-        return self._latency
+        return self._ledger.latency
 
     def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None
@@ -353,7 +336,7 @@ class Scope:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._ledger.in_flight
 
     @property
     def bucket(self) -> TokenBucket:
@@ -365,11 +348,11 @@ class Scope:
             name=self.name,
             in_flight=self.in_flight,
             max_concurrency=self.max_concurrency,
-            waiting=self._waiting,
+            waiting=self._ledger.waiting,
             bucket=self._bucket.statistics(),
             exhausted_until=self.exhausted_until(),
-            latency=self._latency,
-            shed=self._shed,
+            latency=self._ledger.latency,
+            shed=self._ledger.shed,
             requests=budget.requests,
             retries=budget.retries,
             retries_refused=budget.refused,
