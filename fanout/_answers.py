@@ -33,8 +33,18 @@ _MAX_MESSAGE = 500
 
 
 def success(call: ToolCall, value: Any, *, limit: int) -> ToolResult:
-    """An ``ok`` answer; non-text output is serialised canonically, then capped."""
-    text = value if isinstance(value, str) else canonical_json(value)
+    """An ``ok`` answer; non-text output is serialised canonically, then capped.
+
+    Output that cannot be serialised at all (a structure containing itself)
+    is an ``error`` answer that says so, never a crashed turn.
+    """
+    if isinstance(value, str):
+        return ToolResult(call.id, Status.OK, truncate(value, limit))
+    try:
+        text = canonical_json(value)
+    except (ValueError, RecursionError) as exc:
+        message = f"the tool returned output that cannot be written as JSON ({exc})"
+        return failure(call, Status.ERROR, message, started=True, kind=Kind.PURE)
     return ToolResult(call.id, Status.OK, truncate(text, limit))
 
 

@@ -19,14 +19,15 @@ def canonical_json(value: Any) -> str:
 
     Values JSON cannot represent are written with ``str()``: a tool's output
     is for a model to read, and failing the call over a ``datetime`` would
-    lose an answer the tool did produce.
+    lose an answer the tool did produce. For the same reason NaN and infinity
+    are written as JavaScript does (``NaN``, ``Infinity``). A structure that
+    contains itself still raises ``ValueError``.
     """
     return json.dumps(
         value,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
-        allow_nan=False,
         default=str,
     )
 
@@ -55,5 +56,9 @@ def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:
     their arguments, so a retried or re-issued write is recognisable as the
     same write, here and downstream.
     """
-    material = "\x00".join((run_id, tool, canonical_json(arguments)))
+    try:
+        spelled = canonical_json(arguments)
+    except (ValueError, RecursionError):
+        spelled = repr(arguments)  # a structure containing itself: no canonical form
+    material = "\x00".join((run_id, tool, spelled))
     return hashlib.sha256(material.encode()).hexdigest()

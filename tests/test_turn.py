@@ -355,3 +355,44 @@ async def test_error_messages_are_scrubbed_of_credentials(autojump_clock: Any) -
     assert "abc123secret" not in message
     assert "sk-live-0123456789" not in message
     assert message.startswith("RuntimeError: GET https://api.test/x?api_key=REDACTED")
+
+
+async def test_hostile_values_are_answered_not_crashed(autojump_clock: Any) -> None:
+    """NaN arguments, NaN output, self-containing output and huge output each get an answer."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.PURE)
+    async def echo(x: float) -> dict[str, float]:
+        return {"x": x}
+
+    @reg.tool(kind=Kind.PURE)
+    async def loop() -> list[Any]:
+        looped: list[Any] = []
+        looped.append(looped)
+        return looped
+
+    @reg.tool(kind=Kind.PURE)
+    async def huge() -> str:
+        return "y" * 10_000_000
+
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "echo", "arguments": '{"x": NaN}'},
+            },
+            {"id": "b", "type": "function", "function": {"name": "loop", "arguments": "{}"}},
+            {"id": "c", "type": "function", "function": {"name": "huge", "arguments": "{}"}},
+        ],
+    }
+    turn = await Runner(reg).run_turn(fanout.calls_from_openai(message))
+    nan, looped, big = turn.results
+    assert nan.status is Status.OK
+    assert nan.content == '{"x":NaN}'
+    assert looped.status is Status.ERROR
+    assert "cannot be written as JSON" in body(looped)["message"]
+    assert big.status is Status.OK
+    assert 7990 < len(big.content) <= 8000
+    assert big.content.endswith("more characters]")
