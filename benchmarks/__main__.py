@@ -15,6 +15,7 @@ that directory, and only where a redis-server is available.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -29,6 +30,7 @@ import trio
 
 from . import report
 from .bench_deadline import measure_deadlines
+from .bench_http import http_markdown, measure_http
 from .bench_overhead import measure_overhead
 from .bench_strategies import measure_ceiling, run_scenario
 from .harness import machine
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from .harness import RunResult
     from .scenarios import Scenario
 
-PARTS = ("strategies", "overhead", "deadline", "redis")
+PARTS = ("strategies", "overhead", "deadline", "http", "redis")
 NOTES = (
     "Real time on whatever else the machine is doing: each cell is one run, so expect a few "
     "percent of variation between runs; the shape of the results is stable.",
@@ -160,6 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             deadlines = measure_deadlines()
+    http_table: str | None = None
+    if "http" in args.parts:
+        _say("http: the transport's throughput at 200 concurrent calls")
+        rows = trio.run(
+            functools.partial(
+                measure_http, per_call=2 if args.quick else 10, repeats=1 if args.quick else 5,
+                progress=lambda line: _say(f"  {line}"),
+            )
+        )  # fmt: skip
+        http_table = http_markdown(rows)
+        (out / "http.md").write_text("# The HTTP layer's throughput\n\n" + http_table)
     redis: str | None = None
     if "redis" in args.parts and not args.quick:
         _say("redis: the cost and accuracy of a shared limit (bench_redis.py)")
@@ -181,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command=command, machine=info, ceiling=ceiling, scenarios=ran, results=results,
         overhead=overhead, deadlines=deadlines, elapsed=elapsed, notes=NOTES, redis=redis,
     )  # fmt: skip
+    if http_table is not None:
+        summary += "\n## The HTTP layer\n\n" + http_table
     (out / "summary.md").write_text(summary)
     raw: dict[str, Any] = {
         "command": command,

@@ -24,6 +24,7 @@ Outside a tool call the transport simply forwards the request.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,10 @@ _TRANSIENT = frozenset({500, 502, 503, 504})
 class FanoutTransport(httpx.AsyncBaseTransport):
     """Wraps any httpx transport; see the module docstring for what it adds.
 
+    Without a ``transport`` of its own it spreads calls over ``pools`` httpx
+    connection pools (``pool_options`` configure each). httpx's pool gets
+    slower as many concurrent requests share it; at 200 concurrent calls
+    four pools beat one (``benchmarks/bench_http.py``).
     ``wall_clock`` is only for reading HTTP-dates and epoch resets; every
     wait is measured on trio's clock.
     """
@@ -61,16 +66,25 @@ class FanoutTransport(httpx.AsyncBaseTransport):
         self,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
+        pools: int = 4,
         wall_clock: Callable[[], float] = time.time,
         **pool_options: Any,
     ) -> None:
-        self._transport = transport or httpx.AsyncHTTPTransport(**pool_options)
+        if transport is not None:
+            self._transports: tuple[httpx.AsyncBaseTransport, ...] = (transport,)
+        else:
+            count = max(1, pools)
+            self._transports = tuple(httpx.AsyncHTTPTransport(**pool_options) for _ in range(count))
+        self._unbound = itertools.cycle(self._transports)
         self._wall_clock = wall_clock
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         context = maybe_current_call()
         if context is None:
-            return await self._transport.handle_async_request(request)
+            return await next(self._unbound).handle_async_request(request)
+        # A call keeps to one pool, so its next request finds the connection
+        # its last one just released.
+        transport = self._transports[context.call.position % len(self._transports)]
         if context.requests > 0:
             await _charge(context)
         context.requests += 1
@@ -80,7 +94,7 @@ class FanoutTransport(httpx.AsyncBaseTransport):
         url = redact_url(request.url)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
         try:
-            response = await self._transport.handle_async_request(request)
+            response = await transport.handle_async_request(request)
         except httpx.TransportError as exc:
             # The exception's text may carry the URL; keep only a redacted form.
             raise TransientError(redact_text(f"{type(exc).__name__}: {exc}")) from None
@@ -97,7 +111,8 @@ class FanoutTransport(httpx.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
+        for transport in self._transports:
+            await transport.aclose()
 
 
 def http_client(
