@@ -432,7 +432,7 @@ async def test_free_slot_is_taken_even_with_no_time_to_wait(autojump_clock: Any)
 
 
 async def test_a_call_that_would_finish_past_its_deadline_is_not_sent(autojump_clock: Any) -> None:
-    """Calls take 1 s here; one whose token comes 0.5 s before its deadline is answered, not sent."""
+    """Calls take 1 s; one whose token comes too late to finish in time is answered, not sent."""
     api = FakeAPI(rate=1000, burst=1000, latency=1.0)
     runner = Runner(api_registry(api, timeout=2.5), scopes=[Scope("key", rate=1, burst=1)])
     first = await runner.run_turn(fetches(1))
