@@ -32,6 +32,7 @@ from . import report
 from .bench_deadline import measure_deadlines
 from .bench_http import http_markdown, measure_http
 from .bench_overhead import measure_overhead
+from .bench_replan import measure_replan, replan_markdown
 from .bench_strategies import measure_ceiling, run_scenario
 from .harness import machine
 from .scenarios import FULL, QUICK
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from .harness import RunResult
     from .scenarios import Scenario
 
-PARTS = ("strategies", "overhead", "deadline", "http", "redis")
+PARTS = ("strategies", "overhead", "deadline", "http", "replan", "redis")
 NOTES = (
     "Real time on whatever else the machine is doing: each cell is one run, so expect a few "
     "percent of variation between runs; the shape of the results is stable.",
@@ -173,6 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         http_table = http_markdown(rows)
         (out / "http.md").write_text("# The HTTP layer's throughput\n\n" + http_table)
+    replan_table: str | None = None
+    if "replan" in args.parts:
+        _say("replan: a re-planning loop, with and without a run's cache")
+        replan = measure_replan(steps=5 if args.quick else 20)
+        replan_table = replan_markdown(replan)
+        (out / "replan.md").write_text("# Requests a re-planning loop saves\n\n" + replan_table)
+        _say(f"  {replan.executed_without_run} -> {replan.executed_with_run} tool executions")
     redis: str | None = None
     if "redis" in args.parts and not args.quick:
         _say("redis: the cost and accuracy of a shared limit (bench_redis.py)")
@@ -196,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     if http_table is not None:
         summary += "\n## The HTTP layer\n\n" + http_table
+    if replan_table is not None:
+        summary += "\n## A re-planning loop\n\n" + replan_table
     (out / "summary.md").write_text(summary)
     raw: dict[str, Any] = {
         "command": command,
