@@ -81,10 +81,6 @@ class Recorder:
     trace: list[Event] | None = attrs.field(factory=list)
     turn_id: str | None = None
 
-    @property
-    def active(self) -> bool:
-        return self.trace is not None or bool(self.instruments)
-
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if self.trace is None and not self.instruments:
             return

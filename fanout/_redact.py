@@ -8,11 +8,14 @@ puts in a trace event, an error message or a result goes through here first.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import httpx
 
-__all__ = ["SECRET_HEADERS", "redact_headers", "redact_text", "redact_url", "secrets_in"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["SECRET_HEADERS", "redact_text", "redact_url", "secrets_in"]
 
 REDACTED = "REDACTED"
 
@@ -59,12 +62,6 @@ def secrets_in(request: httpx.Request) -> set[str]:
         if _SECRET_PARAM.match(name):
             found.add(value)
     return {secret for secret in found if len(secret) >= 4}
-
-
-def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Headers as a dict with the values of secret-bearing ones replaced."""
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    return {name: REDACTED if name.lower() in SECRET_HEADERS else value for name, value in items}
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
