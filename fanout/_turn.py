@@ -204,7 +204,11 @@ class Turn:
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         assert state.spec is not None
-        budget = Budget.starting_now(state.spec.timeout, turn_deadline=self._deadline)
+        budget = Budget.starting_now(
+            state.spec.timeout,
+            turn_deadline=self._deadline,
+            inline_wait=self._settings.inline_wait,
+        )
         signalled = False
 
         def queued() -> None:
