@@ -28,6 +28,7 @@ from ._exceptions import QuotaExhaustedError as QuotaExhaustedError
 from ._exceptions import RateLimitedError as RateLimitedError
 from ._exceptions import ToolSignal as ToolSignal
 from ._exceptions import TransientError as TransientError
+from ._exceptions import UsageError as UsageError
 from ._headers import RateLimitInfo as RateLimitInfo
 from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
 from ._http import FanoutTransport as FanoutTransport
@@ -40,6 +41,7 @@ from ._idempotency import StoredAnswer as StoredAnswer
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
 from ._retry import RetryBudget as RetryBudget
+from ._retry import RetryBudgetStatistics as RetryBudgetStatistics
 from ._retry import RetryPolicy as RetryPolicy
 from ._run import ReadCache as ReadCache
 from ._run import Run as Run
@@ -78,6 +80,7 @@ __all__ = [
     "ReadCache",
     "Registry",
     "RetryBudget",
+    "RetryBudgetStatistics",
     "RetryPolicy",
     "Run",
     "Runner",
@@ -93,6 +96,7 @@ __all__ = [
     "ToolSpec",
     "TransientError",
     "Turn",
+    "UsageError",
     "anthropic_tool_results",
     "calls_from_anthropic",
     "calls_from_openai",

@@ -24,7 +24,7 @@ import math
 import attrs
 import trio
 
-from ._exceptions import ConfigurationError
+from ._validate import require_non_negative
 
 __all__ = ["Budget", "Verdict"]
 
@@ -39,8 +39,8 @@ class Verdict(enum.Enum):
 
 
 def _inline_wait(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and not (value >= 0 and math.isfinite(value)):
-        raise ConfigurationError(f"inline_wait must be a finite number >= 0 or None, not {value!r}")
+    if value is not None:
+        require_non_negative("inline_wait", value)
 
 
 @attrs.frozen

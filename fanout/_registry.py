@@ -9,7 +9,6 @@ safe to run beside a write.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
@@ -17,6 +16,7 @@ import attrs
 
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
+from ._validate import non_empty_text, optional_positive, require_positive
 from ._values import Kind
 
 __all__ = ["Registry", "ToolSpec"]
@@ -25,15 +25,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 Cost = float | Callable[[Mapping[str, Any]], float]
 
 
-def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise ConfigurationError(f"{attribute.name} must be a positive number or None")
-
-
 def _names(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         raise ConfigurationError(f"scopes must be a list of names, not the string {value!r}")
-    return tuple(value)
+    names = tuple(value)
+    if not all(isinstance(name, str) and name for name in names):
+        raise ConfigurationError(f"scope names must be non-empty strings, not {names!r}")
+    return names
+
+
+def _kind(value: Kind | str) -> Kind:
+    try:
+        return Kind(value)
+    except ValueError:
+        kinds = ", ".join(kind.value for kind in Kind)
+        raise ConfigurationError(f"kind must be one of {kinds}, not {value!r}") from None
+
+
+def _check_cost(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        require_positive(attribute.name, value)
+
+
+def _check_retry(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, RetryPolicy):
+        raise ConfigurationError(f"retry must be a RetryPolicy or None, not {value!r}")
 
 
 @attrs.frozen
@@ -49,14 +65,14 @@ class ToolSpec:
     mutating call makes stale (None: all of them).
     """
 
-    name: str
+    name: str = attrs.field(validator=non_empty_text)
     fn: Callable[..., Any] = attrs.field(eq=False)
-    kind: Kind = Kind.MUTATING
-    timeout: float | None = attrs.field(default=30.0, validator=_positive_or_none)
+    kind: Kind = attrs.field(default=Kind.MUTATING, converter=_kind)
+    timeout: float | None = attrs.field(default=30.0, validator=optional_positive)
     scopes: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    retry: RetryPolicy | None = None
-    cost: Cost = attrs.field(default=1.0, eq=False)
-    cache_ttl: float | None = attrs.field(default=None, validator=_positive_or_none)
+    retry: RetryPolicy | None = attrs.field(default=None, validator=_check_retry)
+    cost: Cost = attrs.field(default=1.0, eq=False, validator=_check_cost)
+    cache_ttl: float | None = attrs.field(default=None, validator=optional_positive)
     repeatable: bool = False
     invalidates: tuple[str, ...] | None = None
 
@@ -66,6 +82,11 @@ class ToolSpec:
     @is_async.default
     def _is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @fn.validator
+    def _check_fn(self, _: attrs.Attribute[Any], value: object) -> None:
+        if not callable(value):
+            raise ConfigurationError(f"tool {self.name!r} must be callable, not {value!r}")
 
     def cost_of(self, arguments: Mapping[str, Any]) -> float:
         """The tokens this call reserves on each of its scopes."""
@@ -110,21 +131,21 @@ class Registry:
     ) -> ToolSpec:
         """Register ``fn`` under ``name`` (default: its ``__name__``)."""
         tool_name = name or getattr(fn, "__name__", "")
-        if not tool_name:
+        if not isinstance(tool_name, str) or not tool_name:
             raise ConfigurationError("a tool needs a name")
         if tool_name in self._tools:
             raise ConfigurationError(f"a tool named {tool_name!r} is already registered")
         spec = ToolSpec(
             name=tool_name,
             fn=fn,
-            kind=Kind(kind),
+            kind=kind,
             timeout=timeout,
             scopes=_names(scopes),
             retry=retry,
             cost=cost,
             cache_ttl=cache_ttl,
             repeatable=repeatable,
-            invalidates=None if invalidates is None else tuple(invalidates),
+            invalidates=None if invalidates is None else _names(invalidates),
         )
         self._tools[tool_name] = spec
         return spec

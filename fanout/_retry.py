@@ -14,30 +14,20 @@ a multiple of them.
 from __future__ import annotations
 
 import collections
-import math
 from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
 
 from ._exceptions import ConfigurationError
+from ._validate import at_least, finite_non_negative, positive
 
 if TYPE_CHECKING:
     import random
 
-__all__ = ["Jitter", "RetryBudget", "RetryPolicy"]
+__all__ = ["Jitter", "RetryBudget", "RetryBudgetStatistics", "RetryPolicy"]
 
 Jitter = Literal["full", "equal", "none"]
-
-
-def _at_least_one(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1:
-        raise ConfigurationError(f"{attribute.name} must be at least 1, not {value!r}")
-
-
-def _non_negative(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not (value >= 0 and math.isfinite(value)):
-        raise ConfigurationError(f"{attribute.name} must be a finite number >= 0, not {value!r}")
 
 
 @attrs.frozen
@@ -49,9 +39,9 @@ class RetryPolicy:
     budget, and a wait that does not fit is answered rather than slept.
     """
 
-    attempts: int = attrs.field(default=3, validator=_at_least_one)
-    base: float = attrs.field(default=0.1, validator=_non_negative)
-    cap: float = attrs.field(default=10.0, validator=_non_negative)
+    attempts: int = attrs.field(default=3, validator=at_least(1))
+    base: float = attrs.field(default=0.1, validator=finite_non_negative)
+    cap: float = attrs.field(default=10.0, validator=finite_non_negative)
     jitter: Jitter = attrs.field(default="full")
 
     @jitter.validator
@@ -71,6 +61,8 @@ class RetryPolicy:
 
 @attrs.frozen
 class RetryBudgetStatistics:
+    """A snapshot of a retry budget: requests and retries in its window, retries refused."""
+
     requests: int
     retries: int
     refused: int
@@ -80,9 +72,9 @@ class RetryBudgetStatistics:
 class RetryBudget:
     """Retries allowed on a scope: ``floor + ratio * requests`` in the last ``window`` s."""
 
-    ratio: float = 0.2
-    floor: int = 3
-    window: float = 10.0
+    ratio: float = attrs.field(default=0.2, validator=finite_non_negative)
+    floor: int = attrs.field(default=3, validator=at_least(0))
+    window: float = attrs.field(default=10.0, validator=positive)
     _requests: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
     _retries: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
     _refused: int = attrs.field(init=False, default=0)

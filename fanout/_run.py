@@ -9,31 +9,20 @@ idempotency store instead of taking effect twice).
 
 from __future__ import annotations
 
-import math
 import uuid
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from ._exceptions import ConfigurationError
 from ._idempotency import IdempotencyStore, MemoryIdempotencyStore
+from ._validate import non_empty_text, positive
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
 __all__ = ["ReadCache", "Run"]
-
-
-def _non_empty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{attribute.name} must be a non-empty string, not {value!r}")
-
-
-def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
-        raise ConfigurationError(f"{attribute.name} must be a positive number, not {value!r}")
 
 
 @attrs.frozen
@@ -92,8 +81,8 @@ class Run:
     write runs).
     """
 
-    run_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, validator=_non_empty)
+    run_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, validator=non_empty_text)
     store: IdempotencyStore = attrs.field(factory=MemoryIdempotencyStore)
-    idempotency_ttl: float = attrs.field(default=24 * 3600.0, validator=_positive)
-    claim_lease: float = attrs.field(default=6.0, validator=_positive)
+    idempotency_ttl: float = attrs.field(default=24 * 3600.0, validator=positive)
+    claim_lease: float = attrs.field(default=6.0, validator=positive)
     cache: ReadCache = attrs.field(init=False, factory=ReadCache)

@@ -22,12 +22,13 @@ from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
 from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
+from ._validate import require_at_least, require_non_negative, require_positive
+from ._values import ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from ._registry import Registry
-    from ._values import ToolCall
 
 __all__ = ["Runner", "RunnerStatistics"]
 
@@ -79,12 +80,16 @@ class Runner:
             raise ConfigurationError(
                 f"on_failure must be 'continue' or 'cancel_siblings', not {on_failure!r}"
             )
-        if not turn_timeout > 0:
-            raise ConfigurationError(f"turn_timeout must be positive, not {turn_timeout!r}")
-        if inline_wait is not None and not inline_wait >= 0:
-            raise ConfigurationError(f"inline_wait must be >= 0 or None, not {inline_wait!r}")
-        if max_output_chars < 1:
-            raise ConfigurationError("max_output_chars must be at least 1")
+        require_positive("turn_timeout", turn_timeout)
+        if inline_wait is not None:
+            require_non_negative("inline_wait", inline_wait)
+        require_at_least("max_output_chars", max_output_chars, 1)
+        require_at_least("max_threads", max_threads, 1)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a RetryPolicy or None, not {retry!r}")
+        for instrument in instruments:
+            if not callable(getattr(instrument, "on_event", None)):
+                raise ConfigurationError(f"an instrument needs an on_event method: {instrument!r}")
         self.registry = registry
         self.turn_timeout = turn_timeout
         self.mutating: MutatingPolicy = mutating
@@ -120,13 +125,17 @@ class Runner:
         ``run`` is the conversation the turn belongs to; without one the turn
         is a run of its own (nothing is remembered across turns). Raises
         ``InvalidTurnError`` when the calls cannot be answered one result
-        per id: an id that is missing, empty or repeated.
+        per id: an id that is missing, empty or repeated. ``timeout``
+        overrides the runner's ``turn_timeout`` for this turn.
         """
+        if timeout is not None:
+            require_positive("timeout", timeout)
+        given = list(calls)
+        _validate(given)
         ordered = [
             call if call.position == i else attrs.evolve(call, position=i)
-            for i, call in enumerate(calls)
+            for i, call in enumerate(given)
         ]
-        _validate(ordered)
         run = run if run is not None else Run()
         turn_seed = self._rng.getrandbits(64)
         self._turn_serial += 1
@@ -173,6 +182,8 @@ class Runner:
 def _validate(calls: Sequence[ToolCall]) -> None:
     seen: set[str] = set()
     for call in calls:
+        if not isinstance(call, ToolCall):
+            raise InvalidTurnError(f"a turn is made of ToolCall values, not {type(call).__name__}")
         if not isinstance(call.id, str) or not call.id:
             raise InvalidTurnError(f"call #{call.position} ({call.name!r}) has no id")
         if call.id in seen:

@@ -11,6 +11,7 @@ EXPECTED = {
     "Kind", "Status", "ToolCall", "ToolResult",
     # primitives
     "Budget", "BucketStatistics", "TokenBucket", "RetryPolicy", "RetryBudget",
+    "RetryBudgetStatistics",
     "Scope", "ScopeStatistics", "concurrency_for",
     # scheduling
     "Registry", "ToolSpec", "Runner", "RunnerStatistics", "Turn", "Run", "ReadCache",
@@ -22,6 +23,7 @@ EXPECTED = {
     # errors
     "FanoutError", "InvalidTurnError", "ConfigurationError", "ToolSignal", "RateLimitedError",
     "TransientError", "QuotaExhaustedError", "NotSentError", "LimiterUnavailableError",
+    "UsageError",
     # edges
     "calls_from_anthropic", "anthropic_tool_results", "calls_from_openai",
     "openai_tool_messages", "FanoutTransport", "http_client", "RateLimitInfo",

@@ -1,0 +1,84 @@
+"""The checks every public constructor makes, written once.
+
+Configuration fails closed: a value that cannot work (a negative timeout, a
+NaN rate, a string where a number belongs) is a ``ConfigurationError`` at
+construction, never a surprise in the middle of a turn. Booleans are not
+numbers here, though Python lets them pass as ints.
+
+Each check exists in two spellings: ``require_*(name, value)`` for plain
+``__init__`` methods, and an attrs validator of the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    import attrs
+
+__all__ = [
+    "at_least",
+    "finite_non_negative",
+    "non_empty_text",
+    "optional_positive",
+    "positive",
+    "require_at_least",
+    "require_non_negative",
+    "require_positive",
+]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def require_positive(name: str, value: object) -> float:
+    """A finite number > 0."""
+    if not (_is_number(value) and 0 < value < math.inf):  # type: ignore[operator]
+        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def require_non_negative(name: str, value: object) -> float:
+    """A finite number >= 0."""
+    if not (_is_number(value) and 0 <= value < math.inf):  # type: ignore[operator]
+        raise ConfigurationError(f"{name} must be a finite number >= 0, not {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def require_at_least(name: str, value: object, least: int) -> int:
+    """A whole number >= ``least``."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+        raise ConfigurationError(f"{name} must be a whole number >= {least}, not {value!r}")
+    return value
+
+
+def _attrs_rule(check: Any) -> Any:
+    def validator(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        check(attribute.name, value)
+
+    return validator
+
+
+positive = _attrs_rule(require_positive)
+finite_non_negative = _attrs_rule(require_non_negative)
+
+
+def optional_positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or a finite number > 0."""
+    if value is not None:
+        require_positive(attribute.name, value)
+
+
+def at_least(least: int) -> Any:
+    """An attrs validator: a whole number >= ``least``."""
+    return _attrs_rule(lambda name, value: require_at_least(name, value, least))
+
+
+def non_empty_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A non-empty ``str``."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{attribute.name} must be a non-empty string, not {value!r}")
