@@ -18,6 +18,7 @@ escapes the turn.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import heapq
 import itertools
@@ -48,7 +49,7 @@ from ._repeats import (
 from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from ._registry import Registry
     from ._run import Run
@@ -83,15 +84,6 @@ class _Stage(enum.Enum):
     DONE = "done"
 
 
-class _Stop(enum.Enum):
-    """Why calls still unanswered were stopped."""
-
-    DEADLINE = "deadline"
-    SIBLING = "sibling"
-    CALLER = "caller"
-    INTERNAL = "internal"
-
-
 class Turn:
     """One turn's calls and their answers. Create it with ``Runner.turn``."""
 
@@ -120,12 +112,9 @@ class Turn:
         self._stage = _Stage.NEW
         self._deadline = math.inf  # set when the turn starts running
         self._failed: CallState | None = None
-        self._stop: _Stop | None = None
+        self._deadline_reached = False
         self._internal = ""  # what failed, when fanout itself did
         self._scope = trio.CancelScope()
-        # The cancel scopes of the turn's own nurseries: trio cancels one
-        # when a task in it crashes, which is fanout failing, not the caller.
-        self._nursery_scopes: list[trio.CancelScope] = []
         self._deadlines: list[tuple[float, int, CallState, trio.CancelScope]] = []
         self._serial = itertools.count()
         self._deadlines_changed = trio.Event()
@@ -168,7 +157,6 @@ class Turn:
         try:
             await self._run_phases()
         except (trio.Cancelled, KeyboardInterrupt):
-            self._stop = self._stop or _Stop.CALLER
             raise
         except BaseException as exc:
             self._fail_internally(exc)
@@ -183,27 +171,41 @@ class Turn:
     async def _run_phases(self) -> None:
         runnable = self._answer_without_running()
         async with trio.open_nursery() as watching:
-            self._nursery_scopes.append(watching.cancel_scope)
             watching.start_soon(self._watch_deadlines)
-            with self._scope:
+            with self._noting_crashes(), self._scope:
                 writes = self._writes_allowed([c for c in runnable if c.kind is Kind.MUTATING])
                 await self._phase(c for c in runnable if c.kind is not Kind.MUTATING)
                 await self._mutating_phase(writes)
             watching.cancel_scope.cancel()
 
+    @contextlib.contextmanager
+    def _noting_crashes(self) -> Iterator[None]:
+        """Remember what crashed, before trio cancels the rest because of it.
+
+        The calls a crash cancels are answered as they unwind; this is how
+        they know it was fanout failing, not the caller cancelling.
+        """
+        try:
+            yield
+        except BaseException as exc:
+            if not _only_cancelled(exc) and not self._internal:
+                self._internal = describe(exc)
+            raise
+
     def _fail_internally(self, exc: BaseException) -> None:
-        """fanout itself failed: answer what is left ``error``, never crash the caller."""
+        """fanout itself failed: answer what is left ``error``, never crash the caller.
+
+        A cancellation that arrived with the failure still propagates.
+        """
+        cancelled: BaseException | None = None
+        failed: BaseException | None = exc
         if isinstance(exc, BaseExceptionGroup):
-            cancelled, rest = exc.split((trio.Cancelled, KeyboardInterrupt))
-            if rest is None and cancelled is not None:
-                self._stop = self._stop or _Stop.CALLER
-                raise cancelled
-            if cancelled is not None:
-                _log.error("fanout: a turn failed", exc_info=rest)
-                self._stop, self._internal = _Stop.INTERNAL, describe(rest or exc)
-                raise cancelled
-        _log.error("fanout: a turn failed", exc_info=exc)
-        self._stop, self._internal = _Stop.INTERNAL, describe(exc)
+            cancelled, failed = exc.split((trio.Cancelled, KeyboardInterrupt))
+        if failed is not None:
+            _log.error("fanout: a turn failed", exc_info=failed)
+            self._internal = self._internal or describe(failed)
+        if cancelled is not None:
+            raise cancelled
 
     # -- phases -------------------------------------------------------------
 
@@ -247,10 +249,10 @@ class Turn:
         to schedule the tasks.
         """
         async with trio.open_nursery() as nursery:
-            self._nursery_scopes.append(nursery.cancel_scope)
-            for state in states:
-                if state.result is None:
-                    await nursery.start(self._run_one, state)
+            with self._noting_crashes():
+                for state in states:
+                    if state.result is None:
+                        await nursery.start(self._run_one, state)
 
     def _writes_allowed(self, writes: list[CallState]) -> list[CallState]:
         """Under policy ``one``, refuse every write but the first, before anything runs."""
@@ -292,7 +294,7 @@ class Turn:
 
         state.queued = queued
         try:
-            with trio.CancelScope() as own:
+            with self._noting_crashes(), trio.CancelScope() as own:
                 if budget.deadline < self._deadline:
                     self._watch(state, budget.deadline, own)
                 try:
@@ -341,6 +343,10 @@ class Turn:
 
     async def _watch_deadlines(self) -> None:
         """Answer each call at its deadline, then cancel it; the turn's last of all."""
+        with self._noting_crashes():
+            await self._watch_each_deadline()
+
+    async def _watch_each_deadline(self) -> None:
         while True:
             due = self._deadlines[0][0] if self._deadlines else self._deadline
             due = min(due, self._deadline)
@@ -355,7 +361,7 @@ class Turn:
                     self._answer(state, self._timed_out(state))
                 scope.cancel()
             if now >= self._deadline:
-                self._stop = self._stop or _Stop.DEADLINE
+                self._deadline_reached = True
                 for state in self._states:
                     if state.result is None:
                         self._answer(state, self._interrupted(state))
@@ -386,7 +392,6 @@ class Turn:
             and trio.current_time() < self._deadline
         ):
             self._failed = state
-            self._stop = self._stop or _Stop.SIBLING
             for other in self._states:
                 if other.result is None:
                     self._answer(other, self._interrupted(other))
@@ -412,16 +417,14 @@ class Turn:
                 "unfinished were cancelled (on_failure='cancel_siblings')"
             )
             status = Status.CANCELLED
-        elif self._stop is _Stop.DEADLINE or trio.current_time() >= self._deadline:
+        elif self._deadline_reached or trio.current_time() >= self._deadline:
             why, status = f"the turn's deadline of {self._timeout:g}s passed", Status.TIMED_OUT
-        elif self._stop is _Stop.CALLER or (
-            self._stop is None and not any(scope.cancel_called for scope in self._nursery_scopes)
-        ):
-            # Cancelled, and by none of the turn's own scopes: from outside.
-            why, status = "the caller cancelled the turn", Status.CANCELLED
+        elif self._internal:
+            return self._broken(state, self._internal)
         else:
-            what = self._internal or "another part of the turn failed and stopped it"
-            return self._broken(state, what)
+            # Stopped by none of the turn's own reasons, and nothing crashed:
+            # the cancellation came from outside the turn.
+            why, status = "the caller cancelled the turn", Status.CANCELLED
         return failure(state.call, status, why, started=state.started, kind=state.kind)
 
     def _broken(self, state: CallState, what: str) -> ToolResult:
@@ -438,6 +441,13 @@ class Turn:
             state.call, Status.CANCELLED, "the turn has not finished running this call",
             started=state.started, kind=state.kind,
         )  # fmt: skip
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation (or a group of nothing else): no crash."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
 
 
 def _tally(results: Sequence[ToolResult]) -> dict[str, int]:
