@@ -63,9 +63,9 @@ class CallSettings:
     threads: trio.CapacityLimiter
 
 
-@attrs.define
+@attrs.define(eq=False)
 class CallState:
-    """What the turn knows of one call while it runs."""
+    """What the turn knows of one call while it runs (compared by identity)."""
 
     call: ToolCall
     spec: ToolSpec | None

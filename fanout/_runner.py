@@ -4,12 +4,18 @@ A ``Runner`` is long-lived: its scopes hold the limits of every key the
 tools use, shared by every turn it runs. A ``Turn`` is one assistant
 message's calls; build it with ``runner.turn(calls)`` (which validates them)
 and ``await turn.run()``, or do both with ``await runner.run_turn(calls)``.
+
+A runner may also be entered (``async with runner:``). Its turns then run
+their calls in the runner's nursery, and a turn returns as soon as every
+call is answered: calls stopped at the deadline finish unwinding (a library
+closing a thousand hung connections) after the turn has returned, and the
+``async with`` block waits for them at its end.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import attrs
 import trio
@@ -17,7 +23,7 @@ import trio
 from ._call import CallSettings, CallState
 from ._canonical import idempotency_key
 from ._events import Instrument, Recorder
-from ._exceptions import ConfigurationError, InvalidTurnError
+from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
@@ -26,7 +32,9 @@ from ._validate import require_at_least, require_non_negative, require_positive
 from ._values import ToolCall
 
 if TYPE_CHECKING:
+    import contextlib
     from collections.abc import Iterable, Sequence
+    from types import TracebackType
 
     from ._registry import Registry
 
@@ -110,6 +118,29 @@ class Runner:
         self._rng = rng or random.Random()
         self._turn_serial = 0
         self._counts = TurnCounts()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
+
+    async def __aenter__(self) -> Self:
+        """Open the runner's nursery, where its turns' calls run and unwind."""
+        if self._nursery_manager is not None:
+            raise UsageError("this runner is already open; enter it once")
+        manager = trio.open_nursery()
+        self._nursery = await manager.__aenter__()
+        self._nursery_manager = manager
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        """Wait for calls still unwinding, then close the nursery."""
+        manager = self._nursery_manager
+        assert manager is not None
+        self._nursery = None
+        try:
+            return await manager.__aexit__(kind, exc, tb)
+        finally:
+            self._nursery_manager = None
 
     def scope(self, name: str) -> ScopeLike:
         """The scope called ``name``, created without limits if none was configured."""
@@ -161,6 +192,7 @@ class Runner:
                 turn_id=f"turn-{self._turn_serial}",
             ),
             counts=self._counts,
+            host=self._nursery,
         )
 
     async def run_turn(

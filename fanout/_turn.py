@@ -99,8 +99,10 @@ class Turn:
         settings: CallSettings,
         recorder: Recorder,
         counts: TurnCounts,
+        host: trio.Nursery | None = None,
     ) -> None:
         self._counts = counts
+        self._host = host
         self._states = list(states)
         self._registry = registry
         self._timeout = timeout
@@ -113,11 +115,17 @@ class Turn:
         self._deadline = math.inf  # set when the turn starts running
         self._failed: CallState | None = None
         self._deadline_reached = False
+        self._stopping = False  # set once the turn has stopped its calls
         self._internal = ""  # what failed, when fanout itself did
         self._scope = trio.CancelScope()
         self._deadlines: list[tuple[float, int, CallState, trio.CancelScope]] = []
         self._serial = itertools.count()
         self._deadlines_changed = trio.Event()
+        # Every running call's own cancel scope, so the turn can stop calls
+        # that run in the runner's nursery rather than under its own scope.
+        self._running: dict[CallState, trio.CancelScope] = {}
+        self._phase_left: set[CallState] = set()
+        self._phase_done = trio.Event()
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:
@@ -161,6 +169,7 @@ class Turn:
         except BaseException as exc:
             self._fail_internally(exc)
         finally:
+            self._stop_calls()
             for state in self._states:
                 if state.result is None:
                     self._answer(state, self._interrupted(state))
@@ -247,12 +256,37 @@ class Turn:
         call has queued or begun: which call goes first, and whether a call
         had started when a sibling failed, never depends on how trio happened
         to schedule the tasks.
+
+        In the turn's own nursery, the phase ends when its calls' tasks have
+        ended. In the runner's nursery (a runner used with ``async with``),
+        it ends when they are *answered*: a call stopped at the deadline
+        unwinds in the runner's nursery after the turn has returned.
         """
-        async with trio.open_nursery() as nursery:
-            with self._noting_crashes():
-                for state in states:
-                    if state.result is None:
-                        await nursery.start(self._run_one, state)
+        if self._host is None:
+            async with trio.open_nursery() as nursery:
+                with self._noting_crashes():
+                    for state in states:
+                        if state.result is None:
+                            await nursery.start(self._run_one, state)
+            return
+        self._phase_left = set()
+        self._phase_done = trio.Event()
+        with self._noting_crashes():
+            for state in states:
+                if state.result is None:
+                    self._phase_left.add(state)
+                    await self._host.start(self._run_hosted, state)
+        if self._phase_left:
+            await self._phase_done.wait()
+
+    async def _run_hosted(
+        self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A call in the runner's nursery: whatever happens, it must not crash that nursery."""
+        try:
+            await self._run_one(state, task_status)
+        except Exception:
+            _log.exception("fanout: call %s failed after it was answered", state.call.id)
 
     def _writes_allowed(self, writes: list[CallState]) -> list[CallState]:
         """Under policy ``one``, refuse every write but the first, before anything runs."""
@@ -295,6 +329,10 @@ class Turn:
         state.queued = queued
         try:
             with self._noting_crashes(), trio.CancelScope() as own:
+                own.deadline = self._deadline + _BACKSTOP
+                self._running[state] = own
+                if self._stopping:
+                    own.cancel()
                 if budget.deadline < self._deadline:
                     self._watch(state, budget.deadline, own)
                 try:
@@ -303,6 +341,7 @@ class Turn:
                     _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
                     self._answer(state, self._broken(state, describe(exc)))
         finally:
+            self._running.pop(state, None)
             if state.result is None:
                 self._answer(state, self._interrupted(state))
             queued()
@@ -368,6 +407,19 @@ class Turn:
                 self._scope.cancel()
                 return
 
+    def _stop_calls(self) -> None:
+        """Cancel every call still running, wherever its task lives.
+
+        Calls in the turn's own nurseries are cancelled with its scope; calls
+        in the runner's nursery only here, as the turn returns: cancelled
+        earlier, a thousand of them unwinding at once would stand between
+        the turn and its caller in trio's run queue.
+        """
+        self._stopping = True
+        self._scope.cancel()
+        for scope in self._running.values():
+            scope.cancel()
+
     # -- answers ------------------------------------------------------------
 
     def _answer(self, state: CallState, result: ToolResult) -> None:
@@ -376,6 +428,10 @@ class Turn:
         if state.secrets:
             result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
         state.result = result
+        if state in self._phase_left:
+            self._phase_left.discard(state)
+            if not self._phase_left:
+                self._phase_done.set()
         for follower in state.followers:
             if follower.result is None:
                 follower.started = state.started

@@ -248,6 +248,7 @@ def _play(
     policy: dict[str, Any],
     broken_events: frozenset[str],
     seed: int,
+    hosted: bool,
 ) -> tuple[list[ToolCall], fanout.Turn, float, bool]:
     behaviours = [behaviour for _, behaviour in calls_spec]
     calls = [ToolCall(f"toolu_{i:02d}", name, {"n": i}) for i, (name, _) in enumerate(calls_spec)]
@@ -266,13 +267,19 @@ def _play(
     turn = runner.turn(calls, run=fanout.Run(store=store, claim_lease=1.0))
     escaped = False
 
-    async def main() -> float:
+    async def play() -> float:
         nonlocal escaped
         try:
             await turn.run()
         except BaseException:
             escaped = True
         return trio.current_time()
+
+    async def main() -> float:
+        if not hosted:
+            return await play()
+        async with runner:
+            return await play()
 
     trio._core._run._r.seed(seed)
     returned = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -293,6 +300,7 @@ def _play(
     ),
     broken_events=st.frozensets(st.sampled_from([k.value for k in fanout.EventKind])),
     seed=st.integers(0, 2**32),
+    hosted=st.booleans(),
 )
 def test_every_call_answered_truthfully_whatever_fails(
     calls_spec: list[tuple[str, tuple[str, Any]]],
@@ -300,9 +308,10 @@ def test_every_call_answered_truthfully_whatever_fails(
     policy: dict[str, Any],
     broken_events: frozenset[str],
     seed: int,
+    hosted: bool,
 ) -> None:
     """Hostile tools and faults at every seam: the turn returns on time, every id answered."""
-    calls, turn, returned, escaped = _play(calls_spec, plan, policy, broken_events, seed)
+    calls, turn, returned, escaped = _play(calls_spec, plan, policy, broken_events, seed, hosted)
     assert not escaped
     assert returned <= turn.deadline
     assert [r.tool_use_id for r in turn.results] == [c.id for c in calls]

@@ -46,7 +46,7 @@ class UnprintableError(Exception):
 async def test_hostile_output_is_an_ok_answer_of_valid_json(
     output: Any, expected: str, autojump_clock: Any
 ) -> None:
-    """Mixed keys, tuple keys, unprintable objects, NaN, surrogates: an ok answer, siblings intact."""
+    """Mixed keys, tuple keys, unprintables, NaN, surrogates: an ok answer, siblings intact."""
     reg = Registry()
 
     @reg.tool(kind=Kind.READS)
@@ -81,10 +81,10 @@ async def test_sync_tool_returning_unserialisable_output_is_answered() -> None:
         return object.__new__(Unprintable)
 
     turn = await Runner(reg).run_turn([ToolCall("a", "loop"), ToolCall("b", "thing")])
-    looped, thing = turn.results
+    looped, text = turn.results
     assert looped.status is Status.ERROR
     assert "contains itself" in body(looped)["message"]
-    assert (thing.status, thing.content) == (Status.OK, '"<unprintable Unprintable>"')
+    assert (text.status, text.content) == (Status.OK, '"<unprintable Unprintable>"')
 
 
 async def test_exception_whose_str_raises_is_described_by_its_type(autojump_clock: Any) -> None:
@@ -267,7 +267,9 @@ async def test_a_long_write_keeps_its_claim_by_renewing_it(autojump_clock: Any) 
     turns: list[fanout.Turn] = []
 
     async def play(call_id: str) -> None:
-        turns.append(await runner.run_turn([ToolCall(call_id, "long_write", {"key": "k"})], run=run))
+        turns.append(
+            await runner.run_turn([ToolCall(call_id, "long_write", {"key": "k"})], run=run)
+        )
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(play, "first")
@@ -406,3 +408,47 @@ def test_every_exception_fanout_raises_is_a_fanout_error() -> None:
             await turn.run()
 
     trio.run(main)
+
+
+async def test_an_open_runner_returns_the_turn_before_calls_finish_unwinding(
+    autojump_clock: Any,
+) -> None:
+    """With `async with runner`, a turn returns at its deadline; unwinding ends in the runner."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=None)
+    async def slow_to_stop(n: int) -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(5)  # a library closing its connection
+        return "unreachable"
+
+    async with Runner(reg, turn_timeout=2) as runner:
+        turn = await runner.run_turn(
+            [ToolCall(f"c{i}", "slow_to_stop", {"n": i}) for i in range(3)]
+        )
+        returned = trio.current_time()
+    closed = trio.current_time()
+    assert returned == 2.0
+    assert closed == 7.0
+    assert [r.status for r in turn.results] == [Status.TIMED_OUT] * 3
+    assert {e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED} == {2.0}
+
+
+async def test_an_open_runner_still_answers_a_cancelling_caller(autojump_clock: Any) -> None:
+    """The caller cancelling a turn of an open runner gets every call answered, cancelled."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=None)
+    async def hang(n: int) -> str:
+        await trio.sleep_forever()
+        return "unreachable"
+
+    async with Runner(reg, turn_timeout=10) as runner:
+        turn = runner.turn([ToolCall(f"c{i}", "hang", {"n": i}) for i in range(3)])
+        with trio.move_on_after(1):
+            await turn.run()
+    assert trio.current_time() == 1.0
+    assert [body(r)["message"] for r in turn.results] == ["the caller cancelled the turn"] * 3
