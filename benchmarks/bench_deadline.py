@@ -23,7 +23,7 @@ import trio
 
 import fanout
 
-__all__ = ["DeadlineReport", "measure_deadlines"]
+__all__ = ["DeadlineReport", "ScaleCase", "measure_deadlines", "measure_scale", "scale_markdown"]
 
 
 def _runner(timeout: float) -> fanout.Runner:
@@ -142,3 +142,152 @@ def measure_deadlines(
         return DeadlineReport([concurrent, sequential])
 
     return trio.run(main)
+
+
+# --- at scale: 100 to 10,000 hung calls of three kinds, each answered at its deadline ---
+
+
+async def _hang_forever_server(
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A loopback server that accepts every connection and never answers."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            await trio.sleep_forever()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=65535)
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handler, listeners)
+
+
+def _scale_registry(kind: str, client: Any) -> fanout.Registry:
+    registry = fanout.Registry()
+    if kind == "sleep":
+
+        @registry.tool(kind=fanout.Kind.READS, timeout=None, name="hung")
+        async def sleeper(n: int) -> str:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    elif kind == "sync":
+
+        @registry.tool(kind=fanout.Kind.READS, timeout=None, name="hung")
+        def blocked(n: int) -> str:
+            time.sleep(3.0)  # trio abandons the thread at the deadline
+            return "too late"
+
+    else:
+
+        @registry.tool(kind=fanout.Kind.READS, timeout=None, name="hung")
+        async def request(n: int) -> str:
+            response = await client.get(f"/{n}")
+            return str(response.text)
+
+    return registry
+
+
+@attrs.frozen
+class ScaleCase:
+    """One turn of ``calls`` hung calls of ``kind``; lateness in seconds past its deadline."""
+
+    kind: str
+    calls: int
+    hosted: bool
+    timeout: float
+    turn_late: float
+    answer_late: list[float]
+    started: int
+    all_timed_out: bool
+
+    def answers(self, q: float) -> float:
+        data = sorted(self.answer_late)
+        return data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))]
+
+
+async def _scale_case(kind: str, calls: int, hosted: bool, timeout: float) -> ScaleCase:
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_hang_forever_server)
+        client = fanout.http_client(base_url=f"http://127.0.0.1:{port}", timeout=None)
+        runner = fanout.Runner(
+            _scale_registry(kind, client), turn_timeout=timeout, max_threads=max(1, calls)
+        )
+        turn = runner.turn([fanout.ToolCall(f"c{i}", "hung", {"n": i}) for i in range(calls)])
+        if hosted:
+            async with runner:
+                await turn.run()
+                returned = trio.current_time()
+        else:
+            await turn.run()
+            returned = trio.current_time()
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+    answered = [e.time - turn.deadline for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+    started = sum(1 for e in turn.trace if e.kind is fanout.EventKind.STARTED)
+    return ScaleCase(
+        kind, calls, hosted, timeout, returned - turn.deadline, answered, started,
+        all(r.status is fanout.Status.TIMED_OUT for r in turn.results),
+    )  # fmt: skip
+
+
+def _raise_file_limit(wanted: int) -> None:
+    """Hung HTTP calls hold two descriptors each (client and server side)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+
+
+def measure_scale(
+    sizes: tuple[int, ...] = (100, 1_000, 10_000),
+    kinds: tuple[str, ...] = ("sleep", "sync", "http"),
+) -> list[ScaleCase]:
+    """Every kind at every size, in the turn's own nursery and in an open runner.
+
+    Worker threads are capped at 1,000 (sync tools run at most 1,000 at once),
+    and the turn's deadline grows with the size, so that every call has
+    started when it fires: the measure is of stopping, not of starting.
+    """
+    _raise_file_limit(2 * max(sizes) + 1_000)
+    cases = []
+    for kind in kinds:
+        for calls in sizes:
+            if kind == "sync" and calls > 1_000:
+                continue
+            timeout = 2.0 + calls / 1_000
+            for hosted in (False, True):
+                cases.append(trio.run(_scale_case, kind, calls, hosted, timeout))
+    return cases
+
+
+def scale_markdown(cases: list[ScaleCase]) -> str:
+    """The table the README quotes: lateness of the turn and of its answers, in ms."""
+    lines = [
+        "| tool | calls | runner | turn returned | answers p50 | p99 | max | started "
+        "| all timed_out |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for case in cases:
+        lines.append(
+            f"| {case.kind} | {case.calls:,} | {'open' if case.hosted else 'not open'} "
+            f"| {case.turn_late * 1000:.1f} ms | {case.answers(50) * 1000:.1f} ms "
+            f"| {case.answers(99) * 1000:.1f} ms | {max(case.answer_late) * 1000:.1f} ms "
+            f"| {case.started:,} | {'yes' if case.all_timed_out else 'NO'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import pathlib
+
+    results = measure_scale()
+    text = (
+        "# Deadlines at scale\n\n"
+        "`python -m benchmarks.bench_deadline`: one turn of N hung calls, real time. "
+        "'turn returned': how long after its deadline `turn.run()` returned; 'answers': "
+        "how long after it each call's answer was written.\n\n" + scale_markdown(results)
+    )
+    out = pathlib.Path(__file__).parent / "results" / "deadline_scale.md"
+    out.write_text(text)
+    print(text)

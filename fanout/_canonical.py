@@ -122,8 +122,18 @@ def canonical_json(value: Any) -> str:
     strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. Raises
     ``ValueError`` only for a value that contains itself or nests deeper
     than ``MAX_DEPTH``.
+
+    Plain JSON data (the usual case) is written by ``json`` directly; only
+    a value ``json`` refuses takes the slower, careful rewrite. Either way
+    the same value always takes the same path, so its spelling is stable.
     """
-    return _spelling(_plain(value, set(), 0))
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError):
+        return _spelling(_plain(value, set(), 0))
+    return clean_text(text)
 
 
 def _marker(dropped: int) -> str:
