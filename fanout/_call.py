@@ -86,6 +86,8 @@ class CallState:
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
     claimed: bool = False  # holds its idempotency key in the run's store
+    # Why the arguments are unusable, when a stream said more than "not JSON".
+    problem: str | None = None
     # Single-flight: an identical earlier call of the turn answers this one.
     leader: CallState | None = attrs.field(default=None, eq=False, repr=False)
     followers: list[CallState] = attrs.field(factory=list, eq=False, repr=False)

@@ -34,14 +34,12 @@ from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._values import Kind, Status, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ._budget import Budget
     from ._call import CallState
     from ._events import Recorder
     from ._run import Run
 
-__all__ = ["cached_answer", "claim", "hold_claim", "remember", "settle", "single_flight"]
+__all__ = ["cached_answer", "claim", "hold_claim", "join_flight", "remember", "settle"]
 
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0  # seconds between looks at a key another call holds
 _STORE_TIMEOUT = 1.0  # the longest a store may take to settle a claim, within the deadline
@@ -50,22 +48,29 @@ STORE_SCOPE = "idempotency store"  # the scope named by answers the store decide
 _log = logging.getLogger("fanout")
 
 
-def single_flight(states: Sequence[CallState], recorder: Recorder) -> list[CallState]:
-    """Group identical calls under the first; return the leaders, which alone run."""
-    leaders: dict[str, CallState] = {}
-    for state in states:
-        assert state.spec is not None
-        if state.spec.repeatable:
-            continue
-        leader = leaders.setdefault(state.idempotency_key, state)
-        if leader is not state:
-            state.leader = leader
-            leader.followers.append(state)
-            kind = EventKind.REPLAYED if state.spec.kind is Kind.MUTATING else EventKind.COALESCED
-            recorder.emit(
-                kind, call_id=state.call.id, tool=state.call.name, detail={"leader": leader.call.id}
-            )
-    return [state for state in states if state.leader is None]
+def join_flight(
+    leaders: dict[str, CallState], state: CallState, recorder: Recorder
+) -> CallState | None:
+    """Single-flight: the earlier identical call that answers ``state``, or None.
+
+    The first call of each key leads; a later identical one becomes its
+    follower and is answered with its answer (at once, if it already has
+    one: in a streaming turn the leader may have finished before its
+    repeat arrived). Repeatable tools never coalesce.
+    """
+    assert state.spec is not None
+    if state.spec.repeatable:
+        return None
+    leader = leaders.setdefault(state.idempotency_key, state)
+    if leader is state:
+        return None
+    state.leader = leader
+    leader.followers.append(state)
+    kind = EventKind.REPLAYED if state.spec.kind is Kind.MUTATING else EventKind.COALESCED
+    recorder.emit(
+        kind, call_id=state.call.id, tool=state.call.name, detail={"leader": leader.call.id}
+    )
+    return leader
 
 
 def shared(result: ToolResult, follower: CallState) -> ToolResult:

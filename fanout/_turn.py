@@ -41,15 +41,15 @@ from ._repeats import (
     hold_claim,
     invalidate_for,
     is_idempotent_write,
+    join_flight,
     remember,
     settle,
     shared,
-    single_flight,
 )
 from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
     from ._registry import Registry
     from ._run import Run
@@ -126,6 +126,9 @@ class Turn:
         self._running: dict[CallState, trio.CancelScope] = {}
         self._phase_left: set[CallState] = set()
         self._phase_done = trio.Event()
+        self._delivered = False  # a whole message's calls have been handed out
+        self._leaders: dict[str, CallState] = {}  # single-flight: the first call per key
+        self._writes: list[CallState] = []  # writes kept for the mutating phase
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:
@@ -154,6 +157,9 @@ class Turn:
         Nothing but ``Cancelled`` (the caller's) and ``KeyboardInterrupt``
         escapes: whatever else fails is logged and answered.
         """
+        await self._run_to_the_end()
+
+    async def _run_to_the_end(self) -> None:
         if self._stage is not _Stage.NEW:
             raise UsageError("a turn runs once; build a new one for the next message")
         self._stage = _Stage.RUNNING
@@ -170,6 +176,7 @@ class Turn:
             self._fail_internally(exc)
         finally:
             self._stop_calls()
+            self._arrivals_cut_off()
             for state in self._states:
                 if state.result is None:
                     self._answer(state, self._interrupted(state))
@@ -178,14 +185,30 @@ class Turn:
             self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
 
     async def _run_phases(self) -> None:
-        runnable = self._answer_without_running()
         async with trio.open_nursery() as watching:
             watching.start_soon(self._watch_deadlines)
             with self._noting_crashes(), self._scope:
-                writes = self._writes_allowed([c for c in runnable if c.kind is Kind.MUTATING])
-                await self._phase(c for c in runnable if c.kind is not Kind.MUTATING)
-                await self._mutating_phase(writes)
+                await self._run_together(self._arrivals, register=True)
+                await self._mutating_phase(self._writes)
             watching.cancel_scope.cancel()
+
+    # -- arrivals -------------------------------------------------------------
+
+    async def _arrivals(self) -> list[CallState] | None:
+        """The next calls of the message, or None once it has ended.
+
+        A turn built from a whole message has them all at once: every call
+        is checked (unknown tool, broken arguments, repeats, cache hits)
+        before any of them starts.
+        """
+        await trio.lowlevel.checkpoint()
+        if self._delivered:
+            return None
+        self._delivered = True
+        return list(self._states)
+
+    def _arrivals_cut_off(self) -> None:
+        """The turn stopped before its message ended (a streaming turn answers partial calls)."""
 
     @contextlib.contextmanager
     def _noting_crashes(self) -> Iterator[None]:
@@ -218,66 +241,100 @@ class Turn:
 
     # -- phases -------------------------------------------------------------
 
-    def _answer_without_running(self) -> list[CallState]:
-        """Answer what needs no run (unknown tool, broken arguments, repeats, cache hits).
+    def _register(self, state: CallState) -> bool:
+        """Check one arriving call, answering what needs no run; True to start it now.
 
-        Returns the calls left to run: one per group of identical calls.
+        Unknown tools are refused and broken arguments answered; an identical
+        earlier call answers this one (single-flight); a fresh cached read
+        answers it; under policy ``one`` a write after the first is refused,
+        and the writes kept wait for the mutating phase, which needs the
+        whole message. A call arriving after a sibling failed
+        (``cancel_siblings``) is answered ``cancelled`` without running.
         """
-        runnable = []
-        for state in self._states:
-            call = state.call
-            self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
-            if state.spec is None:
-                names = ", ".join(self._registry.names()) or "(none)"
-                self._refuse(state, f"there is no tool named {call.name!r}; the tools are: {names}")
-            elif not call.arguments_valid:
-                self._answer(
-                    state,
-                    failure(
-                        call, Status.ERROR,
-                        "the arguments are not a JSON object; the call was not run",
-                        started=False, kind=state.kind,
-                        hint="re-issue the call with arguments that are a valid JSON object",
-                    ),
-                )  # fmt: skip
-            else:
-                runnable.append(state)
-        leaders = single_flight(runnable, self._recorder)
-        for state in leaders:
-            hit = cached_answer(self._run, state, self._recorder)
-            if hit is not None:
-                self._answer(state, hit)
-        return [state for state in leaders if state.result is None]
+        call = state.call
+        self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
+        if state.spec is None:
+            names = ", ".join(self._registry.names()) or "(none)"
+            self._refuse(state, f"there is no tool named {call.name!r}; the tools are: {names}")
+            return False
+        if not call.arguments_valid:
+            why = state.problem or "the arguments are not a JSON object; the call was not run"
+            self._answer(
+                state,
+                failure(
+                    call, Status.ERROR, why, started=False, kind=state.kind,
+                    hint="re-issue the call with arguments that are a valid JSON object",
+                ),
+            )  # fmt: skip
+            return False
+        if self._failed is not None:
+            self._answer(state, self._interrupted(state))
+            return False
+        leader = join_flight(self._leaders, state, self._recorder)
+        if leader is not None:
+            if leader.result is not None:
+                state.started = leader.started
+                self._answer(state, shared(leader.result, state))
+            return False
+        hit = cached_answer(self._run, state, self._recorder)
+        if hit is not None:
+            self._answer(state, hit)
+            return False
+        if state.kind is not Kind.MUTATING:
+            return True
+        if self._mutating == "one" and self._writes:
+            first = self._writes[0]
+            self._refuse(
+                state,
+                f"{call.name} was requested in the same turn as another write "
+                f"({first.call.name}); it was not run. Re-request it alone if still needed",
+            )
+        else:
+            self._writes.append(state)
+        return False
 
-    async def _phase(self, states: Iterable[CallState]) -> None:
-        """Run ``states`` concurrently, each admitted in the model's order.
+    async def _run_together(
+        self, arrivals: Callable[[], Awaitable[list[CallState] | None]], *, register: bool
+    ) -> None:
+        """Run arriving calls concurrently, each admitted in the model's order.
 
         Every call is started with ``nursery.start``, which returns once the
         call has queued or begun: which call goes first, and whether a call
         had started when a sibling failed, never depends on how trio happened
-        to schedule the tasks.
+        to schedule the tasks. With ``register``, each batch is checked first
+        (``_register``); the mutating phase's writes were checked on arrival.
 
-        In the turn's own nursery, the phase ends when its calls' tasks have
-        ended. In the runner's nursery (a runner used with ``async with``),
-        it ends when they are *answered*: a call stopped at the deadline
-        unwinds in the runner's nursery after the turn has returned.
+        In the turn's own nursery, this ends when the calls' tasks have ended.
+        In the runner's nursery (a runner used with ``async with``), it ends
+        when they are *answered*: a call stopped at the deadline unwinds in
+        the runner's nursery after the turn has returned.
         """
         if self._host is None:
             async with trio.open_nursery() as nursery:
                 with self._noting_crashes():
-                    for state in states:
-                        if state.result is None:
-                            await nursery.start(self._run_one, state)
+                    await self._start_arrivals(arrivals, nursery, self._run_one, register)
             return
         self._phase_left = set()
         self._phase_done = trio.Event()
         with self._noting_crashes():
-            for state in states:
-                if state.result is None:
-                    self._phase_left.add(state)
-                    await self._host.start(self._run_hosted, state)
+            await self._start_arrivals(arrivals, self._host, self._run_hosted, register)
         if self._phase_left:
             await self._phase_done.wait()
+
+    async def _start_arrivals(
+        self,
+        arrivals: Callable[[], Awaitable[list[CallState] | None]],
+        nursery: trio.Nursery,
+        run_one: Callable[..., Awaitable[None]],
+        register: bool,
+    ) -> None:
+        while (batch := await arrivals()) is not None:
+            ready = [state for state in batch if self._register(state)] if register else batch
+            for state in ready:
+                if state.result is None:
+                    if self._host is not None:
+                        self._phase_left.add(state)
+                    await nursery.start(run_one, state)
 
     async def _run_hosted(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -288,22 +345,15 @@ class Turn:
         except Exception:
             _log.exception("fanout: call %s failed after it was answered", state.call.id)
 
-    def _writes_allowed(self, writes: list[CallState]) -> list[CallState]:
-        """Under policy ``one``, refuse every write but the first, before anything runs."""
-        if self._mutating != "one" or len(writes) < 2:
-            return writes
-        first = writes[0]
-        for state in writes[1:]:
-            self._refuse(
-                state,
-                f"{state.call.name} was requested in the same turn as another write "
-                f"({first.call.name}); it was not run. Re-request it alone if still needed",
-            )
-        return [first]
-
     async def _mutating_phase(self, writes: list[CallState]) -> None:
         if self._mutating == "parallel":
-            await self._phase(writes)
+            batches = iter([writes, None])
+
+            async def arrivals() -> list[CallState] | None:
+                await trio.lowlevel.checkpoint()
+                return next(batches)
+
+            await self._run_together(arrivals, register=False)
         else:
             for state in writes:
                 if state.result is None:
