@@ -9,6 +9,7 @@ from ._adapters import anthropic_tool_results as anthropic_tool_results
 from ._adapters import calls_from_anthropic as calls_from_anthropic
 from ._adapters import calls_from_openai as calls_from_openai
 from ._adapters import openai_tool_messages as openai_tool_messages
+from ._binding import ArgumentError as ArgumentError
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
@@ -16,6 +17,7 @@ from ._canonical import canonical_json as canonical_json
 from ._canonical import idempotency_key as idempotency_key
 from ._context import CallContext as CallContext
 from ._context import current_call as current_call
+from ._definitions import ToolDefinition as ToolDefinition
 from ._events import Event as Event
 from ._events import EventKind as EventKind
 from ._events import Instrument as Instrument
@@ -55,6 +57,7 @@ from ._values import ToolCall as ToolCall
 from ._values import ToolResult as ToolResult
 
 __all__ = [
+    "ArgumentError",
     "BucketStatistics",
     "Budget",
     "CallContext",
@@ -88,6 +91,7 @@ __all__ = [
     "StoredAnswer",
     "TokenBucket",
     "ToolCall",
+    "ToolDefinition",
     "ToolResult",
     "ToolSignal",
     "ToolSpec",

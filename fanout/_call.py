@@ -191,6 +191,8 @@ async def _invoke(
     spec: ToolSpec, arguments: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
 ) -> Any:
     token = set_current_call(context)
+    bound = spec.bind(arguments)  # the turn answered the calls that do not fit
+    arguments = bound if isinstance(bound, dict) else arguments
     try:
         if spec.is_async:
             return await spec.fn(**arguments)

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ._answers import failure
+from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, execute
 from ._events import Event, EventKind, Recorder
@@ -160,6 +161,15 @@ class Turn:
                         "the arguments are not a JSON object; the call was not run",
                         started=False, kind=state.spec.kind,
                         hint="re-issue the call with arguments that are a valid JSON object",
+                    ),
+                )  # fmt: skip
+            elif isinstance(unfit := state.spec.bind(call.arguments), ArgumentError):
+                self._answer(
+                    state,
+                    failure(
+                        call, Status.ERROR, f"{unfit.message}; the call was not run",
+                        started=False, kind=state.spec.kind,
+                        hint="re-issue the call with arguments that fit the tool's schema",
                     ),
                 )  # fmt: skip
             else:

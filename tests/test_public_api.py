@@ -26,6 +26,8 @@ EXPECTED = {
     "calls_from_anthropic", "anthropic_tool_results", "calls_from_openai",
     "openai_tool_messages", "FanoutTransport", "http_client", "RateLimitInfo",
     "parse_rate_limit_headers",
+    # definitions and wire formats (issue 14)
+    "ArgumentError", "ToolDefinition",
 }  # fmt: skip
 
 
