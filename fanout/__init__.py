@@ -41,6 +41,8 @@ from ._idempotency import MemoryIdempotencyStore as MemoryIdempotencyStore
 from ._idempotency import StoredAnswer as StoredAnswer
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
+from ._responses import calls_from_responses as calls_from_responses
+from ._responses import responses_tool_outputs as responses_tool_outputs
 from ._retry import RetryBudget as RetryBudget
 from ._retry import RetryPolicy as RetryPolicy
 from ._run import ReadCache as ReadCache
@@ -100,6 +102,7 @@ __all__ = [
     "anthropic_tool_results",
     "calls_from_anthropic",
     "calls_from_openai",
+    "calls_from_responses",
     "canonical_json",
     "concurrency_for",
     "current_call",
@@ -107,4 +110,5 @@ __all__ = [
     "idempotency_key",
     "openai_tool_messages",
     "parse_rate_limit_headers",
+    "responses_tool_outputs",
 ]

@@ -27,7 +27,7 @@ EXPECTED = {
     "openai_tool_messages", "FanoutTransport", "http_client", "RateLimitInfo",
     "parse_rate_limit_headers",
     # definitions and wire formats (issue 14)
-    "ArgumentError", "ToolDefinition",
+    "ArgumentError", "ToolDefinition", "calls_from_responses", "responses_tool_outputs",
 }  # fmt: skip
 
 
