@@ -32,6 +32,9 @@ from ._exceptions import ToolSignal as ToolSignal
 from ._exceptions import TransientError as TransientError
 from ._headers import RateLimitInfo as RateLimitInfo
 from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
+from ._history import repair_anthropic_history as repair_anthropic_history
+from ._history import repair_openai_history as repair_openai_history
+from ._history import repair_responses_input as repair_responses_input
 from ._http import FanoutTransport as FanoutTransport
 from ._http import http_client as http_client
 from ._idempotency import Claim as Claim
@@ -110,5 +113,8 @@ __all__ = [
     "idempotency_key",
     "openai_tool_messages",
     "parse_rate_limit_headers",
+    "repair_anthropic_history",
+    "repair_openai_history",
+    "repair_responses_input",
     "responses_tool_outputs",
 ]

@@ -28,6 +28,7 @@ EXPECTED = {
     "parse_rate_limit_headers",
     # definitions and wire formats (issue 14)
     "ArgumentError", "ToolDefinition", "calls_from_responses", "responses_tool_outputs",
+    "repair_anthropic_history", "repair_openai_history", "repair_responses_input",
 }  # fmt: skip
 
 
