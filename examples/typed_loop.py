@@ -59,7 +59,7 @@ async def chat_loop(
             model="gpt-4o", tools=registry.openai_tools(), messages=messages
         )
         message = completion.choices[0].message
-        messages.append(_assistant(message))
+        messages.append(assistant_param(message))
         calls = fanout.calls_from_openai(message)
         if not calls:
             break
@@ -95,7 +95,7 @@ async def responses_loop(
     return ids
 
 
-def _assistant(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
+def assistant_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
     """The assistant message as a request param (the SDK has no to_param() for it)."""
     param: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": message.content}
     calls = [
