@@ -42,6 +42,9 @@ from ._idempotency import ClaimState as ClaimState
 from ._idempotency import IdempotencyStore as IdempotencyStore
 from ._idempotency import MemoryIdempotencyStore as MemoryIdempotencyStore
 from ._idempotency import StoredAnswer as StoredAnswer
+from ._output import Document as Document
+from ._output import Image as Image
+from ._output import Text as Text
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
 from ._responses import calls_from_responses as calls_from_responses
@@ -69,11 +72,13 @@ __all__ = [
     "Claim",
     "ClaimState",
     "ConfigurationError",
+    "Document",
     "Event",
     "EventKind",
     "FanoutError",
     "FanoutTransport",
     "IdempotencyStore",
+    "Image",
     "Instrument",
     "InvalidTurnError",
     "Kind",
@@ -94,6 +99,7 @@ __all__ = [
     "ScopeStatistics",
     "Status",
     "StoredAnswer",
+    "Text",
     "TokenBucket",
     "ToolCall",
     "ToolDefinition",

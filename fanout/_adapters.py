@@ -16,9 +16,10 @@ checking only), so ``messages.append(...)`` type-checks without a cast.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._exceptions import InvalidTurnError
+from ._output import Document, Part, Text, render, text_of
 from ._reading import (
     arguments_from,
     decode_arguments,
@@ -32,8 +33,21 @@ from ._reading import (
 from ._values import ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    from anthropic.types import ToolResultBlockParam, UserMessageParam
-    from openai.types.chat import ChatCompletionToolMessageParam
+    from anthropic.types import (
+        Base64ImageSourceParam,
+        DocumentBlockParam,
+        ImageBlockParam,
+        TextBlockParam,
+        ToolResultBlockParam,
+        UserMessageParam,
+    )
+    from openai.types.chat import (
+        ChatCompletionContentPartTextParam,
+        ChatCompletionToolMessageParam,
+    )
+
+    AnthropicPart = TextBlockParam | ImageBlockParam | DocumentBlockParam
+    ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 
 __all__ = [
     "anthropic_tool_results",
@@ -78,12 +92,40 @@ def anthropic_tool_results(results: Any) -> UserMessageParam:
         {
             "type": "tool_result",
             "tool_use_id": result.tool_use_id,
-            "content": result.content,
+            "content": render(result.content, _anthropic_block),
             "is_error": result.is_error,
         }
         for result in results_of(results)
     ]
     return {"role": "user", "content": blocks}
+
+
+def _anthropic_block(part: Part) -> AnthropicPart:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, Document):
+        return _anthropic_document(part)
+    # Image validated media_type against the four types Anthropic accepts.
+    media_type = cast("ImageMediaType", part.media_type)
+    source: Base64ImageSourceParam = {"type": "base64", "media_type": media_type, "data": part.data}
+    return {"type": "image", "source": source}
+
+
+def _anthropic_document(part: Document) -> DocumentBlockParam:
+    block: DocumentBlockParam
+    if part.media_type == "text/plain":
+        block = {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": part.data},
+        }
+    else:
+        block = {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": part.data},
+        }
+    if part.title is not None:
+        block["title"] = part.title
+    return block
 
 
 def calls_from_openai(message: Any) -> list[ToolCall]:
@@ -120,9 +162,18 @@ def calls_from_openai(message: Any) -> list[ToolCall]:
 def openai_tool_messages(results: Any) -> list[ChatCompletionToolMessageParam]:
     """One ``role: "tool"`` message per call, in the model's order."""
     return [
-        {"role": "tool", "tool_call_id": result.tool_use_id, "content": result.content}
+        {
+            "role": "tool",
+            "tool_call_id": result.tool_use_id,
+            "content": render(result.content, _chat_part),
+        }
         for result in results_of(results)
     ]
+
+
+def _chat_part(part: Part) -> ChatCompletionContentPartTextParam:
+    """Tool messages carry text only: an image or a document is named, not sent."""
+    return {"type": "text", "text": text_of(part)}
 
 
 def call_id_of(value: Any, what: str) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._adapters import call_id_of, results_of
 from ._exceptions import InvalidTurnError
+from ._output import Image, Part, Text, render
 from ._reading import (
     decode_arguments,
     items_of,
@@ -26,6 +27,9 @@ from ._reading import (
 from ._values import ToolCall
 
 if TYPE_CHECKING:
+    from openai.types.responses.response_function_call_output_item_param import (
+        ResponseFunctionCallOutputItemParam,
+    )
     from openai.types.responses.response_input_item_param import FunctionCallOutput
 
 __all__ = ["calls_from_responses", "responses_tool_outputs"]
@@ -62,9 +66,21 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
 def responses_tool_outputs(results: Any) -> list[FunctionCallOutput]:
     """One ``function_call_output`` item per call, in the model's order."""
     return [
-        {"type": "function_call_output", "call_id": result.tool_use_id, "output": result.content}
+        {"type": "function_call_output", "call_id": result.tool_use_id,
+         "output": render(result.content, _output_item)}
         for result in results_of(results)
-    ]
+    ]  # fmt: skip
+
+
+def _output_item(part: Part) -> ResponseFunctionCallOutputItemParam:
+    if isinstance(part, Text):
+        return {"type": "input_text", "text": part.text}
+    if isinstance(part, Image):
+        return {"type": "input_image", "image_url": f"data:{part.media_type};base64,{part.data}"}
+    if part.media_type == "application/pdf":
+        return {"type": "input_file", "filename": part.title or "document.pdf",
+                "file_data": f"data:application/pdf;base64,{part.data}"}  # fmt: skip
+    return {"type": "input_text", "text": part.data}
 
 
 def _output_items(response: Any) -> list[Any]:

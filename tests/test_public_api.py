@@ -29,6 +29,7 @@ EXPECTED = {
     # definitions and wire formats (issue 14)
     "ArgumentError", "ToolDefinition", "calls_from_responses", "responses_tool_outputs",
     "repair_anthropic_history", "repair_openai_history", "repair_responses_input",
+    "Text", "Image", "Document",
 }  # fmt: skip
 
 
