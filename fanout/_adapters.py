@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ._exceptions import InvalidTurnError
 from ._output import Document, Part, Text, render, text_of
 from ._reading import (
+    NO_NAME,
     arguments_from,
     decode_arguments,
     items_of,
@@ -28,7 +29,7 @@ from ._reading import (
     plain,
     refuse_other_shapes,
     shown,
-    text_or_empty,
+    tool_name,
 )
 from ._values import ToolCall, ToolResult
 
@@ -81,7 +82,7 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
         if block["type"] != "tool_use":
             continue  # text, thinking, server tools: nothing for fanout to run
         call_id = call_id_of(block.get("id"), "tool_use block")
-        name = text_or_empty(block.get("name"))
+        name = tool_name(block.get("name"))
         calls.append(ToolCall(call_id, name, arguments_from(block.get("input")), len(calls)))
     return calls
 
@@ -146,14 +147,14 @@ def calls_from_openai(message: Any) -> list[ToolCall]:
         kind = item.get("type", "function")
         body = plain(item.get(kind)) if isinstance(kind, str) else None
         if not isinstance(body, dict):
-            name, arguments = "", decode_arguments(body)
+            name, arguments = NO_NAME, decode_arguments(body)
         elif kind == "custom":
             # Custom tools take free text; it reaches the tool as {"input": text}.
             text = body.get("input")
-            name = text_or_empty(body.get("name"))
+            name = tool_name(body.get("name"))
             arguments = {"input": text} if isinstance(text, str) else arguments_from(text)
         else:
-            name = text_or_empty(body.get("name"))
+            name = tool_name(body.get("name"))
             arguments = decode_arguments(body.get("arguments"))
         calls.append(ToolCall(call_id, name, arguments, len(calls)))
     return calls

@@ -26,23 +26,22 @@ __all__ = [
     "plain",
     "refuse_other_shapes",
     "shown",
-    "text_or_empty",
+    "tool_name",
 ]
 
 
 def plain(value: Any) -> Any:
-    """An SDK (pydantic) object as plain data, one level deep; anything else as is.
+    """An SDK (pydantic) object as a dict of its fields, one level deep; anything else as is.
 
-    Only one level: nested SDK objects are dumped by their parents, and the
-    arguments inside are never walked (they may nest thousands deep).
+    Only one level, and without serialising: nested SDK objects are read
+    by their parents' readers in turn, and arguments inside are never walked
+    (they may nest thousands deep, which a full dump would fail on).
     """
-    dump = getattr(value, "model_dump", None)
-    if not callable(dump):
+    if not hasattr(type(value), "model_fields") or not hasattr(value, "__dict__"):
         return value
-    try:
-        return dump(mode="python")
-    except Exception as exc:  # a broken model object is broken input
-        raise InvalidTurnError(f"cannot read {type(value).__name__}: {exc}") from exc
+    fields = dict(value.__dict__)
+    fields.update(getattr(value, "__pydantic_extra__", None) or {})
+    return fields
 
 
 def mapping_of(value: Any, what: str, expected: str) -> Mapping[Any, Any]:
@@ -62,9 +61,16 @@ def items_of(value: Any, what: str) -> list[Any]:
     return [plain(item) for item in value]
 
 
-def text_or_empty(value: Any) -> str:
-    """A name field: text, or "" (the call is then answered "no such tool")."""
-    return value if isinstance(value, str) else ""
+NO_NAME = "<no tool name>"
+
+
+def tool_name(value: Any) -> str:
+    """A name field: its text, or a placeholder no tool has, so the call is refused.
+
+    An empty or missing name is one bad call, answered "there is no tool
+    named ..." with the list of tools, never a refused message.
+    """
+    return value if isinstance(value, str) and value else NO_NAME
 
 
 def arguments_from(value: Any) -> Mapping[str, Any] | str:
@@ -74,7 +80,11 @@ def arguments_from(value: Any) -> Mapping[str, Any] | str:
     set or a number is not one either: the call is kept, and answered
     ``error`` as having arguments that are not a JSON object.
     """
-    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+    if isinstance(value, Mapping):
+        if not all(isinstance(key, str) for key in value):
+            return "<a mapping with keys that are not strings, not a JSON object>"
+        if _deeper_than(value, MAX_DEPTH):
+            return f"<an object nested deeper than {MAX_DEPTH} levels>"
         return dict(value)
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -95,7 +105,28 @@ def decode_arguments(value: Any) -> Mapping[str, Any] | str:
         decoded = json.loads(value)
     except (ValueError, RecursionError):
         return value
-    return decoded if isinstance(decoded, dict) else value
+    if not isinstance(decoded, dict) or _deeper_than(decoded, MAX_DEPTH):
+        return value
+    return decoded
+
+
+# Deeper arguments are kept as text: serialising them (for idempotency keys,
+# answers, logs) would exhaust Python's recursion limit, and no tool needs them.
+MAX_DEPTH = 200
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` levels, walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 def refuse_other_shapes(data: Mapping[Any, Any], *, own: str, given: Any) -> None:
@@ -108,9 +139,28 @@ def refuse_other_shapes(data: Mapping[Any, Any], *, own: str, given: Any) -> Non
             raise InvalidTurnError(f"got {words} (a {_name(given)})")
 
 
+_ANTHROPIC_EVENTS = frozenset(
+    {"message_start", "message_delta", "message_stop", "content_block_start",
+     "content_block_delta", "content_block_stop"}
+)  # fmt: skip
+
+
 def _shapes(data: Mapping[Any, Any]) -> list[tuple[str, str]]:
     found = []
-    if data.get("object") == "chat.completion" or "choices" in data:
+    kind = data.get("type")
+    if kind in _ANTHROPIC_EVENTS:
+        found.append(("anthropic-event", "an Anthropic streaming event; pass the whole "
+                      "message (stream.get_final_message())"))  # fmt: skip
+    if data.get("object") == "chat.completion.chunk":
+        found.append(("chunk", "a Chat Completions streaming chunk; pass the accumulated "
+                      "message (stream.get_final_completion().choices[0].message)"))  # fmt: skip
+    if isinstance(kind, str) and kind.startswith("response.") and kind != "response.completed":
+        found.append(("response-event", "a Responses streaming event; pass the final "
+                      "Response (stream.get_final_response(), or the response.completed "
+                      "event)"))  # fmt: skip
+    if data.get("object") == "chat.completion" or (
+        "choices" in data and data.get("object") != "chat.completion.chunk"
+    ):
         found.append(("completion", "a whole OpenAI ChatCompletion; pass "
                       "completion.choices[0].message to fanout.calls_from_openai"))  # fmt: skip
     if data.get("object") == "response" or isinstance(data.get("output"), list | tuple):

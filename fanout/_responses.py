@@ -22,7 +22,7 @@ from ._reading import (
     plain,
     refuse_other_shapes,
     shown,
-    text_or_empty,
+    tool_name,
 )
 from ._values import ToolCall
 
@@ -58,7 +58,7 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
         if item["type"] != "function_call":
             continue
         call_id = call_id_of(item.get("call_id"), "function_call item")
-        name = text_or_empty(item.get("name"))
+        name = tool_name(item.get("name"))
         calls.append(ToolCall(call_id, name, decode_arguments(item.get("arguments")), len(calls)))
     return calls
 
@@ -93,6 +93,10 @@ def _output_items(response: Any) -> list[Any]:
         raise InvalidTurnError(
             f"got one function_call item; pass {_EXPECTED} so every call is answered"
         )
+    if data.get("type") == "response.completed" and "response" in data:
+        data = plain(data["response"])  # the stream's last event holds the final Response
+        if not isinstance(data, dict):
+            raise InvalidTurnError(f"a response.completed event without a Response: {shown(data)}")
     refuse_other_shapes(data, own="response", given=response)
     if "output" not in data:
         raise InvalidTurnError(f"got a mapping without output; pass {_EXPECTED}")

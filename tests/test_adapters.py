@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 import trio
-from anthropic.types import Message, MessageParam
+from anthropic.types import Message, MessageParam, ToolUseBlock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import (
@@ -193,6 +193,19 @@ def test_hostile_anthropic_input_gives_one_call_per_tool_use(
     for call in calls:
         assert isinstance(call.name, str)
         assert isinstance(call.arguments, str) or all(isinstance(k, str) for k in call.arguments)
+    _answered_one_each(calls)
+
+
+def _answered_one_each(calls: list[ToolCall]) -> None:
+    """Running the calls answers each id once, in order, whatever their arguments."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def t(value: Any = None) -> str:
+        return "ran"
+
+    turn = trio.run(Runner(registry).run_turn, calls)
+    assert [result.tool_use_id for result in turn.results] == [call.id for call in calls]
 
 
 @st.composite
@@ -227,6 +240,7 @@ def test_hostile_openai_input_gives_one_call_per_tool_call(
     assert [call.id for call in calls] == ids
     for call in calls:
         assert isinstance(call.arguments, str) or all(isinstance(k, str) for k in call.arguments)
+    _answered_one_each(calls)
 
 
 async def test_deep_arguments_answer_that_one_call_error(runner: Runner) -> None:
@@ -333,6 +347,12 @@ LEGACY = {"role": "assistant", "content": None,
         (fanout.calls_from_responses, Message.model_validate(ANTHROPIC_MESSAGE),
          "an Anthropic message"),
         (fanout.calls_from_responses, RESPONSE["output"][0], "one function_call item"),  # type: ignore[index]
+        (fanout.calls_from_anthropic, {"type": "content_block_start", "index": 0},
+         "an Anthropic streaming event; pass the whole message"),
+        (fanout.calls_from_openai, {"object": "chat.completion.chunk", "choices": []},
+         "a Chat Completions streaming chunk"),
+        (fanout.calls_from_responses, {"type": "response.output_item.done", "item": {}},
+         "a Responses streaming event; pass the final Response"),
     ],
 )  # fmt: skip
 def test_wrong_shapes_say_what_they_are_and_what_to_pass(
@@ -355,3 +375,15 @@ def test_param_dicts_holding_sdk_objects_are_read() -> None:
     chat = ChatCompletionMessage.model_validate(OPENAI_MESSAGE)
     held = {"role": "assistant", "content": None, "tool_calls": chat.tool_calls}
     assert fanout.calls_from_openai(held) == fanout.calls_from_openai(chat)
+
+
+async def test_deep_input_inside_an_sdk_block_is_that_calls_error(runner: Runner) -> None:
+    """SDK objects are read field by field, so 5,000-deep input fails only its own call."""
+    deep = ToolUseBlock.model_construct(id="toolu_deep", name="weather", input=_deep(5000),
+                                        type="tool_use")  # fmt: skip
+    fine = ToolUseBlock(id="toolu_fine", name="weather", input={"city": "Oslo"}, type="tool_use")
+    calls = fanout.calls_from_anthropic({"role": "assistant", "content": [deep, fine]})
+    assert [call.id for call in calls] == ["toolu_deep", "toolu_fine"]
+    turn = await runner.run_turn(calls)
+    assert [r.status for r in turn.results] == [Status.ERROR, Status.OK]
+    assert calls[0].arguments == "<an object nested deeper than 200 levels>"

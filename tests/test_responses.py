@@ -8,6 +8,7 @@ import pydantic
 import pytest
 from openai.types.responses import (
     Response,
+    ResponseCompletedEvent,
     ResponseFunctionToolCall,
     ResponseInputItemParam,
     ResponseOutputMessage,
@@ -58,8 +59,11 @@ def runner() -> Runner:
         OUTPUT,
         [ResponseOutputMessage.model_validate(OUTPUT[1]),
          *(ResponseFunctionToolCall.model_validate(item) for item in OUTPUT[2:])],
+        ResponseCompletedEvent(type="response.completed", sequence_number=9,
+                               response=Response.model_validate(RESPONSE)),
     ],
-    ids=["sdk-response", "dict-response", "sdk-output", "dict-output", "sdk-items"],
+    ids=["sdk-response", "dict-response", "sdk-output", "dict-output", "sdk-items",
+         "stream-completed-event"],
 )  # fmt: skip
 def test_function_calls_are_read_from_every_form(given: Any) -> None:
     """A Response, its dict, or its output items (objects or dicts) give the same calls."""
