@@ -76,13 +76,19 @@ ANY_ARGUMENTS = Signature("", (), Any, accepts_extra=True)
 def read_signature(fn: Any) -> Signature:
     """The parameters of ``fn`` as a tool sees them: every one passed by keyword."""
     try:
-        signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn, include_extras=True)
+        # eval_str resolves string annotations and, unlike get_type_hints, reads
+        # partials and callable objects too.
+        signature = inspect.signature(fn, eval_str=True)
     except (TypeError, ValueError, NameError) as exc:
         raise ConfigurationError(
             f"cannot read the signature of {fn!r} ({exc}); pass schema= to describe it by hand"
         ) from exc
-    summary, described = _read_docstring(inspect.getdoc(fn) or "")
+    hints = {
+        name: parameter.annotation
+        for name, parameter in signature.parameters.items()
+        if parameter.annotation is not _EMPTY
+    }
+    summary, described = _read_docstring(inspect.getdoc(getattr(fn, "func", fn)) or "")
     parameters = []
     extra: Any = None
     accepts_extra = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Annotated, Any, Literal, TypedDict
 
 import attrs
@@ -389,3 +390,23 @@ def test_public_names() -> None:
     """ArgumentError and ToolDefinition are importable from fanout."""
     assert fanout.ArgumentError is ArgumentError
     assert fanout.ToolDefinition.__name__ == "ToolDefinition"
+
+
+def test_partials_and_callable_objects_are_read() -> None:
+    """A functools.partial hides its bound arguments; a callable object's __call__ is read."""
+
+    class Lookup:
+        async def __call__(self, query: str, limit: int = 5) -> str:
+            return query * limit
+
+    def search(index: str, query: str) -> str:
+        """Search one index."""
+        return index + query
+
+    registry = Registry()
+    registry.add(functools.partial(search, "books"), name="search_books")
+    registry.add(Lookup(), name="lookup")
+    books, lookup = registry.definitions()
+    assert books.description == "Search one index."
+    assert books.parameters["properties"] == {"query": {"type": "string"}}
+    assert lookup.parameters["required"] == ["query"]
