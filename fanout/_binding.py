@@ -25,7 +25,7 @@ import cattrs.cols
 import cattrs.gen
 import cattrs.gen.typeddicts
 
-from ._schema import Signature, describe_hint
+from ._schema import Signature, describe_hint, has_schema
 
 __all__ = ["ArgumentError", "bind"]
 
@@ -258,7 +258,9 @@ def bind(
 def _structure(
     name: str, value: Any, hint: Any, bound: dict[str, Any], problems: list[str]
 ) -> None:
-    if hint is Any or hint is None:
+    if hint is Any or hint is None or not has_schema(hint):
+        # A hint JSON cannot describe (the tool was given schema= by hand): the
+        # hand-written schema is the contract, and the value reaches the tool as sent.
         bound[name] = value
         return
     try:

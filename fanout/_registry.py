@@ -25,7 +25,7 @@ from ._definitions import (
 )
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
-from ._schema import ANY_ARGUMENTS, Signature, read_signature, schema_of
+from ._schema import ANY_ARGUMENTS, Signature, read_signature, schema_of, summary_of
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -131,12 +131,10 @@ class ToolSpec:
         Raises ``ConfigurationError`` when a hint has no JSON Schema and no
         ``schema=`` was given.
         """
-        if self.schema is not None and self.description is not None:
-            return ToolDefinition(self.name, self.description, dict(self.schema))
-        signature = self.signature()
-        schema = self.schema if self.schema is not None else schema_of(signature, tool=self.name)
-        description = self.description if self.description is not None else signature.description
-        return ToolDefinition(self.name, description, dict(schema))
+        description = self.description if self.description is not None else summary_of(self.fn)
+        if self.schema is not None:
+            return ToolDefinition(self.name, description, dict(self.schema))
+        return ToolDefinition(self.name, description, schema_of(self.signature(), tool=self.name))
 
 
 class Registry:

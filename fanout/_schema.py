@@ -32,8 +32,10 @@ __all__ = [
     "Parameter",
     "Signature",
     "describe_hint",
+    "has_schema",
     "read_signature",
     "schema_of",
+    "summary_of",
 ]
 
 _EMPTY = inspect.Parameter.empty
@@ -308,6 +310,34 @@ def _read_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 _WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
           "boolean": "true or false", "null": "null"}  # fmt: skip
+
+
+_DESCRIBABLE: dict[Any, bool] = {}
+
+
+def has_schema(hint: Any) -> bool:
+    """Whether JSON Schema can describe ``hint`` (memoised: asked for every argument)."""
+    try:
+        return _DESCRIBABLE[hint]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable hint (Annotated with a dict in it): not memoised
+        return _describable(hint)
+    _DESCRIBABLE[hint] = _describable(hint)
+    return _DESCRIBABLE[hint]
+
+
+def _describable(hint: Any) -> bool:
+    try:
+        _schema(hint, ())
+    except ConfigurationError:
+        return False
+    return True
+
+
+def summary_of(fn: Any) -> str:
+    """The first paragraph of ``fn``'s docstring, as a tool's description."""
+    return _read_docstring(inspect.getdoc(getattr(fn, "func", fn)) or "")[0]
 
 
 def describe_hint(hint: Any) -> str:

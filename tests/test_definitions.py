@@ -227,6 +227,22 @@ def test_hand_written_schema_replaces_the_derived_one() -> None:
     assert registry.anthropic_tools() == [
         {"name": "store", "description": "Store a blob.", "input_schema": schema}
     ]
+    assert registry.get("store").bind({"blob": "x"}) == {"blob": "x"}  # type: ignore[union-attr]
+
+
+def test_hand_written_schema_needs_no_readable_signature() -> None:
+    """A tool whose signature cannot be read still has a definition when given schema=."""
+
+    def raw(payload: Any, /) -> None:
+        """Take anything."""
+
+    registry = Registry()
+    registry.add(raw, schema={"type": "object"})
+    assert registry.openai_tools()[0]["function"] == {
+        "name": "raw",
+        "description": "Take anything.",
+        "parameters": {"type": "object"},
+    }
 
 
 @pytest.mark.parametrize(
