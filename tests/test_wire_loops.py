@@ -100,3 +100,47 @@ async def test_the_fake_rejects_what_the_real_apis_reject(registry: Registry) ->
             await client.messages.create(model="m", max_tokens=10, messages=split)
         with pytest.raises(anthropic.BadRequestError, match="not answered"):
             await client.messages.create(model="m", max_tokens=10, messages=split[:2])
+
+
+async def test_a_crashed_loop_resumes_after_repair(registry: Registry) -> None:
+    """A history saved before its answers is refused as is, and accepted once repaired."""
+    async with serve_strict(SCRIPT) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Weather?"}]
+        response = await client.messages.create(model="m", max_tokens=10, messages=messages)
+        messages.append({"role": "assistant", "content": response.content})  # then: a crash
+        with pytest.raises(anthropic.BadRequestError):
+            await client.messages.create(model="m", max_tokens=10, messages=messages)
+        await client.messages.create(
+            model="m", max_tokens=10, messages=fanout.repair_anthropic_history(messages)
+        )
+    assert len(api.rejections) == 1
+
+
+async def test_a_crashed_chat_loop_resumes_after_repair(registry: Registry) -> None:
+    """Chat Completions: the same crash, refused, then accepted after repair."""
+    async with serve_strict(SCRIPT) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        history: list[Any] = [{"role": "user", "content": "Weather?"}]
+        completion = await client.chat.completions.create(model="m", messages=history)
+        history.append(completion.choices[0].message)  # stored as the SDK object; then a crash
+        history.append({"role": "tool", "tool_call_id": "call_0_0", "content": "clear"})
+        await client.chat.completions.create(
+            model="m", messages=fanout.repair_openai_history(history)
+        )
+    assert api.rejections == []
+
+
+async def test_a_crashed_responses_loop_resumes_after_repair(registry: Registry) -> None:
+    """Responses: output items stored without their outputs are repaired into valid input."""
+    async with serve_strict(SCRIPT) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        items: list[Any] = [{"role": "user", "content": "Weather?"}]
+        response = await client.responses.create(model="m", input=items)
+        items += response.output  # then a crash before any function_call_output was saved
+        await client.responses.create(model="m", input=fanout.repair_responses_input(items))
+    assert api.rejections == []
+    sent = api.requests[1][1]["input"]
+    assert [i["call_id"] for i in sent if i.get("type") == "function_call_output"] == [
+        f"call_0_{n}" for n in range(5)
+    ]
