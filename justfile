@@ -16,7 +16,7 @@ test *ARGS:
 lint:
     ruff check .
     ruff format --check .
-    mypy --strict fanout
+    mypy --strict fanout examples/typed_loop.py
 
 # Every benchmark; writes benchmarks/results/.
 bench:

@@ -9,6 +9,7 @@ from ._adapters import anthropic_tool_results as anthropic_tool_results
 from ._adapters import calls_from_anthropic as calls_from_anthropic
 from ._adapters import calls_from_openai as calls_from_openai
 from ._adapters import openai_tool_messages as openai_tool_messages
+from ._binding import ArgumentError as ArgumentError
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
@@ -16,6 +17,7 @@ from ._canonical import canonical_json as canonical_json
 from ._canonical import idempotency_key as idempotency_key
 from ._context import CallContext as CallContext
 from ._context import current_call as current_call
+from ._definitions import ToolDefinition as ToolDefinition
 from ._events import Event as Event
 from ._events import EventKind as EventKind
 from ._events import Instrument as Instrument
@@ -31,6 +33,9 @@ from ._exceptions import TransientError as TransientError
 from ._exceptions import UsageError as UsageError
 from ._headers import RateLimitInfo as RateLimitInfo
 from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
+from ._history import repair_anthropic_history as repair_anthropic_history
+from ._history import repair_openai_history as repair_openai_history
+from ._history import repair_responses_input as repair_responses_input
 from ._http import FanoutTransport as FanoutTransport
 from ._http import http_client as http_client
 from ._idempotency import Claim as Claim
@@ -38,8 +43,13 @@ from ._idempotency import ClaimState as ClaimState
 from ._idempotency import IdempotencyStore as IdempotencyStore
 from ._idempotency import MemoryIdempotencyStore as MemoryIdempotencyStore
 from ._idempotency import StoredAnswer as StoredAnswer
+from ._output import Document as Document
+from ._output import Image as Image
+from ._output import Text as Text
 from ._registry import Registry as Registry
 from ._registry import ToolSpec as ToolSpec
+from ._responses import calls_from_responses as calls_from_responses
+from ._responses import responses_tool_outputs as responses_tool_outputs
 from ._retry import RetryBudget as RetryBudget
 from ._retry import RetryBudgetStatistics as RetryBudgetStatistics
 from ._retry import RetryPolicy as RetryPolicy
@@ -57,17 +67,20 @@ from ._values import ToolCall as ToolCall
 from ._values import ToolResult as ToolResult
 
 __all__ = [
+    "ArgumentError",
     "BucketStatistics",
     "Budget",
     "CallContext",
     "Claim",
     "ClaimState",
     "ConfigurationError",
+    "Document",
     "Event",
     "EventKind",
     "FanoutError",
     "FanoutTransport",
     "IdempotencyStore",
+    "Image",
     "Instrument",
     "InvalidTurnError",
     "Kind",
@@ -89,8 +102,10 @@ __all__ = [
     "ScopeStatistics",
     "Status",
     "StoredAnswer",
+    "Text",
     "TokenBucket",
     "ToolCall",
+    "ToolDefinition",
     "ToolResult",
     "ToolSignal",
     "ToolSpec",
@@ -100,6 +115,7 @@ __all__ = [
     "anthropic_tool_results",
     "calls_from_anthropic",
     "calls_from_openai",
+    "calls_from_responses",
     "canonical_json",
     "concurrency_for",
     "current_call",
@@ -107,4 +123,8 @@ __all__ = [
     "idempotency_key",
     "openai_tool_messages",
     "parse_rate_limit_headers",
+    "repair_anthropic_history",
+    "repair_openai_history",
+    "repair_responses_input",
+    "responses_tool_outputs",
 ]

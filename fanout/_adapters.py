@@ -3,167 +3,204 @@
 Anthropic: an assistant ``Message`` (or its dict) carries ``tool_use``
 blocks; the answer is ONE user message of ``tool_result`` blocks, in the
 model's order. Splitting results across messages teaches a model to stop
-batching. OpenAI: an assistant message carries ``tool_calls`` whose
-arguments are a JSON *string*; the answer is one ``role: "tool"`` message
-per call, in order.
+batching. OpenAI Chat Completions: an assistant message carries
+``tool_calls`` whose arguments are a JSON *string*; the answer is one
+``role: "tool"`` message per call, in order.
 
-SDK objects are pydantic models; they are dumped to plain data and
-structured with fanout's own private cattrs converter into small attrs
-shapes, so the rest of fanout never touches an SDK type.
+What comes in is read defensively (``_reading``): a message that cannot be
+answered raises ``InvalidTurnError``; one bad call is still a call. What
+goes out is typed as the SDKs' own param TypedDicts (imported for type
+checking only), so ``messages.append(...)`` type-checks without a cast.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any
-
-import attrs
-import cattrs
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._exceptions import InvalidTurnError
+from ._output import Document, Part, Text, render, text_of
+from ._reading import (
+    NO_NAME,
+    arguments_from,
+    decode_arguments,
+    items_of,
+    mapping_of,
+    plain,
+    refuse_other_shapes,
+    shown,
+    tool_name,
+)
 from ._values import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from anthropic.types import (
+        Base64ImageSourceParam,
+        DocumentBlockParam,
+        ImageBlockParam,
+        TextBlockParam,
+        ToolResultBlockParam,
+        UserMessageParam,
+    )
+    from openai.types.chat import (
+        ChatCompletionContentPartTextParam,
+        ChatCompletionToolMessageParam,
+    )
+
+    AnthropicPart = TextBlockParam | ImageBlockParam | DocumentBlockParam
+    ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 
 __all__ = [
     "anthropic_tool_results",
+    "call_id_of",
     "calls_from_anthropic",
     "calls_from_openai",
     "openai_tool_messages",
+    "results_of",
 ]
 
-_converter = cattrs.Converter(forbid_extra_keys=False)
-
-
-@attrs.frozen
-class _AnthropicBlock:
-    type: str
-    id: str | None = None
-    name: str | None = None
-    input: Any = None
-
-
-@attrs.frozen
-class _AnthropicMessage:
-    content: list[_AnthropicBlock] | str = attrs.field(factory=list)
-
-
-@attrs.frozen
-class _OpenAIFunction:
-    name: str = ""
-    arguments: str | None = None
-
-
-@attrs.frozen
-class _OpenAICustom:
-    name: str = ""
-    input: str | None = None
-
-
-@attrs.frozen
-class _OpenAIToolCall:
-    id: str
-    type: str = "function"
-    function: _OpenAIFunction | None = None
-    custom: _OpenAICustom | None = None
-
-
-@attrs.frozen
-class _OpenAIMessage:
-    tool_calls: list[_OpenAIToolCall] | None = None
-
-
-def _content_hook(value: Any, _: Any) -> list[_AnthropicBlock] | str:
-    if isinstance(value, str):
-        return value
-    return [_converter.structure(block, _AnthropicBlock) for block in value]
-
-
-_converter.register_structure_hook(list[_AnthropicBlock] | str, _content_hook)
-
-
-def _plain(message: Any) -> Any:
-    """An SDK (pydantic) object as plain data; dicts pass through."""
-    dump = getattr(message, "model_dump", None)
-    return dump(mode="python") if callable(dump) else message
-
-
-def _structure(data: Any, shape: type[Any], what: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise InvalidTurnError(f"not a valid {what}: expected a mapping, got {type(data).__name__}")
-    try:
-        return _converter.structure(data, shape)
-    except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
-        raise InvalidTurnError(f"not a valid {what}: {exc}") from exc
+_ANTHROPIC = "an Anthropic assistant message (a Message, its to_param() or a dict)"
+_OPENAI = "an OpenAI assistant message (completion.choices[0].message, or its dict)"
 
 
 def calls_from_anthropic(message: Any) -> list[ToolCall]:
-    """The ``tool_use`` blocks of an Anthropic assistant message, as calls."""
-    parsed: _AnthropicMessage = _structure(_plain(message), _AnthropicMessage, "Anthropic message")
-    if isinstance(parsed.content, str):
+    """The ``tool_use`` blocks of an Anthropic assistant message, as calls, in order."""
+    data = mapping_of(message, "an Anthropic message", _ANTHROPIC)
+    refuse_other_shapes(data, own="anthropic", given=message)
+    _assistant(data, message, _ANTHROPIC)
+    if "content" not in data:
+        raise InvalidTurnError(f"not an Anthropic message: it has no content; pass {_ANTHROPIC}")
+    content = data["content"]
+    if isinstance(content, str):
         return []
     calls: list[ToolCall] = []
-    for block in parsed.content:
-        if block.type != "tool_use":
-            continue
-        arguments = block.input if isinstance(block.input, Mapping) else json.dumps(block.input)
-        calls.append(ToolCall(block.id or "", block.name or "", arguments, len(calls)))
+    for block in items_of(content, "an Anthropic message's content"):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise InvalidTurnError(
+                f"an Anthropic content block must be a mapping with a type, got {shown(block)}"
+            )
+        if block["type"] != "tool_use":
+            continue  # text, thinking, server tools: nothing for fanout to run
+        call_id = call_id_of(block.get("id"), "tool_use block")
+        name = tool_name(block.get("name"))
+        calls.append(ToolCall(call_id, name, arguments_from(block.get("input")), len(calls)))
     return calls
 
 
-def anthropic_tool_results(results: Any) -> dict[str, Any]:
+def anthropic_tool_results(results: Any) -> UserMessageParam:
     """The one user message that answers every ``tool_use`` block."""
-    return {
-        "role": "user",
-        "content": [
-            {
-                "type": "tool_result",
-                "tool_use_id": result.tool_use_id,
-                "content": result.content,
-                "is_error": result.is_error,
-            }
-            for result in _results(results)
-        ],
-    }
+    blocks: list[ToolResultBlockParam] = [
+        {
+            "type": "tool_result",
+            "tool_use_id": result.tool_use_id,
+            "content": render(result.content, _anthropic_block),
+            "is_error": result.is_error,
+        }
+        for result in results_of(results)
+    ]
+    return {"role": "user", "content": blocks}
+
+
+def _anthropic_block(part: Part) -> AnthropicPart:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, Document):
+        return _anthropic_document(part)
+    # Image validated media_type against the four types Anthropic accepts.
+    media_type = cast("ImageMediaType", part.media_type)
+    source: Base64ImageSourceParam = {"type": "base64", "media_type": media_type, "data": part.data}
+    return {"type": "image", "source": source}
+
+
+def _anthropic_document(part: Document) -> DocumentBlockParam:
+    block: DocumentBlockParam
+    if part.media_type == "text/plain":
+        block = {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": part.data},
+        }
+    else:
+        block = {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": part.data},
+        }
+    if part.title is not None:
+        block["title"] = part.title
+    return block
 
 
 def calls_from_openai(message: Any) -> list[ToolCall]:
-    """The ``tool_calls`` of an OpenAI assistant message, as calls.
+    """The ``tool_calls`` of an OpenAI assistant message, as calls, in order.
 
-    Arguments that are not a JSON object are kept as their raw text; the
-    call is then answered ``error`` while its siblings run.
+    Arguments that are not a JSON object (or nest too deep to read) are kept
+    as their raw text; that call is then answered ``error`` while its
+    siblings run.
     """
-    parsed: _OpenAIMessage = _structure(_plain(message), _OpenAIMessage, "OpenAI message")
+    data = mapping_of(message, "an OpenAI message", _OPENAI)
+    refuse_other_shapes(data, own="chat", given=message)
+    _assistant(data, message, _OPENAI)
     calls: list[ToolCall] = []
-    for item in parsed.tool_calls or ():
-        if item.function is not None:
-            name, arguments = item.function.name, _decode(item.function.arguments)
-        elif item.custom is not None:
+    for item in items_of(data.get("tool_calls"), "an OpenAI message's tool_calls"):
+        if not isinstance(item, dict):
+            raise InvalidTurnError(f"a tool call must be a mapping, got {shown(item)}")
+        call_id = call_id_of(item.get("id"), "tool call")
+        kind = item.get("type", "function")
+        body = plain(item.get(kind)) if isinstance(kind, str) else None
+        if not isinstance(body, dict):
+            name, arguments = NO_NAME, decode_arguments(body)
+        elif kind == "custom":
             # Custom tools take free text; it reaches the tool as {"input": text}.
-            name, arguments = item.custom.name, {"input": item.custom.input or ""}
+            text = body.get("input")
+            name = tool_name(body.get("name"))
+            arguments = {"input": text} if isinstance(text, str) else arguments_from(text)
         else:
-            name, arguments = "", ""
-        calls.append(ToolCall(item.id, name, arguments, len(calls)))
+            name = tool_name(body.get("name"))
+            arguments = decode_arguments(body.get("arguments"))
+        calls.append(ToolCall(call_id, name, arguments, len(calls)))
     return calls
 
 
-def openai_tool_messages(results: Any) -> list[dict[str, Any]]:
+def openai_tool_messages(results: Any) -> list[ChatCompletionToolMessageParam]:
     """One ``role: "tool"`` message per call, in the model's order."""
     return [
-        {"role": "tool", "tool_call_id": result.tool_use_id, "content": result.content}
-        for result in _results(results)
+        {
+            "role": "tool",
+            "tool_call_id": result.tool_use_id,
+            "content": render(result.content, _chat_part),
+        }
+        for result in results_of(results)
     ]
 
 
-def _decode(arguments: str | None) -> Mapping[str, Any] | str:
-    if arguments is None or not arguments.strip():
-        return {}  # models send "" for a call with no parameters
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return value if isinstance(value, dict) else arguments
+def _chat_part(part: Part) -> ChatCompletionContentPartTextParam:
+    """Tool messages carry text only: an image or a document is named, not sent."""
+    return {"type": "text", "text": text_of(part)}
 
 
-def _results(results: Any) -> list[ToolResult]:
+def call_id_of(value: Any, what: str) -> str:
+    """A call's id: without one, no answer can name the call, so the message is refused."""
+    if not isinstance(value, str) or not value:
+        raise InvalidTurnError(f"a {what} needs a non-empty string id, got {shown(value)}")
+    return value
+
+
+def results_of(results: Any) -> list[ToolResult]:
     """Accept a ``Turn`` or any iterable of results."""
-    return list(getattr(results, "results", results))
+    found = getattr(results, "results", results)
+    if not isinstance(found, Iterable) or isinstance(found, str | bytes):
+        raise InvalidTurnError(f"expected a Turn or its results, got {type(results).__name__}")
+    listed = list(found)
+    for result in listed:
+        if not isinstance(result, ToolResult):
+            raise InvalidTurnError(
+                f"expected a Turn or its results, got an item of type {type(result).__name__}"
+            )
+    return listed
+
+
+def _assistant(data: Any, given: Any, expected: str) -> None:
+    role = data.get("role", "assistant")
+    if role != "assistant":
+        raise InvalidTurnError(
+            f"got a message with role {shown(role)} (a {type(given).__name__}); pass {expected}"
+        )

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ._canonical import canonical_json, clean_text, truncate
+from ._output import cut_json, defuse, encode_parts, is_parts
 from ._values import Kind, Status, ToolCall, ToolResult
 
 __all__ = ["failure", "milliseconds", "success"]
@@ -41,13 +42,16 @@ def success(call: ToolCall, value: Any, *, limit: int) -> ToolResult:
     crashed turn.
     """
     if isinstance(value, str):
-        return ToolResult(call.id, Status.OK, truncate(clean_text(str.__str__(value)), limit))
+        text = defuse(clean_text(str.__str__(value)))
+        return ToolResult(call.id, Status.OK, truncate(text, limit))
+    if is_parts(value):
+        return ToolResult(call.id, Status.OK, encode_parts(value, limit=limit))
     try:
         text = canonical_json(value)
     except ValueError as exc:
         message = f"the tool returned output that cannot be written as JSON ({exc})"
         return failure(call, Status.ERROR, message, started=True, kind=Kind.PURE)
-    return ToolResult(call.id, Status.OK, truncate(text, limit))
+    return ToolResult(call.id, Status.OK, cut_json(text, limit))
 
 
 def failure(

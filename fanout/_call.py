@@ -246,6 +246,8 @@ async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLi
     arguments = context.call.arguments
     assert isinstance(arguments, dict)
     token = set_current_call(context)
+    bound = spec.bind(arguments)  # the turn answered the calls that do not fit
+    arguments = bound if isinstance(bound, dict) else arguments
     try:
         if spec.is_async:
             return await spec.fn(**arguments)

@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
+from ._binding import ArgumentError, bind
+from ._definitions import (
+    ToolDefinition,
+    anthropic_tool,
+    checked_schema,
+    openai_tool,
+    responses_tool,
+)
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
+from ._schema import ANY_ARGUMENTS, Signature, read_signature, schema_of, summary_of
 from ._validate import non_empty_text, optional_positive, require_positive
 from ._values import Kind
+
+if TYPE_CHECKING:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from openai.types.responses import FunctionToolParam
 
 __all__ = ["Registry", "ToolSpec"]
 
@@ -62,7 +76,9 @@ class ToolSpec:
     arguments); ``cache_ttl`` lets a read be answered from the run's cache;
     ``repeatable`` says repeats are intended, so no coalescing, caching or
     idempotency applies; ``invalidates`` names the tools whose cached reads a
-    mutating call makes stale (None: all of them).
+    mutating call makes stale (None: all of them). ``description`` and
+    ``schema`` replace what the docstring and the type hints would say in the
+    tool's definition (``schema`` is the JSON Schema of the arguments object).
     """
 
     name: str = attrs.field(validator=non_empty_text)
@@ -75,6 +91,14 @@ class ToolSpec:
     cache_ttl: float | None = attrs.field(default=None, validator=optional_positive)
     repeatable: bool = False
     invalidates: tuple[str, ...] | None = None
+    description: str | None = None
+    schema: Mapping[str, Any] | None = attrs.field(default=None, converter=checked_schema, eq=False)
+
+    # Read on first use, not at registration: a hint may name a class defined
+    # after the tool. One slot, holding the Signature or the ConfigurationError.
+    _signature: list[Signature | ConfigurationError] = attrs.field(
+        init=False, factory=list, eq=False, repr=False
+    )
 
     # Async tools run in the turn's nursery; sync ones in worker threads.
     is_async: bool = attrs.field(init=False)
@@ -91,6 +115,47 @@ class ToolSpec:
     def cost_of(self, arguments: Mapping[str, Any]) -> float:
         """The tokens this call reserves on each of its scopes."""
         return self.cost(arguments) if callable(self.cost) else self.cost
+
+    def signature(self) -> Signature:
+        """The parameters the tool accepts, from its signature and docstring.
+
+        Raises ``ConfigurationError`` when they cannot be read (a parameter
+        that cannot be passed by keyword, a hint naming an undefined class).
+        """
+        if not self._signature:
+            try:
+                self._signature.append(read_signature(self.fn))
+            except ConfigurationError as exc:
+                self._signature.append(exc)
+        read = self._signature[0]
+        if isinstance(read, ConfigurationError):
+            raise read
+        return read
+
+    def bind(self, arguments: Mapping[str, Any] | str) -> dict[str, Any] | ArgumentError:
+        """The keyword arguments to call the tool with, structured into their hints.
+
+        Or an ``ArgumentError`` naming each argument that does not fit and
+        what was expected (raw text that is not a JSON object never fits);
+        the call is then answered ``error`` and not run. A tool whose
+        signature cannot be read gets a JSON object's arguments unchanged.
+        """
+        try:
+            signature = self.signature()
+        except ConfigurationError:
+            signature = ANY_ARGUMENTS
+        return bind(signature, arguments)
+
+    def definition(self) -> ToolDefinition:
+        """Name, description and arguments' JSON Schema, as every vendor needs them.
+
+        Raises ``ConfigurationError`` when a hint has no JSON Schema and no
+        ``schema=`` was given.
+        """
+        description = self.description if self.description is not None else summary_of(self.fn)
+        if self.schema is not None:
+            return ToolDefinition(self.name, description, dict(self.schema))
+        return ToolDefinition(self.name, description, schema_of(self.signature(), tool=self.name))
 
 
 class Registry:
@@ -128,8 +193,14 @@ class Registry:
         cache_ttl: float | None = None,
         repeatable: bool = False,
         invalidates: Iterable[str] | None = None,
+        description: str | None = None,
+        schema: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
-        """Register ``fn`` under ``name`` (default: its ``__name__``)."""
+        """Register ``fn`` under ``name`` (default: its ``__name__``).
+
+        ``description`` and ``schema`` (the JSON Schema of the arguments)
+        override what the docstring and the type hints say.
+        """
         tool_name = name or getattr(fn, "__name__", "")
         if not isinstance(tool_name, str) or not tool_name:
             raise ConfigurationError("a tool needs a name")
@@ -146,6 +217,8 @@ class Registry:
             cache_ttl=cache_ttl,
             repeatable=repeatable,
             invalidates=None if invalidates is None else _names(invalidates),
+            description=description,
+            schema=schema,
         )
         self._tools[tool_name] = spec
         return spec
@@ -156,6 +229,22 @@ class Registry:
     def names(self) -> list[str]:
         """Registered names, sorted, so messages that list them are stable."""
         return sorted(self._tools)
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Every tool's definition, in the order the tools were registered."""
+        return [spec.definition() for spec in self._tools.values()]
+
+    def anthropic_tools(self) -> list[ToolParam]:
+        """The ``tools=`` list for Anthropic's Messages API."""
+        return [anthropic_tool(definition) for definition in self.definitions()]
+
+    def openai_tools(self) -> list[ChatCompletionFunctionToolParam]:
+        """The ``tools=`` list for OpenAI's Chat Completions API."""
+        return [openai_tool(definition) for definition in self.definitions()]
+
+    def responses_tools(self) -> list[FunctionToolParam]:
+        """The ``tools=`` list for OpenAI's Responses API."""
+        return [responses_tool(definition) for definition in self.definitions()]
 
     def __iter__(self) -> Any:
         return iter(self._tools.values())

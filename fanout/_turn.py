@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from ._answers import failure
+from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
 from ._events import Event, EventKind, Recorder
@@ -264,6 +265,16 @@ class Turn:
                 failure(
                     call, Status.ERROR, why, started=False, kind=state.kind,
                     hint="re-issue the call with arguments that are a valid JSON object",
+                ),
+            )  # fmt: skip
+            return False
+        if isinstance(unfit := state.spec.bind(call.arguments), ArgumentError):
+            self._answer(
+                state,
+                failure(
+                    call, Status.ERROR, f"{unfit.message}; the call was not run",
+                    started=False, kind=state.kind,
+                    hint="re-issue the call with arguments that fit the tool's schema",
                 ),
             )  # fmt: skip
             return False

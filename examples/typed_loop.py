@@ -1,0 +1,110 @@
+"""Agent loops for the three model APIs, type-checked with ``mypy --strict`` in CI.
+
+Each loop sends the registry's tool definitions, runs every call the model
+asks for with fanout, and sends the answers back, until the model stops
+calling tools. No line needs a cast: fanout's outputs are typed as the SDKs'
+own params. The tests run these loops against a strict fake API.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
+
+import fanout
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from anthropic.types import MessageParam
+    from openai import AsyncOpenAI
+    from openai.types.responses import ResponseInputParam
+
+MAX_TURNS = 8
+
+
+async def anthropic_loop(
+    client: AsyncAnthropic, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[MessageParam]:
+    """Messages API: tool_use blocks in, one user message of tool_result blocks out."""
+    messages: list[MessageParam] = [{"role": "user", "content": prompt}]
+    for _ in range(MAX_TURNS):
+        response = await client.messages.create(
+            model="claude-sonnet-5-5",
+            max_tokens=1024,
+            tools=registry.anthropic_tools(),
+            messages=messages,
+        )
+        messages.append({"role": "assistant", "content": response.content})
+        calls = fanout.calls_from_anthropic(response)
+        if not calls:
+            break
+        turn = await runner.run_turn(calls)
+        messages.append(fanout.anthropic_tool_results(turn))
+    return messages
+
+
+async def chat_loop(
+    client: AsyncOpenAI, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[ChatCompletionMessageParam]:
+    """Chat Completions: tool_calls in, one role="tool" message per call out."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
+    for _ in range(MAX_TURNS):
+        completion = await client.chat.completions.create(
+            model="gpt-4o", tools=registry.openai_tools(), messages=messages
+        )
+        message = completion.choices[0].message
+        messages.append(assistant_param(message))
+        calls = fanout.calls_from_openai(message)
+        if not calls:
+            break
+        turn = await runner.run_turn(calls)
+        messages.extend(fanout.openai_tool_messages(turn))
+    return messages
+
+
+async def responses_loop(
+    client: AsyncOpenAI, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[str]:
+    """Responses API: function_call items in, function_call_output items out.
+
+    The server keeps the transcript (previous_response_id); each request
+    sends only what is new. Returns the ids of the responses, in order.
+    """
+    pending: ResponseInputParam = [{"role": "user", "content": prompt}]
+    previous: str | None = None
+    ids: list[str] = []
+    for _ in range(MAX_TURNS):
+        response = await client.responses.create(
+            model="gpt-4o",
+            tools=registry.responses_tools(),
+            input=pending,
+            previous_response_id=previous,
+        )
+        ids.append(previous := response.id)
+        calls = fanout.calls_from_responses(response)
+        if not calls:
+            break
+        turn = await runner.run_turn(calls)
+        pending = list(fanout.responses_tool_outputs(turn))
+    return ids
+
+
+def assistant_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
+    """The assistant message as a request param (the SDK has no to_param() for it)."""
+    param: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": message.content}
+    calls = [
+        c for c in message.tool_calls or () if isinstance(c, ChatCompletionMessageFunctionToolCall)
+    ]
+    if calls:
+        param["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in calls
+        ]  # fmt: skip
+    return param

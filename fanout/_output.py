@@ -1,0 +1,191 @@
+"""A tool's output as the model will read it: text, JSON, or content blocks.
+
+A tool may return content blocks (``Text``, ``Image``, ``Document``, alone
+or in a list) instead of a value: a screenshot, a PDF, text beside a chart.
+They are kept inside ``ToolResult.content`` as one marked canonical JSON
+string, so coalescing, the run's cache and idempotent replay (which all
+carry ``content`` and nothing else) carry them intact; the adapters turn
+them into each vendor's blocks.
+
+The output limit cuts text, never a block and never a JSON document: text
+parts are cut with a visible marker and blocks stay whole; JSON over the
+limit becomes a small valid JSON document holding a preview, not the first
+half of the original.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from ._canonical import canonical_json
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+T = TypeVar("T")
+
+__all__ = [
+    "Document",
+    "Image",
+    "Part",
+    "Text",
+    "cut_json",
+    "defuse",
+    "encode_parts",
+    "is_parts",
+    "parts_of",
+    "render",
+    "text_of",
+]
+
+# Starts a content string that holds blocks. It contains NUL, which no JSON
+# document and no tool's text of its own begins with (``defuse`` sees to it).
+MARKER = "\x00fanout-blocks\x00"
+
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_DOCUMENT_TYPES = ("application/pdf", "text/plain")
+
+
+def _base64(value: bytes | str) -> str:
+    """Bytes as base64 text; text is taken as base64 already, and checked."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"data given as text must be base64: {exc}") from exc
+    return value
+
+
+def _one_of(allowed: tuple[str, ...]) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in allowed:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(allowed)}, not {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class Text:
+    """Text the model reads; the only part the output limit may cut."""
+
+    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen
+class Image:
+    """An image (bytes, or base64 text) the model sees; never cut."""
+
+    data: str = attrs.field(converter=_base64)
+    media_type: str = attrs.field(default="image/png", validator=_one_of(_IMAGE_TYPES))
+
+
+@attrs.frozen
+class Document:
+    """A PDF (bytes or base64) or plain text document; never cut."""
+
+    data: str
+    media_type: str = attrs.field(default="application/pdf", validator=_one_of(_DOCUMENT_TYPES))
+    title: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.media_type == "application/pdf":
+            object.__setattr__(self, "data", _base64(self.data))
+        elif not isinstance(self.data, str):
+            raise ValueError("a text/plain document's data is its text, a str")
+
+
+Part = Text | Image | Document
+_KINDS: dict[str, type[Part]] = {"text": Text, "image": Image, "document": Document}
+
+
+def is_parts(value: Any) -> bool:
+    """Whether a tool's return value is content blocks (a part, or a list of only parts)."""
+    if isinstance(value, Text | Image | Document):
+        return True
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(item, Text | Image | Document) for item in value)
+    )
+
+
+def encode_parts(value: Part | Sequence[Part], *, limit: int) -> str:
+    """The content string for blocks, their text cut to ``limit`` characters in all."""
+    parts = [value] if isinstance(value, Text | Image | Document) else list(value)
+    total = sum(len(part.text) for part in parts if isinstance(part, Text))
+    budget = limit
+    kept: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, Text):
+            if budget <= 0:
+                continue
+            text = part.text
+            if len(text) > budget:
+                # The marker counts against the cap, sized for the largest count it could carry.
+                keep = max(0, budget - len(_marker(total)))
+                text = text[:keep] + _marker(total - (limit - budget) - keep)
+            budget -= len(part.text)
+            kept.append({"type": "text", "text": text})
+        else:
+            fields = attrs.asdict(part, filter=lambda _, v: v is not None)
+            kept.append({"type": "image" if isinstance(part, Image) else "document", **fields})
+    return MARKER + canonical_json(kept)
+
+
+def parts_of(content: str) -> list[Part] | None:
+    """The blocks a content string holds, or None when it is plain text."""
+    if not content.startswith(MARKER):
+        return None
+    try:
+        return [_KINDS[item.pop("type")](**item) for item in json.loads(content[len(MARKER) :])]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None  # not written by encode_parts (a tampered store): shown as text
+
+
+def render(content: str, block: Callable[[Part], T]) -> str | list[T]:
+    """Plain text as it is; blocks each rendered by ``block``, in order."""
+    parts = parts_of(content)
+    return content if parts is None else [block(part) for part in parts]
+
+
+def text_of(part: Part) -> str:
+    """A part as text, for a format that carries text only: a block is named, not sent."""
+    if isinstance(part, Text):
+        return part.text
+    size = len(part.data) * 3 // 4 if part.media_type != "text/plain" else len(part.data)
+    what = "image" if isinstance(part, Image) else "document"
+    return f"[{what} {part.media_type}, about {size} bytes: not shown, this API takes text only]"
+
+
+def defuse(text: str) -> str:
+    """A tool's own text, never mistaken for blocks (it cannot start with the marker)."""
+    return " " + text if text.startswith(MARKER) else text
+
+
+def _marker(dropped: int) -> str:
+    return f"\n[truncated by fanout: {dropped} more characters]"
+
+
+def cut_json(text: str, limit: int) -> str:
+    """JSON ``text`` within ``limit`` characters, still a valid JSON document.
+
+    A document over the limit is replaced by an object saying so, with as
+    much of the original as fits as a string preview, so a model (or a
+    program) reading the answer always gets JSON it can parse.
+    """
+    if len(text) <= limit:
+        return text
+    keep = limit
+    while True:
+        envelope = canonical_json(
+            {"fanout_truncated": {"total_chars": len(text)}, "preview": text[: max(0, keep)]}
+        )
+        if len(envelope) <= limit or keep <= 0:
+            return envelope
+        keep -= len(envelope) - limit

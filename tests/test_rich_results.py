@@ -1,0 +1,150 @@
+"""Rich results: content blocks carried intact, and limits that never cut a block or a JSON."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pydantic
+from anthropic.types import MessageParam
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai.types.chat import ChatCompletionToolMessageParam
+from openai.types.responses import ResponseInputItemParam
+
+import fanout
+from fanout import Document, Image, Kind, Registry, Run, Runner, Status, Text, ToolCall
+from fanout._answers import success
+from fanout._output import MARKER, parts_of
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 48  # a 12 kB "image"
+PDF = b"%PDF-1.4 fanout test document"
+
+
+def _runner(ran: list[str]) -> Runner:
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, cache_ttl=60)
+    async def screenshot(page: str) -> list[Any]:
+        ran.append(page)
+        return [Text(f"the {page} page"), Image(PNG, "image/png")]
+
+    @registry.tool(kind=Kind.MUTATING, invalidates=())
+    async def render_invoice(number: int) -> Document:
+        ran.append(f"invoice {number}")
+        return Document(PDF, title=f"invoice {number}")
+
+    return Runner(registry, max_output_chars=100)
+
+
+async def test_blocks_reach_each_vendor_as_its_own_blocks() -> None:
+    """Text and a 12 kB image become Anthropic blocks and Responses items; Chat names the image."""
+    turn = await _runner([]).run_turn([ToolCall("a", "screenshot", {"page": "home"})])
+    anthropic_message = fanout.anthropic_tool_results(turn)
+    pydantic.TypeAdapter(MessageParam).validate_python(anthropic_message)
+    [block] = anthropic_message["content"]
+    assert block["content"] == [  # type: ignore[index]
+        {"type": "text", "text": "the home page"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": base64.b64encode(PNG).decode()}},
+    ]  # fmt: skip
+    [item] = fanout.responses_tool_outputs(turn)
+    pydantic.TypeAdapter(ResponseInputItemParam).validate_python(item)
+    assert item["output"][1] == {  # type: ignore[index]
+        "type": "input_image",
+        "image_url": "data:image/png;base64," + base64.b64encode(PNG).decode(),
+    }
+    [chat] = fanout.openai_tool_messages(turn)
+    pydantic.TypeAdapter(ChatCompletionToolMessageParam).validate_python(chat)
+    assert chat["content"][1]["text"].startswith("[image image/png, about 12")  # type: ignore[index]
+
+
+async def test_blocks_survive_coalescing_cache_and_replay() -> None:
+    """Single-flight followers, cache hits and idempotent replays carry the same blocks."""
+    ran: list[str] = []
+    runner, run = _runner(ran), Run()
+    home, invoice = {"page": "home"}, {"number": 7}
+    first = await runner.run_turn(
+        [ToolCall("a", "screenshot", home), ToolCall("b", "screenshot", home),
+         ToolCall("w", "render_invoice", invoice)],
+        run=run,
+    )  # fmt: skip
+    second = await runner.run_turn(
+        [ToolCall("c", "screenshot", home), ToolCall("x", "render_invoice", invoice)], run=run
+    )
+    assert ran == ["home", "invoice 7"]
+    contents = [r.content for r in (*first.results, *second.results)]
+    assert contents[0] == contents[1] == contents[3]
+    assert contents[2] == contents[4]
+    assert parts_of(contents[4]) == [Document(base64.b64encode(PDF).decode(), title="invoice 7")]
+    assert all(r.status is Status.OK for r in (*first.results, *second.results))
+
+
+_PARTS = st.lists(
+    st.one_of(
+        st.text(max_size=300).map(Text),
+        st.binary(max_size=64).map(lambda data: Image(data, "image/webp")),
+        st.text(max_size=50).map(lambda text: Document(text, "text/plain")),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=_PARTS, limit=st.integers(60, 600))
+def test_the_limit_cuts_text_never_a_block(parts: list[Any], limit: int) -> None:
+    """Over the limit, text parts are cut (visibly) and every image and document stays whole."""
+    result = success(ToolCall("a", "t"), parts, limit=limit)
+    decoded = parts_of(result.content)
+    assert decoded is not None
+    assert [p for p in decoded if not isinstance(p, Text)] == [
+        p for p in parts if not isinstance(p, Text)
+    ]
+    texts = [p.text for p in decoded if isinstance(p, Text)]
+    original = "".join(p.text for p in parts if isinstance(p, Text))
+    if len(original) <= limit:
+        assert texts == [p.text for p in parts if isinstance(p, Text)]
+    else:
+        assert sum(map(len, texts)) <= limit
+        assert "[truncated by fanout: " in texts[-1]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON.filter(lambda v: not isinstance(v, str)), limit=st.integers(80, 400))
+def test_cut_json_is_still_json_within_the_limit(value: Any, limit: int) -> None:
+    """A non-text answer over the limit is a valid JSON document no longer than the limit."""
+    content = success(ToolCall("a", "t"), value, limit=limit).content
+    assert len(content) <= limit
+    decoded = json.loads(content)
+    if "fanout_truncated" in (decoded if isinstance(decoded, dict) else {}):
+        assert json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).startswith(decoded["preview"])
+
+
+def test_a_tool_cannot_forge_blocks_with_text() -> None:
+    """Text that starts like encoded blocks stays text; only real parts become blocks."""
+    forged = MARKER + json.dumps([{"type": "text", "text": "forged"}])
+    assert parts_of(success(ToolCall("a", "t"), forged, limit=1000).content) is None
+
+
+def test_bad_parts_are_refused_where_the_tool_builds_them() -> None:
+    """An unsupported media type or non-base64 text raises inside the tool, answered error."""
+    for build in (lambda: Image(PNG, "image/tiff"), lambda: Image("not base64!"),
+                  lambda: Document(PDF, "application/zip")):  # fmt: skip
+        try:
+            build()
+        except ValueError:
+            continue
+        raise AssertionError("accepted")
