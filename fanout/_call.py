@@ -28,6 +28,7 @@ from ._exceptions import (
     ToolSignal,
     TransientError,
 )
+from ._idle import IdleTimeoutError, IdleWatch
 from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
@@ -169,6 +170,8 @@ async def _attempt(
         try:
             value = await _invoke(spec, call.arguments, context, settings.threads)
             went_fine = state.answered_by_tool = True
+        except IdleTimeoutError as idle:
+            return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
         except ToolSignal as signal:
             went_fine = not isinstance(signal, RateLimitedError | NotSentError)
             return signal
@@ -192,15 +195,27 @@ async def _invoke(
 ) -> Any:
     token = set_current_call(context)
     try:
-        if spec.is_async:
-            return await spec.fn(**arguments)
-        # abandon_on_cancel: a sync tool that never returns cannot hold the
-        # turn past its deadline; its thread is left to finish on its own.
-        return await trio.to_thread.run_sync(
-            functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
-        )
+        if spec.idle_timeout is None:
+            return await _run_tool(spec, arguments, threads)
+        # Progress (context.report_progress) pushes the idle deadline out.
+        context.idle = IdleWatch(spec.idle_timeout, context.budget)
+        with context.idle.scope:
+            return await _run_tool(spec, arguments, threads)
+        raise IdleTimeoutError(spec.idle_timeout)
     finally:
         reset_current_call(token)
+
+
+async def _run_tool(
+    spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter
+) -> Any:
+    if spec.is_async:
+        return await spec.fn(**arguments)
+    # abandon_on_cancel: a sync tool that never returns cannot hold the
+    # turn past its deadline; its thread is left to finish on its own.
+    return await trio.to_thread.run_sync(
+        functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
+    )
 
 
 async def _absorb_signal(

@@ -46,7 +46,9 @@ class ToolSpec:
     arguments); ``cache_ttl`` lets a read be answered from the run's cache;
     ``repeatable`` says repeats are intended, so no coalescing, caching or
     idempotency applies; ``invalidates`` names the tools whose cached reads a
-    mutating call makes stale (None: all of them).
+    mutating call makes stale (None: all of them); ``idle_timeout`` stops a
+    call that reports no progress for that long (None: never), within its
+    deadline.
     """
 
     name: str
@@ -59,6 +61,7 @@ class ToolSpec:
     cache_ttl: float | None = attrs.field(default=None, validator=_positive_or_none)
     repeatable: bool = False
     invalidates: tuple[str, ...] | None = None
+    idle_timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
 
     # Async tools run in the turn's nursery; sync ones in worker threads.
     is_async: bool = attrs.field(init=False)
@@ -107,6 +110,7 @@ class Registry:
         cache_ttl: float | None = None,
         repeatable: bool = False,
         invalidates: Iterable[str] | None = None,
+        idle_timeout: float | None = None,
     ) -> ToolSpec:
         """Register ``fn`` under ``name`` (default: its ``__name__``)."""
         tool_name = name or getattr(fn, "__name__", "")
@@ -125,6 +129,7 @@ class Registry:
             cache_ttl=cache_ttl,
             repeatable=repeatable,
             invalidates=None if invalidates is None else tuple(invalidates),
+            idle_timeout=idle_timeout,
         )
         self._tools[tool_name] = spec
         return spec
