@@ -51,6 +51,7 @@ from ._context import CallContext, maybe_current_call
 from ._exceptions import ConfigurationError, TransientError
 from ._mcp_tools import McpToolError, answer_of, error_text, kind_of, retry_safe
 from ._mcp_wire import Flight, TappedWriteStream, flying, landed
+from ._scope import Scope
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ class McpServer:
     """One open MCP session, as fanout uses it.
 
     ``scope`` is the name of the scope every tool of this server draws from:
-    configure it on the runner (``Scope(server.scope, concurrency=4)``) to
-    cap the server. ``cancels_sent`` lists the request ids the server was
+    give the runner ``server.limits(max_concurrency=4, rate=...)`` to cap
+    the server. ``cancels_sent`` lists the request ids the server was
     told to cancel, in order.
     """
 
@@ -102,6 +103,16 @@ class McpServer:
     @property
     def cancels_sent(self) -> tuple[RequestId, ...]:
         return tuple(self._wire.cancels_sent)
+
+    def limits(self, **options: Any) -> Scope:
+        """This server's scope, with ``Scope``'s options, for ``Runner(scopes=[...])``.
+
+        Learning is off unless asked for: an MCP server states no limits in
+        headers, so a scope that waits to learn them would hold every call
+        behind the first one (its probe) for nothing.
+        """
+        options.setdefault("learn", False)
+        return Scope(self.scope, **options)
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], *, retry_safe: bool = False
