@@ -26,6 +26,8 @@ from mcp.types import ImageContent, TextContent, ToolAnnotations
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
+    from fanout.mcp import McpServer
+
 READ = ToolAnnotations(read_only_hint=True)
 DESTROY = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 IDEMPOTENT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
@@ -107,6 +109,14 @@ def build() -> MCPServer:
         return json.dumps({"cancelled": cancelled, "hung": hung, "keys": keys})
 
     return server
+
+
+async def ask_seen(client: McpServer) -> dict[str, Any]:
+    """Ask a running test server (through fanout's client) what it saw."""
+    text = await client.call("seen", {})
+    assert isinstance(text, str)
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
 
 
 async def _serve_http(server: MCPServer) -> None:

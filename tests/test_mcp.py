@@ -25,6 +25,7 @@ from fanout import EventKind, Kind, Registry, Run, Runner, Status, ToolCall
 from fanout._mcp_tools import kind_of, retry_safe
 from fanout._mcp_wire import Flight
 
+from .mcp_server import ask_seen as seen
 from .mcp_server import build
 
 if TYPE_CHECKING:
@@ -45,14 +46,6 @@ def body(result: fanout.ToolResult) -> dict[str, Any]:
 def runner_for(server: McpServer, registry: Registry, **options: Any) -> Runner:
     """A runner with the server's scope configured (no probing: MCP states no limits)."""
     return Runner(registry, scopes=[server.limits()], **options)
-
-
-async def seen(server: McpServer) -> dict[str, Any]:
-    """What the server says it saw (cancelled ids, hung ids, idempotency keys)."""
-    text = await server.call("seen", {})
-    assert isinstance(text, str)
-    parsed: dict[str, Any] = json.loads(text)
-    return parsed
 
 
 @pytest.fixture
