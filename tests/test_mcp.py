@@ -16,14 +16,16 @@ import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp import MCPError
 from mcp.client._memory import InMemoryTransport
-from mcp.types import JSONRPCNotification, ToolAnnotations
+from mcp.types import CONNECTION_CLOSED, JSONRPCNotification, ToolAnnotations
 
 import fanout
 import fanout.mcp
 from fanout import EventKind, Kind, Registry, Run, Runner, Status, ToolCall
 from fanout._mcp_tools import kind_of, retry_safe
-from fanout._mcp_wire import Flight
+from fanout._mcp_wire import Flight, TappedWriteStream
+from fanout.mcp import McpServer
 
 from .mcp_server import ask_seen as seen
 from .mcp_server import build
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 
     from mcp.shared.message import SessionMessage
 
-    from fanout.mcp import McpServer
 
 SCOPE = "mcp:fanout-test-server"
 
@@ -260,6 +261,35 @@ async def test_a_closed_session_answers_error(autojump_clock: Any) -> None:
     [result] = turn.results
     assert result.status is Status.ERROR
     assert "closed" in body(result)["message"]
+
+
+class _LostConnection:
+    """A session whose every call fails as a dropped connection does."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def call_tool(self, name: str, arguments: Any, **_: Any) -> Any:
+        self.calls.append(name)
+        raise MCPError(CONNECTION_CLOSED, "Connection closed")
+
+
+async def test_only_retry_safe_tools_are_retried_when_the_connection_drops(
+    autojump_clock: Any,
+) -> None:
+    """A lost connection is retried for an idempotent write, never for any other write."""
+    session = _LostConnection()
+    server = McpServer(session, "mcp:lost", wire=TappedWriteStream(None))
+    registry = Registry()
+    registry.add(server.tool("put_note", retry_safe=True), name="put_note")
+    registry.add(server.tool("delete_note", retry_safe=False), name="delete_note")
+    runner = Runner(registry, mutating="parallel", retry=fanout.RetryPolicy(attempts=3))
+    turn = await runner.run_turn([ToolCall("p", "put_note", {}), ToolCall("d", "delete_note", {})])
+    put, delete = turn.results
+    assert sorted(session.calls) == ["delete_note", "put_note", "put_note", "put_note"]
+    assert (put.status, delete.status) == (Status.ERROR, Status.ERROR)
+    assert "gave up after 3 attempts" in body(put)["message"]
+    assert "Connection closed" in body(delete)["message"]
 
 
 def test_the_cancel_notice_deadline() -> None:

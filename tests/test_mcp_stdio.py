@@ -99,3 +99,27 @@ async def test_idle_timeout_over_stdio(server: McpServer, patient_clock: Any) ->
     assert len(saw["hung"]) == 1
     key = fanout.idempotency_key(run.run_id, "put_note", note)
     assert saw["keys"] == {"put_note": [key]}
+
+
+async def test_a_session_closes_in_its_task_when_that_task_is_cancelled(
+    tmp_path: Path, patient_clock: Any
+) -> None:
+    """Cancelling the session's owner mid-turn: the call is answered and the session closed."""
+    registry = Registry()
+    with (tmp_path / "server.log").open("w") as errlog, trio.CancelScope() as owner:
+        async with fanout.mcp.open_stdio(sys.executable, str(SERVER), "stdio", errlog=errlog) as s:
+            await fanout.mcp.register_tools(registry, s)
+            # Armed once the server is up: a deadline during its start would jump the clock.
+            owner.deadline = trio.current_time() + 2
+            turn = Runner(registry, scopes=[s.limits()], turn_timeout=30).turn(
+                [ToolCall("h", "hang", {})]
+            )
+            await turn.run()
+    assert owner.cancelled_caught
+    [result] = turn.results
+    assert (result.status, body(result)["started"]) == (Status.CANCELLED, True)
+    # The transport went down with its owner (the server process is stopped),
+    # so there was no one left to send a per-call cancel notice to.
+    assert s.cancels_sent == ()
+    turn_after = await Runner(registry).run_turn([ToolCall("a", "lookup", {"key": "k"})])
+    assert "closed" in body(turn_after.results[0])["message"]
