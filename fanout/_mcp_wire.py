@@ -85,8 +85,9 @@ class TappedWriteStream:
         ):
             with trio.move_on_at(flight.notice_deadline()):
                 await self.inner.send(item)
-                if flight.request_id is not None:
-                    self.cancels_sent.append(flight.request_id)
+                cancelled = (message.params or {}).get("requestId", flight.request_id)
+                if isinstance(cancelled, str | int):
+                    self.cancels_sent.append(cancelled)
         else:
             await self.inner.send(item)
 

@@ -99,6 +99,12 @@ async def test_overrides_add_options_and_unknown_names_are_refused(server: McpSe
         await fanout.mcp.register_tools(Registry(), server, overrides={"lokup": {}})
 
 
+def test_the_public_names_are_sorted_and_exist() -> None:
+    """fanout.mcp's __all__ is sorted and names only what the module defines."""
+    assert fanout.mcp.__all__ == sorted(fanout.mcp.__all__)
+    assert all(hasattr(fanout.mcp, name) for name in fanout.mcp.__all__)
+
+
 @given(
     read_only=st.sampled_from([None, True, False]),
     destructive=st.sampled_from([None, True, False]),
