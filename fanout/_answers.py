@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._canonical import canonical_json, truncate
+from ._canonical import canonical_json, clean_text, truncate
 from ._values import Kind, Status, ToolCall, ToolResult
 
-__all__ = ["failure", "success"]
+__all__ = ["failure", "milliseconds", "success"]
 
 _HINTS = {
     Status.RATE_LIMITED: "re-issue the same call after retry_after_ms; the arguments were fine",
@@ -30,19 +30,21 @@ _UNKNOWN_EFFECT = (
 )
 
 _MAX_MESSAGE = 500
+_MAX_RETRY_AFTER = 7 * 24 * 3600.0  # seconds; a longer wait is a server's mistake, not advice
 
 
 def success(call: ToolCall, value: Any, *, limit: int) -> ToolResult:
     """An ``ok`` answer; non-text output is serialised canonically, then capped.
 
-    Output that cannot be serialised at all (a structure containing itself)
-    is an ``error`` answer that says so, never a crashed turn.
+    Output that cannot be serialised at all (a structure containing itself,
+    or nested past all use) is an ``error`` answer that says so, never a
+    crashed turn.
     """
     if isinstance(value, str):
-        return ToolResult(call.id, Status.OK, truncate(value, limit))
+        return ToolResult(call.id, Status.OK, truncate(clean_text(str.__str__(value)), limit))
     try:
         text = canonical_json(value)
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         message = f"the tool returned output that cannot be written as JSON ({exc})"
         return failure(call, Status.ERROR, message, started=True, kind=Kind.PURE)
     return ToolResult(call.id, Status.OK, truncate(text, limit))
@@ -58,15 +60,18 @@ def failure(
     scope: str | None = None,
     retry_after: float | None = None,
     hint: str | None = None,
+    effect_unknown: bool = False,
 ) -> ToolResult:
-    """A non-ok answer as canonical JSON, with the facts the model needs."""
-    retry_after_ms = None
-    if retry_after is not None and math.isfinite(retry_after):
-        retry_after_ms = max(0, math.ceil(retry_after * 1000))
+    """A non-ok answer as canonical JSON, with the facts the model needs.
+
+    A write that had started and was cut off (or that fanout failed to
+    finish: ``effect_unknown``) says its effect is unknown.
+    """
+    retry_after_ms = milliseconds(retry_after)
     body: dict[str, Any] = {
         "status": status.value,
         "tool": call.name,
-        "message": truncate(message, _MAX_MESSAGE),
+        "message": truncate(clean_text(message), _MAX_MESSAGE),
         "started": started,
     }
     if scope is not None:
@@ -76,8 +81,22 @@ def failure(
     chosen_hint = hint or _HINTS.get(status)
     if chosen_hint:
         body["hint"] = chosen_hint
-    if started and kind is Kind.MUTATING and status in (Status.CANCELLED, Status.TIMED_OUT):
+    cut_off = status in (Status.CANCELLED, Status.TIMED_OUT) or effect_unknown
+    if started and kind is Kind.MUTATING and cut_off:
         body["effect"] = _UNKNOWN_EFFECT
     return ToolResult(
         call.id, status, canonical_json(body), retry_after_ms=retry_after_ms, scope=scope
     )
+
+
+def milliseconds(seconds: object) -> int | None:
+    """A wait as whole milliseconds for the model, or None when it is no usable number.
+
+    Waits come from tools and servers: negative clamps to 0, NaN and
+    non-numbers give None, and anything beyond a week is capped there.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    if math.isnan(seconds):
+        return None
+    return math.ceil(min(max(float(seconds), 0.0), _MAX_RETRY_AFTER) * 1000)

@@ -2,13 +2,18 @@
 
 ``execute`` always returns the call's answer, except when it is cancelled
 from outside (its own deadline, the turn's, a failed sibling, the caller);
-the turn answers those. Slots are released in ``finally`` and tokens refunded
-by admission, so cancellation at any point leaves the scopes consistent.
+the turn answers those. Whatever the tool does (returns anything, raises
+anything, even an exception whose ``__str__`` raises) and whatever the
+scopes do (raise, fail to reach Redis), the outcome is an answer with a true
+message. Slots are released in ``finally`` and tokens refunded by admission,
+so cancellation at any point leaves the scopes consistent.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +23,8 @@ import trio
 
 from ._admission import Denial, admit
 from ._answers import failure, success
+from ._budget import Verdict
+from ._canonical import safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
 from ._exceptions import (
@@ -33,12 +40,18 @@ from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
 from ._scope import ScopeLike, scopes_named
-from ._values import Status, ToolCall, ToolResult
+from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from ._budget import Budget
 
-__all__ = ["CallSettings", "CallState", "execute"]
+__all__ = ["CallSettings", "CallState", "describe", "execute"]
+
+_log = logging.getLogger("fanout")
+
+_MAX_WAIT = 7 * 24 * 3600.0  # seconds: a longer wait from a tool is a mistake, as from a server
+_DEFAULT_HORIZON = 3600.0  # the quota horizon when a signal names no scope of the call
+_UNAVAILABLE = "limiter unavailable"
 
 
 @attrs.frozen
@@ -69,7 +82,7 @@ class CallState:
     seed: str = ""
     _rng: random.Random | None = attrs.field(default=None, eq=False, alias="_rng")
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
-    secrets: set[str] = attrs.field(factory=set, eq=False)
+    secrets: set[str] = attrs.field(factory=set, eq=False, repr=False)
     # Whether the final answer is the tool's own (a return value or its own
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
@@ -84,8 +97,19 @@ class CallState:
             self._rng = random.Random(self.seed)
         return self._rng
 
+    @property
+    def kind(self) -> Kind:
+        """The tool's kind; an unknown tool is taken to be a write."""
+        return self.spec.kind if self.spec is not None else Kind.MUTATING
 
-_UNAVAILABLE = "limiter unavailable"
+
+@attrs.frozen
+class _Retry:
+    """The decision to try again after ``delay`` seconds."""
+
+    delay: float
+    reason: str
+    scope: str | None
 
 
 class _SlotHolder:
@@ -97,34 +121,22 @@ async def execute(
 ) -> ToolResult:
     """Run one call to its answer: admit, invoke, and retry what may be retried."""
     assert state.spec is not None
-    assert isinstance(state.call.arguments, dict)
-    spec, call = state.spec, state.call
-    policy = spec.retry or settings.retry
+    policy = state.spec.retry or settings.retry
     retries = 0
     while True:
         state.attempts += 1
         outcome = await _attempt(state, budget, run_id, settings, recorder)
         if isinstance(outcome, ToolResult):
             return outcome
-        signal = outcome
-        decided = await _absorb_signal(state, signal, recorder)
-        if isinstance(decided, ToolResult):
-            return decided
-        server_wait = decided
-        is_throttle = isinstance(signal, RateLimitedError)
-        status = Status.RATE_LIMITED if is_throttle else Status.ERROR
-        scope_name = _signal_scope(state, signal)
-        if state.attempts >= policy.attempts:
-            return _gave_up(state, status, signal, server_wait, scope_name)
-        delay = server_wait if server_wait is not None else policy.backoff(retries, state.rng)
-        refusal = _retry_refusal(state, status, signal, delay, budget, settings, scope_name)
-        if refusal is not None:
-            return refusal
+        decision = await _decide(state, outcome, policy, retries, budget, recorder)
+        if isinstance(decision, ToolResult):
+            return decision
+        call = state.call
         recorder.emit(
-            EventKind.RETRY_SCHEDULED, call_id=call.id, tool=call.name,
-            attempt=state.attempts, wait=delay, reason=type(signal).__name__, scope=scope_name,
+            EventKind.RETRY_SCHEDULED, call_id=call.id, tool=call.name, attempt=state.attempts,
+            wait=decision.delay, reason=decision.reason, scope=decision.scope,
         )  # fmt: skip
-        await trio.sleep(delay)
+        await trio.sleep(decision.delay)
         retries += 1
 
 
@@ -138,21 +150,16 @@ async def _attempt(
     holder = _SlotHolder()
     held: list[ScopeLike] = []
     try:
-        try:
-            denial = await admit(
-                call, state.scopes, holder=holder, held=held, budget=budget,
-                cost=spec.cost_of(call.arguments), inline_wait=settings.inline_wait,
-                recorder=recorder, attempt=state.attempts, queued=state.queued,
-            )  # fmt: skip
-        except LimiterUnavailableError as exc:
-            # Fail closed: a limiter we cannot reach cannot say the call may go.
-            denial = Denial(Status.RATE_LIMITED, f"{exc}; the call was not sent", _UNAVAILABLE)
+        denial = await _admit(state, spec, budget, settings, recorder, holder, held)
         state.queued()
         if denial is not None:
             return failure(
                 call, denial.status, denial.message, started=state.started, kind=spec.kind,
                 scope=denial.scope, retry_after=denial.retry_after,
             )  # fmt: skip
+        # No body runs once the call is cancelled: a call admitted without a
+        # wait (no scope) has not checkpointed yet, so check here.
+        await trio.lowlevel.checkpoint_if_cancelled()
         state.started = True
         for scope in state.scopes:
             scope.retry_budget.record_request()
@@ -163,52 +170,108 @@ async def _attempt(
             attempt=state.attempts, recorder=recorder, inline_wait=settings.inline_wait,
             secrets=state.secrets,
         )  # fmt: skip
-        began = trio.current_time()
-        # For learning, an attempt went fine unless it was throttled or cut off:
-        # a tool's own error still says the rate was acceptable.
-        went_fine = False
-        try:
-            value = await _invoke(spec, call.arguments, context, settings.threads)
-            went_fine = state.answered_by_tool = True
-        except IdleTimeoutError as idle:
-            return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
-        except ToolSignal as signal:
-            went_fine = not isinstance(signal, RateLimitedError | NotSentError)
-            return signal
-        except Exception as exc:
-            went_fine = state.answered_by_tool = True
-            return failure(
-                call, Status.ERROR, _describe(exc), started=True, kind=spec.kind,
-                hint="the tool raised an error; fix the arguments or try another approach",
-            )  # fmt: skip
-        finally:
-            for scope in state.scopes:
-                scope.observe_call(trio.current_time() - began, ok=went_fine)
-        return success(call, value, limit=settings.max_output_chars)
+        return await _run_tool(state, spec, context, settings)
     finally:
         for scope in reversed(held):
             await scope.release_slot(holder)
 
 
-async def _invoke(
-    spec: ToolSpec, arguments: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
-) -> Any:
+async def _admit(
+    state: CallState,
+    spec: ToolSpec,
+    budget: Budget,
+    settings: CallSettings,
+    recorder: Recorder,
+    holder: _SlotHolder,
+    held: list[ScopeLike],
+) -> Denial | None:
+    """Admission, with a limiter that fails or cannot be reached refusing the call."""
+    call = state.call
+    assert isinstance(call.arguments, dict)
+    try:
+        return await admit(
+            call, state.scopes, holder=holder, held=held, budget=budget,
+            cost=spec.cost_of(call.arguments), inline_wait=settings.inline_wait,
+            recorder=recorder, attempt=state.attempts, queued=state.queued,
+        )  # fmt: skip
+    except LimiterUnavailableError as exc:
+        # Fail closed: a limiter we cannot reach cannot say the call may go.
+        return Denial(Status.REFUSED, f"{describe(exc)}; the call was not sent", _UNAVAILABLE)
+    except Exception as exc:
+        _log.exception("fanout: admitting call %s (%s) failed", call.id, call.name)
+        return Denial(
+            Status.REFUSED,
+            f"the limiter of this call failed ({describe(exc)}); the call was not sent",
+            _UNAVAILABLE,
+        )
+
+
+async def _run_tool(
+    state: CallState, spec: ToolSpec, context: CallContext, settings: CallSettings
+) -> ToolResult | ToolSignal:
+    """Invoke the tool and turn whatever it does into an answer or a signal."""
+    call = state.call
+    began = trio.current_time()
+    # For learning, an attempt went fine unless it was throttled or cut off:
+    # a tool's own error still says the rate was acceptable.
+    went_fine = False
+    try:
+        value = await _invoke(spec, context, settings.threads)
+        went_fine = state.answered_by_tool = True
+        return success(call, value, limit=settings.max_output_chars)
+    except IdleTimeoutError as idle:
+        return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
+    except ToolSignal as signal:
+        went_fine = not isinstance(signal, RateLimitedError | NotSentError)
+        return signal
+    except Exception as exc:
+        went_fine = state.answered_by_tool = True
+        message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
+        return failure(
+            call, Status.ERROR, message, started=True, kind=spec.kind,
+            hint="the tool raised an error; fix the arguments or try another approach",
+        )  # fmt: skip
+    finally:
+        elapsed = trio.current_time() - began
+        for scope in state.scopes:
+            scope.observe_call(elapsed, ok=went_fine)
+
+
+async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLimiter) -> Any:
+    """Call the tool; anything it raises that is not a cancellation becomes an ``Exception``.
+
+    A tool may raise a ``BaseException`` (``SystemExit``, a group mixing a
+    cancellation with an error). Cancellation and ``KeyboardInterrupt``
+    propagate, as trio requires; the rest is the tool's error, not the turn's.
+    """
+    arguments = context.call.arguments
+    assert isinstance(arguments, dict)
     token = set_current_call(context)
     try:
         if spec.idle_timeout is None:
-            return await _run_tool(spec, arguments, threads)
+            return await _call_fn(spec, arguments, threads)
         # Progress (context.report_progress) pushes the idle deadline out.
         context.idle = IdleWatch(spec.idle_timeout, context.budget)
         with context.idle.scope:
-            return await _run_tool(spec, arguments, threads)
+            return await _call_fn(spec, arguments, threads)
         raise IdleTimeoutError(spec.idle_timeout)
+    except Exception:
+        raise
+    except BaseExceptionGroup as group:
+        passing, rest = group.split((trio.Cancelled, KeyboardInterrupt))
+        if passing is not None:
+            raise passing from None
+        assert rest is not None  # a group is never empty
+        raise _ToolRaised(describe(rest)) from None
+    except (trio.Cancelled, KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise _ToolRaised(describe(exc)) from None
     finally:
         reset_current_call(token)
 
 
-async def _run_tool(
-    spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter
-) -> Any:
+async def _call_fn(spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter) -> Any:
     if spec.is_async:
         return await spec.fn(**arguments)
     # abandon_on_cancel: a sync tool that never returns cannot hold the
@@ -218,119 +281,121 @@ async def _run_tool(
     )
 
 
-async def _absorb_signal(
-    state: CallState, signal: ToolSignal, recorder: Recorder
-) -> ToolResult | float | None:
-    """Tell the scopes what the downstream said; return its wait, or a final answer."""
+class _ToolRaised(Exception):
+    """A tool raised a ``BaseException`` that is not fanout's to propagate."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+async def _decide(
+    state: CallState,
+    signal: ToolSignal,
+    policy: RetryPolicy,
+    retries: int,
+    budget: Budget,
+    recorder: Recorder,
+) -> ToolResult | _Retry:
+    """Tell the scopes what the downstream said; answer now, or retry after a delay."""
     spec, call = state.spec, state.call
     assert spec is not None
-    if isinstance(signal, NotSentError):
+    wait = signal_wait(signal.retry_after)
+    named = signal.scope if isinstance(signal.scope, str) else None
+    targets = scopes_named(state.scopes, named)
+    scope_name = targets[0].name if targets else named
+
+    def answer(status: Status, message: str, **extra: Any) -> ToolResult:
         return failure(
-            call, signal.status, str(signal), started=True, kind=spec.kind,
-            scope=signal.scope, retry_after=signal.retry_after,
-        )  # fmt: skip
-    targets = scopes_named(state.scopes, getattr(signal, "scope", None))
-    horizon = min((scope.quota_horizon for scope in targets), default=3600.0)
+            call, status, message, started=True, kind=spec.kind, scope=scope_name, **extra
+        )
+
+    if isinstance(signal, NotSentError):
+        return answer(signal.status, describe(signal), retry_after=wait)
+    horizon = min((scope.quota_horizon for scope in targets), default=_DEFAULT_HORIZON)
     if isinstance(signal, QuotaExhaustedError) or (
-        isinstance(signal, RateLimitedError)
-        and signal.retry_after is not None
-        and signal.retry_after > horizon
+        isinstance(signal, RateLimitedError) and wait is not None and wait > horizon
     ):
-        reset = getattr(signal, "reset_after", None) or getattr(signal, "retry_after", None)
-        until = trio.current_time() + (reset if reset is not None else horizon)
+        reset = wait if wait is not None else horizon
         for scope in targets:
-            scope.exhaust(until)
+            scope.exhaust(trio.current_time() + reset)
             recorder.emit(
                 EventKind.SCOPE_EXHAUSTED, call_id=call.id, tool=call.name,
-                scope=scope.name, wait=until - trio.current_time(),
+                scope=scope.name, wait=reset,
             )  # fmt: skip
-        return failure(
-            call, Status.QUOTA_EXHAUSTED, _describe(signal), started=True, kind=spec.kind,
-            scope=_signal_scope(state, signal), retry_after=reset,
-        )  # fmt: skip
+        return answer(Status.QUOTA_EXHAUSTED, describe(signal), retry_after=reset)
     if isinstance(signal, RateLimitedError):
-        if signal.retry_after is not None:
-            for scope in targets:
-                await scope.on_throttled(signal.retry_after)
+        for scope in targets:
+            await scope.on_throttled(wait if wait is not None else 0.0)
+            if wait is not None:
                 recorder.emit(
                     EventKind.SCOPE_BLOCKED, call_id=call.id, tool=call.name,
-                    scope=scope.name, wait=signal.retry_after,
+                    scope=scope.name, wait=wait,
                 )  # fmt: skip
         if not signal.retryable:
-            return failure(
-                call, Status.RATE_LIMITED, f"{_describe(signal)}; the server said not to retry",
-                started=True, kind=spec.kind, scope=_signal_scope(state, signal),
-                retry_after=signal.retry_after,
+            return answer(
+                Status.RATE_LIMITED, f"{describe(signal)}; the server said not to retry",
+                retry_after=wait,
                 hint="the server asked for this call not to be retried; do not re-issue it now",
             )  # fmt: skip
-        return signal.retry_after
-    if isinstance(signal, TransientError):
-        return None
-    return failure(call, Status.ERROR, _describe(signal), started=True, kind=spec.kind)
-
-
-def _signal_scope(state: CallState, signal: ToolSignal) -> str | None:
-    targets = scopes_named(state.scopes, getattr(signal, "scope", None))
-    return targets[0].name if targets else getattr(signal, "scope", None)
-
-
-def _gave_up(
-    state: CallState,
-    status: Status,
-    signal: ToolSignal,
-    wait: float | None,
-    scope: str | None,
-) -> ToolResult:
-    assert state.spec is not None
-    return failure(
-        state.call, status,
-        f"{_describe(signal)}; gave up after {state.attempts} attempts",
-        started=True, kind=state.spec.kind, scope=scope,
-        retry_after=wait if status is Status.RATE_LIMITED else None,
-    )  # fmt: skip
-
-
-def _retry_refusal(
-    state: CallState,
-    status: Status,
-    signal: ToolSignal,
-    delay: float,
-    budget: Budget,
-    settings: CallSettings,
-    scope: str | None,
-) -> ToolResult | None:
-    """The answer when a retry's wait may not be slept, or None to go ahead."""
-    assert state.spec is not None
-    why = None
-    if not budget.fits(delay):
-        why = f"the retry would wait {delay:.3f}s, past the call's deadline; it was not sent"
-    elif settings.inline_wait is not None and delay > settings.inline_wait:
-        why = (
-            f"the retry would wait {delay:.3f}s, longer than fanout waits inline "
-            f"({settings.inline_wait:g}s); it was not sent"
-        )
+        status = Status.RATE_LIMITED
+    elif isinstance(signal, TransientError):
+        status = Status.ERROR
     else:
-        for candidate in state.scopes:
-            if not candidate.retry_budget.try_spend():
-                why = (
-                    f"scope {candidate.name!r} has spent its retry budget; the downstream "
-                    "is failing and fanout will not add load to it"
-                )
-                scope = candidate.name
-                break
-    if why is None:
+        return answer(Status.ERROR, describe(signal))
+    retry_after = wait if status is Status.RATE_LIMITED else None
+    if state.attempts >= policy.attempts:
+        return answer(
+            status, f"{describe(signal)}; gave up after {state.attempts} attempts",
+            retry_after=retry_after,
+        )  # fmt: skip
+    delay = wait if wait is not None else policy.backoff(retries, state.rng)
+    why = _retry_refused(state, delay, budget)
+    if why is not None:
+        shown = delay if status is Status.RATE_LIMITED else None
+        return answer(status, f"{describe(signal)}; {why}", retry_after=shown)
+    return _Retry(delay, type(signal).__name__, scope_name)
+
+
+def _retry_refused(state: CallState, delay: float, budget: Budget) -> str | None:
+    """Why a retry after ``delay`` may not be made, or None to make it."""
+    latencies = [s.expected_latency() for s in state.scopes]
+    known = [latency for latency in latencies if latency is not None]
+    latency = max(known) if known else None
+    verdict = budget.judge(delay, latency=latency)
+    if verdict is not Verdict.SLEEP:
+        why = budget.explain(verdict, latency=latency)
+        return f"the retry would wait {delay:.3f}s, {why}; it was not sent"
+    for scope in state.scopes:
+        if not scope.retry_budget.try_spend():
+            return (
+                f"scope {scope.name!r} has spent its retry budget; the downstream "
+                "is failing and fanout will not add load to it"
+            )
+    return None
+
+
+def signal_wait(value: object) -> float | None:
+    """A wait a tool or server gave, as seconds fanout can use, or None if unusable.
+
+    Negative clamps to 0 (the moment has passed); NaN and non-numbers are
+    unsaid; anything past a week is capped there (and so is an exhausted
+    quota, not a throttle).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return failure(
-        state.call, status, f"{_describe(signal)}; {why}", started=True, kind=state.spec.kind,
-        scope=scope, retry_after=delay if status is Status.RATE_LIMITED else None,
-    )  # fmt: skip
+    if math.isnan(value):
+        return None
+    return min(max(float(value), 0.0), _MAX_WAIT)
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """Exception type and message: enough to act on, with no traceback and no credential.
 
     Messages often quote what failed (a URL with ``?api_key=``, a header), so
-    credential-shaped text is redacted before the model can read it.
+    credential-shaped text is redacted before the model can read it. A
+    message that cannot be printed is replaced by its type.
     """
-    text = redact_text(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    text = redact_text(safe_text(exc))
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name

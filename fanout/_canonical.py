@@ -1,35 +1,129 @@
-"""Canonical text: one spelling for equal values, and a visible cap on size.
+"""Canonical text: one spelling for equal values, whatever a tool hands back.
 
 The transcript must be byte-identical for the same outcomes (invariant 4), so
 anything we turn into text for the model is serialised with sorted keys and
-compact separators, and anything we cut is cut visibly.
+compact separators. And a tool's output is the one thing fanout cannot
+choose: dicts with keys of mixed types, tuples as keys, objects whose
+``__str__`` raises, NaN, lone surrogates, structures thousands of levels deep.
+None of that may cost a call its answer, so the value is first rewritten into
+plain JSON data by rules that cannot fail, then written by ``json``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "idempotency_key", "truncate"]
+__all__ = ["canonical_json", "idempotency_key", "safe_text", "truncate"]
+
+MAX_DEPTH = 100
+"""Levels of nesting written out; deeper output is no answer a model can use."""
+
+
+class NotSerialisableError(ValueError):
+    """A value contains itself, or nests deeper than ``MAX_DEPTH``."""
+
+
+def safe_text(value: object) -> str:
+    """``str(value)`` for a value fanout did not make, never raising.
+
+    Falls back to ``repr``, then to the type's name: an exception whose
+    ``__str__`` raises still gets described. Lone surrogates, which no
+    UTF-8 request to a model could carry, become U+FFFD.
+    """
+    for render in (str, repr):
+        try:
+            text = render(value)
+        except Exception:
+            continue
+        if isinstance(text, str):
+            return clean_text(text)
+    return f"<unprintable {type(value).__name__}>"
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: any lone surrogate replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _plain(value: Any, path: set[int], depth: int) -> Any:
+    """``value`` as JSON data: str keys, lists, finite numbers, text for the rest."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return clean_text(str.__str__(value))
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        number = float(value)
+        if math.isfinite(number):
+            return number
+        return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+    if depth >= MAX_DEPTH:
+        raise NotSerialisableError(f"the value nests deeper than {MAX_DEPTH} levels")
+    container = isinstance(value, Mapping | list | tuple | set | frozenset)
+    if container:
+        if id(value) in path:
+            raise NotSerialisableError("the value contains itself")
+        path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            return _plain_mapping(value, path, depth)
+        if isinstance(value, list | tuple):
+            return [_plain(item, path, depth + 1) for item in value]
+        if isinstance(value, set | frozenset):
+            items = [_plain(item, path, depth + 1) for item in value]
+            return sorted(items, key=_spelling)
+    finally:
+        if container:
+            path.discard(id(value))
+    return safe_text(value)
+
+
+def _plain_mapping(value: Mapping[Any, Any], path: set[int], depth: int) -> dict[str, Any]:
+    # Keys are spelled as json would (1 -> "1", None -> "null"), anything
+    # else by its text; two keys spelled alike keep the one first in a
+    # deterministic order, so the answer never depends on insertion order.
+    entries = sorted(
+        ((_key(k), type(k).__name__, _plain(v, path, depth + 1)) for k, v in value.items()),
+        key=lambda entry: (entry[0], entry[1], _spelling(entry[2])),
+    )
+    plain: dict[str, Any] = {}
+    for key, _, item in entries:
+        plain.setdefault(key, item)
+    return plain
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return clean_text(str.__str__(key))
+    if key is None or isinstance(key, bool | int | float):
+        return _spelling(_plain(key, set(), 0))
+    return safe_text(key)
+
+
+def _spelling(plain: Any) -> str:
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` with sorted keys and no insignificant whitespace.
 
-    Values JSON cannot represent are written with ``str()``: a tool's output
-    is for a model to read, and failing the call over a ``datetime`` would
-    lose an answer the tool did produce. For the same reason NaN and infinity
-    are written as JavaScript does (``NaN``, ``Infinity``). A structure that
-    contains itself still raises ``ValueError``.
+    Always valid JSON. Keys that are not strings are written as JSON would
+    write them, or by their text; values JSON cannot represent are written
+    as their text (a ``datetime``, an object), NaN and infinities as the
+    strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. Raises
+    ``ValueError`` only for a value that contains itself or nests deeper
+    than ``MAX_DEPTH``.
     """
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=str,
-    )
+    return _spelling(_plain(value, set(), 0))
 
 
 def _marker(dropped: int) -> str:
@@ -54,11 +148,13 @@ def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:
 
     Equal calls in one run share a key however the model ordered or spaced
     their arguments, so a retried or re-issued write is recognisable as the
-    same write, here and downstream.
+    same write, here and downstream. Arguments with no canonical form (they
+    contain themselves) get a key of their own: such a call is never taken
+    for another one.
     """
     try:
         spelled = canonical_json(arguments)
-    except (ValueError, RecursionError):
-        spelled = repr(arguments)  # a structure containing itself: no canonical form
-    material = "\x00".join((run_id, tool, spelled))
+    except ValueError:
+        spelled = f"\x00uncanonical:{id(arguments)}"
+    material = "\x00".join((clean_text(run_id), clean_text(tool), spelled))
     return hashlib.sha256(material.encode()).hexdigest()

@@ -5,6 +5,7 @@
     FanoutError
     ├── InvalidTurnError           the turn is structurally broken; nothing ran
     ├── ConfigurationError         a tool, scope or policy was declared wrongly
+    ├── UsageError                 an object was used out of its order (a turn run twice)
     ├── ToolSignal                 raised *by tools* to tell the runner something
     │   ├── RateLimitedError       the downstream said "not now" (429/503)
     │   ├── TransientError         a failure worth retrying (declared by the tool)
@@ -33,6 +34,7 @@ __all__ = [
     "RateLimitedError",
     "ToolSignal",
     "TransientError",
+    "UsageError",
 ]
 
 
@@ -51,8 +53,24 @@ class ConfigurationError(FanoutError, ValueError):
     """A tool, scope or policy was declared with values that cannot work."""
 
 
+class UsageError(FanoutError, RuntimeError):
+    """An object was used out of its order: a turn run twice, a scope not yet opened."""
+
+
 class ToolSignal(FanoutError):
-    """Base of the exceptions a tool raises on purpose to steer the runner."""
+    """Base of the exceptions a tool raises on purpose to steer the runner.
+
+    Every signal may say how long to wait (``retry_after``, seconds) and which
+    scope the downstream named (``scope``); the runner reads both here, and
+    treats values that are not usable numbers or names as unsaid.
+    """
+
+    def __init__(
+        self, message: str = "", *, retry_after: float | None = None, scope: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.scope = scope
 
 
 class RateLimitedError(ToolSignal):
@@ -71,14 +89,17 @@ class RateLimitedError(ToolSignal):
         scope: str | None = None,
         retryable: bool = True,
     ) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.scope = scope
+        super().__init__(message, retry_after=retry_after, scope=scope)
         self.retryable = retryable
 
 
 class TransientError(ToolSignal):
-    """A failure the tool declares worth retrying (a reset connection, a 502)."""
+    """A failure the tool declares worth retrying (a reset connection, a 502).
+
+    The HTTP layer raises it for a connection that broke, before or during
+    the response body: the request may have reached the server, so a write's
+    effect is unknown.
+    """
 
 
 class QuotaExhaustedError(ToolSignal):
@@ -91,9 +112,11 @@ class QuotaExhaustedError(ToolSignal):
         reset_after: float | None = None,
         scope: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.reset_after = reset_after
-        self.scope = scope
+        super().__init__(message, retry_after=reset_after, scope=scope)
+
+    @property
+    def reset_after(self) -> float | None:
+        return self.retry_after
 
 
 class NotSentError(ToolSignal):
@@ -112,10 +135,8 @@ class NotSentError(ToolSignal):
         scope: str | None = None,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, retry_after=retry_after, scope=scope)
         self.status = status
-        self.scope = scope
-        self.retry_after = retry_after
 
 
 class LimiterUnavailableError(FanoutError):

@@ -3,10 +3,15 @@
 Every call has a key, sha256 over (run id, tool, canonical arguments). Before
 a mutating call runs, fanout *claims* its key in a store: the first claimant
 runs it; a later identical call finds either the stored answer (and replays
-it without running) or a claim still running (and is answered so, without
-running). Only answers the tool itself gave are stored: a write cut off
-mid-flight has an unknown effect, so its claim is released and a re-issue
-runs again, carrying the same key downstream (``Idempotency-Key``).
+it without running) or a claim still running (and waits for its answer,
+within its budget). Only answers the tool itself gave are stored: a write
+cut off mid-flight has an unknown effect, so its claim is released and a
+re-issue runs again, carrying the same key downstream (``Idempotency-Key``).
+
+A claim is a lease, not a lock: it lapses ``lease`` seconds after its holder
+last renewed it. The holder renews it while the write runs; a holder that
+dies (a process killed mid-write) stops renewing, and its key is free again
+within seconds instead of blocking every re-issue for the answers' TTL.
 
 The store is a small protocol: in memory here, on Redis for many processes.
 """
@@ -45,9 +50,17 @@ class Claim:
 
 
 class IdempotencyStore(Protocol):
-    """Where keys are claimed and answers kept, for ``ttl`` seconds."""
+    """Where keys are claimed (as leases) and answers kept (for ``ttl`` seconds).
 
-    async def claim(self, key: str, *, ttl: float) -> Claim: ...
+    ``claim`` takes a key for ``lease`` seconds if nobody holds it;
+    ``renew`` extends this store's own claim (False once it has lapsed or was
+    taken over); ``finish`` replaces the claim with the answer; ``abandon``
+    releases the claim, leaving answers alone. fanout bounds every call by
+    the write's budget and answers for a store that fails or hangs.
+    """
+
+    async def claim(self, key: str, *, lease: float) -> Claim: ...
+    async def renew(self, key: str, *, lease: float) -> bool: ...
     async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None: ...
     async def abandon(self, key: str) -> None: ...
 
@@ -58,20 +71,34 @@ class MemoryIdempotencyStore:
 
     _entries: dict[str, tuple[float, StoredAnswer | None]] = attrs.field(init=False, factory=dict)
 
-    async def claim(self, key: str, *, ttl: float) -> Claim:
+    async def claim(self, key: str, *, lease: float) -> Claim:
         await trio.lowlevel.checkpoint()
         now = trio.current_time()
         entry = self._entries.get(key)
         if entry is not None and entry[0] > now:
             answer = entry[1]
             return Claim(ClaimState.RUNNING) if answer is None else Claim(ClaimState.DONE, answer)
-        self._entries[key] = (now + ttl, None)
+        self._entries[key] = (now + lease, None)
         return Claim(ClaimState.NEW)
+
+    async def renew(self, key: str, *, lease: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        entry = self._entries.get(key)
+        if entry is None or entry[1] is not None or entry[0] <= now:
+            return False
+        self._entries[key] = (now + lease, None)
+        return True
+
+    # Settling is cleanup, done even when the time for it is up: the work
+    # comes before the checkpoint, as trio's own ``aclose`` methods do.
 
     async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
         self._entries[key] = (trio.current_time() + ttl, answer)
+        await trio.lowlevel.checkpoint()
 
     async def abandon(self, key: str) -> None:
         entry = self._entries.get(key)
         if entry is not None and entry[1] is None:
             del self._entries[key]
+        await trio.lowlevel.checkpoint()

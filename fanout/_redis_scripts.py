@@ -29,6 +29,7 @@ __all__ = [
     "CLAIM",
     "FOREVER",
     "RELEASE_CLAIM",
+    "RENEW_CLAIM",
     "RENEW_LEASES",
     "bounded",
     "lua_number",
@@ -144,11 +145,18 @@ return missing
 """
 )
 
-# Idempotency: claim KEYS[1] with the pending marker ARGV[1] for ARGV[2] ms if
+# Idempotency: claim KEYS[1] with the pending marker ARGV[1] for ARGV[2] ms (the lease) if
 # nobody holds it (reply ''), else reply with what is there (a marker or an answer).
 CLAIM = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
 return redis.call('GET', KEYS[1])
+"""
+
+# Extend KEYS[1] to ARGV[2] ms only while it still holds our own pending
+# marker ARGV[1]: a claim that lapsed, or was taken over, is not ours to renew.
+RENEW_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
 """
 
 # Delete KEYS[1] only while it still holds our own pending marker ARGV[1]: an

@@ -1,16 +1,16 @@
 """Idempotency keys on Redis, so a write re-issued by another process runs once.
 
-A claim is ``SET key <pending marker> NX PX ttl`` in one script with the read
-of whatever is there instead, so two processes claiming at once cannot both
-see NEW. The marker is unique per claim: ``abandon`` deletes a key only while
-it still holds this store's own marker, never an answer and never another
-process's claim. ``finish`` replaces the marker with the answer as JSON.
+A claim is ``SET key <pending marker> NX PX lease`` in one script with the
+read of whatever is there instead, so two processes claiming at once cannot
+both see NEW. The marker is unique per claim: ``renew`` extends and
+``abandon`` deletes a key only while it still holds this store's own marker,
+never an answer and never another process's claim. ``finish`` replaces the
+marker with the answer as JSON, kept for the answers' TTL.
 
 Failures: ``claim`` raises ``LimiterUnavailableError`` (a write whose key
-cannot be checked must not run: fail closed). ``finish`` and ``abandon`` run
-after the tool, often in ``finally``; they are shielded, bounded by
-``op_timeout``, and log instead of raising. A claim left behind expires with
-its TTL.
+cannot be checked must not run: fail closed). ``renew``, ``finish`` and
+``abandon`` are bounded by ``op_timeout`` and log instead of raising. A claim
+whose holder died lapses with its lease, within seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from coredis.commands.script import Script
 
 from ._exceptions import LimiterUnavailableError
 from ._idempotency import Claim, ClaimState, StoredAnswer
-from ._redis_scripts import CLAIM, RELEASE_CLAIM, bounded
+from ._redis_scripts import CLAIM, RELEASE_CLAIM, RENEW_CLAIM, bounded
 from ._values import Status
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class RedisIdempotencyStore:
         self._scripts = {
             "claim": self.client.register_script(CLAIM),
             "release": self.client.register_script(RELEASE_CLAIM),
+            "renew": self.client.register_script(RENEW_CLAIM),
         }
 
     @classmethod
@@ -85,10 +86,10 @@ class RedisIdempotencyStore:
     def _key(self, key: str) -> str:
         return f"{self.prefix}idem:{key}"
 
-    async def claim(self, key: str, *, ttl: float) -> Claim:
-        """NEW (the key is ours), RUNNING (claimed elsewhere) or DONE (with its answer)."""
+    async def claim(self, key: str, *, lease: float) -> Claim:
+        """NEW (the key is ours for ``lease`` s), RUNNING (claimed elsewhere) or DONE."""
         marker = f"{_PENDING}{uuid.uuid4().hex}"
-        args = [marker, str(_milliseconds(ttl))]
+        args = [marker, str(_milliseconds(lease))]
         found: object = await bounded(
             "the idempotency store", self.op_timeout,
             lambda: self._scripts["claim"](keys=[self._key(key)], args=args),
@@ -99,8 +100,27 @@ class RedisIdempotencyStore:
             return Claim(ClaimState.NEW)
         if text.startswith(_PENDING):
             return Claim(ClaimState.RUNNING)
-        stored = json.loads(text)
-        return Claim(ClaimState.DONE, StoredAnswer(Status(stored["status"]), stored["content"]))
+        try:
+            stored = json.loads(text)
+            answer = StoredAnswer(Status(stored["status"]), str(stored["content"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise LimiterUnavailableError(
+                "the idempotency store holds an answer fanout cannot read"
+            ) from exc
+        return Claim(ClaimState.DONE, answer)
+
+    async def renew(self, key: str, *, lease: float) -> bool:
+        """Extend our own pending claim to ``lease`` s; False once it is no longer ours."""
+        marker = self._markers.get(key)
+        if marker is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        args = [marker, str(_milliseconds(lease))]
+        renewed: object = await bounded(
+            "the idempotency store", self.op_timeout,
+            lambda: self._scripts["renew"](keys=[self._key(key)], args=args),
+        )  # fmt: skip
+        return bool(int(str(renewed)))
 
     async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
         """Store the tool's answer for ``ttl`` seconds, for every later claimant."""
@@ -123,13 +143,12 @@ class RedisIdempotencyStore:
         )
 
     async def _quietly(self, op: str, operation: Callable[[], Awaitable[object]]) -> None:
-        with trio.CancelScope(shield=True):
-            try:
-                await bounded("the idempotency store", self.op_timeout, operation)
-            except LimiterUnavailableError as exc:
-                _log.warning(
-                    "%s (on %s: %r); the claim expires with its TTL", exc, op, exc.__cause__
-                )
+        # Not shielded here: the runner shields its settling, bounded by the
+        # write's deadline, and a shield of our own would outlive that bound.
+        try:
+            await bounded("the idempotency store", self.op_timeout, operation)
+        except LimiterUnavailableError as exc:
+            _log.warning("%s (on %s: %r); the claim lapses with its lease", exc, op, exc.__cause__)
 
 
 def _milliseconds(ttl: float) -> int:

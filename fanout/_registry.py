@@ -48,8 +48,8 @@ class ToolSpec:
     idempotency applies; ``invalidates`` names the tools whose cached reads a
     mutating call makes stale (None: all of them); ``idle_timeout`` stops a
     call that reports no progress for that long (None: never), within its
-    deadline; ``description`` and ``input_schema`` (a JSON Schema object) are
-    what the model is told of the tool, when known (an MCP server's listing).
+    deadline; ``description`` and ``schema`` (the JSON Schema of the arguments
+    object) are what the model is told of the tool, when given (an MCP listing).
     """
 
     name: str
@@ -64,7 +64,7 @@ class ToolSpec:
     invalidates: tuple[str, ...] | None = None
     idle_timeout: float | None = attrs.field(default=None, validator=_positive_or_none)
     description: str | None = None
-    input_schema: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
+    schema: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
 
     # Async tools run in the turn's nursery; sync ones in worker threads.
     is_async: bool = attrs.field(init=False)
@@ -115,7 +115,7 @@ class Registry:
         invalidates: Iterable[str] | None = None,
         idle_timeout: float | None = None,
         description: str | None = None,
-        input_schema: Mapping[str, Any] | None = None,
+        schema: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
         """Register ``fn`` under ``name`` (default: its ``__name__``)."""
         tool_name = name or getattr(fn, "__name__", "")
@@ -136,7 +136,7 @@ class Registry:
             invalidates=None if invalidates is None else tuple(invalidates),
             idle_timeout=idle_timeout,
             description=description,
-            input_schema=input_schema,
+            schema=schema,
         )
         self._tools[tool_name] = spec
         return spec

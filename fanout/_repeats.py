@@ -20,14 +20,17 @@ A tool declared ``repeatable`` (a die roll) takes part in none of this.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from ._answers import failure
+from ._budget import Verdict
+from ._call import describe
 from ._events import EventKind
-from ._idempotency import ClaimState, StoredAnswer
+from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._values import Kind, Status, ToolResult
 
 if TYPE_CHECKING:
@@ -38,10 +41,13 @@ if TYPE_CHECKING:
     from ._events import Recorder
     from ._run import Run
 
-__all__ = ["cached_answer", "claim", "remember", "settle", "single_flight"]
+__all__ = ["cached_answer", "claim", "hold_claim", "remember", "settle", "single_flight"]
 
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0  # seconds between looks at a key another call holds
-_STORE_TIMEOUT = 1.0  # the longest a store may take to settle a claim under cancellation
+_STORE_TIMEOUT = 1.0  # the longest a store may take to settle a claim, within the deadline
+STORE_SCOPE = "idempotency store"  # the scope named by answers the store decided
+
+_log = logging.getLogger("fanout")
 
 
 def single_flight(states: Sequence[CallState], recorder: Recorder) -> list[CallState]:
@@ -108,46 +114,120 @@ def is_idempotent_write(state: CallState) -> bool:
 async def claim(
     run: Run, state: CallState, budget: Budget, recorder: Recorder
 ) -> ToolResult | None:
-    """Claim a write's key: None to run it, or the answer to give instead.
+    """Claim a write's key: None to run it (the claim is now ours), or the answer instead.
 
     While another call holds the key, look again with growing pauses until
-    it is answered (replay) or released (ours now), within the budget.
+    it is answered (replay) or released (ours now), for as long as the
+    budget allows the wait. A store that fails refuses the write (a write
+    whose key cannot be checked is not run); one that does not answer within
+    the budget times it out.
     """
-    pause = _POLL_FIRST
+    spec = state.spec
+    assert spec is not None
+    call = state.call
+    pause, waited = _POLL_FIRST, 0.0
     while True:
-        outcome = await run.store.claim(state.idempotency_key, ttl=run.idempotency_ttl)
+        outcome = await _ask_store(run, state, budget)
+        if isinstance(outcome, ToolResult):
+            return outcome
         if outcome.state is ClaimState.NEW:
+            state.claimed = True
             return None
-        if outcome.state is ClaimState.DONE:
-            assert outcome.answer is not None
+        if outcome.state is ClaimState.DONE and outcome.answer is not None:
             recorder.emit(
-                EventKind.REPLAYED, call_id=state.call.id, tool=state.call.name,
+                EventKind.REPLAYED, call_id=call.id, tool=call.name,
                 detail={"from": "idempotency store"},
             )  # fmt: skip
-            return ToolResult(state.call.id, outcome.answer.status, outcome.answer.content)
-        if not budget.fits(pause):
-            assert state.spec is not None
-            return failure(
-                state.call, Status.TIMED_OUT,
-                "an identical call of this run is still running elsewhere; this one waited "
-                "for its answer until its deadline and was not run",
-                started=False, kind=state.spec.kind,
-            )  # fmt: skip
+            return ToolResult(call.id, outcome.answer.status, outcome.answer.content)
+        # The whole wait for another holder counts against the inline threshold.
+        verdict = budget.judge(pause)
+        if verdict is Verdict.SLEEP and budget.inline_wait is not None:
+            verdict = Verdict.TOO_LONG if waited + pause > budget.inline_wait else verdict
+        if verdict is not Verdict.SLEEP:
+            return _still_running(state, budget, verdict, waited)
         await trio.sleep(pause)
+        waited += pause
         pause = min(pause * 2, _POLL_MAX)
 
 
-async def settle(run: Run, state: CallState) -> None:
+async def _ask_store(run: Run, state: CallState, budget: Budget) -> Claim | ToolResult:
+    """One claim, bounded by the budget; a failure or a silence is the write's answer."""
+    spec = state.spec
+    assert spec is not None
+    call = state.call
+    try:
+        with trio.move_on_at(budget.deadline):
+            return await run.store.claim(state.idempotency_key, lease=run.claim_lease)
+    except Exception as exc:
+        return failure(
+            call, Status.REFUSED,
+            f"the idempotency store failed ({describe(exc)}); a write whose key cannot be "
+            "checked is not run",
+            started=False, kind=spec.kind, scope=STORE_SCOPE,
+            hint="the write was not run; re-issue it once the store is back",
+        )  # fmt: skip
+    return failure(
+        call, Status.TIMED_OUT,
+        "the idempotency store did not answer before the call's deadline; the write was not run",
+        started=False, kind=spec.kind, scope=STORE_SCOPE,
+    )  # fmt: skip
+
+
+def _still_running(state: CallState, budget: Budget, verdict: Verdict, waited: float) -> ToolResult:
+    spec = state.spec
+    assert spec is not None
+    running = "an identical call of this run is still running elsewhere"
+    if verdict is Verdict.TOO_LONG:
+        return failure(
+            state.call, Status.RATE_LIMITED,
+            f"{running}; this one waited {waited:.3f}s for its answer, as long as fanout "
+            "waits inline, and was not run",
+            started=False, kind=spec.kind, retry_after=_POLL_MAX,
+            hint="re-issue the same call later: it is answered from the other call's result",
+        )  # fmt: skip
+    return failure(
+        state.call, Status.TIMED_OUT,
+        f"{running}; this one waited for its answer until its deadline and was not run",
+        started=False, kind=spec.kind,
+    )  # fmt: skip
+
+
+async def hold_claim(run: Run, key: str) -> None:
+    """Renew a write's claim while it runs, every third of its lease, until cancelled.
+
+    A renewal that fails is logged and tried again at the next turn of the
+    loop: the lease's length is the margin for a store that blips.
+    """
+    while True:
+        await trio.sleep(run.claim_lease / 3)
+        try:
+            with trio.move_on_after(run.claim_lease / 3):
+                if not await run.store.renew(key, lease=run.claim_lease):
+                    _log.warning("fanout: the claim on a write's key lapsed while it ran")
+        except Exception:
+            _log.warning("fanout: renewing a write's claim failed", exc_info=True)
+
+
+async def settle(run: Run, state: CallState, budget: Budget) -> None:
     """Record a claimed write's answer, or release the claim when its effect is unknown.
 
     Only answers the tool itself gave are kept (ok, or its own error); a
     write that was cut off or throttled may be re-issued and run again.
-    Runs from a ``finally``, so it is shielded, with a short bound of its own.
+    Runs from a ``finally``, so it is shielded, and bounded by the call's
+    deadline as every wait is: past it, a claim left behind lapses with its
+    lease, and a re-issue runs again with the same key downstream. A store
+    that fails is logged, never raised.
     """
     result = state.result
-    with trio.CancelScope(shield=True), trio.move_on_after(_STORE_TIMEOUT):
-        if result is not None and state.answered_by_tool:
-            answer = StoredAnswer(result.status, result.content)
-            await run.store.finish(state.idempotency_key, answer, ttl=run.idempotency_ttl)
-        else:
-            await run.store.abandon(state.idempotency_key)
+    key = state.idempotency_key
+    with trio.CancelScope(shield=True, deadline=budget.bound(_STORE_TIMEOUT)) as bounded:
+        try:
+            if result is not None and state.answered_by_tool:
+                answer = StoredAnswer(result.status, result.content)
+                await run.store.finish(key, answer, ttl=run.idempotency_ttl)
+            else:
+                await run.store.abandon(key)
+        except Exception:
+            _log.warning("fanout: the idempotency store failed to settle a write", exc_info=True)
+    if bounded.cancelled_caught:
+        _log.warning("fanout: the idempotency store did not settle a write before its deadline")

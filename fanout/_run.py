@@ -9,12 +9,14 @@ idempotency store instead of taking effect twice).
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
+from ._exceptions import ConfigurationError
 from ._idempotency import IdempotencyStore, MemoryIdempotencyStore
 
 if TYPE_CHECKING:
@@ -22,6 +24,16 @@ if TYPE_CHECKING:
 
 
 __all__ = ["ReadCache", "Run"]
+
+
+def _non_empty(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{attribute.name} must be a non-empty string, not {value!r}")
+
+
+def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
+        raise ConfigurationError(f"{attribute.name} must be a positive number, not {value!r}")
 
 
 @attrs.frozen
@@ -36,7 +48,6 @@ class ReadCache:
     """Answers of cacheable reads, by call key, with an expiry on trio's clock."""
 
     _entries: dict[str, _Entry] = attrs.field(init=False, factory=dict)
-    hits: int = attrs.field(init=False, default=0)
 
     def get(self, key: str) -> str | None:
         """A fresh cached answer for ``key``, or None (an expired one is dropped)."""
@@ -46,7 +57,6 @@ class ReadCache:
         if trio.current_time() >= entry.expires:
             del self._entries[key]
             return None
-        self.hits += 1
         return entry.content
 
     def put(self, key: str, tool: str, content: str, ttl: float) -> None:
@@ -76,10 +86,14 @@ class Run:
     (``runner.run_turn(calls, run=run)``). A write's idempotency key is
     derived from the run id, so another process serving the same
     conversation must use the same ``run_id`` and a shared store (Redis) for
-    its re-issued writes to take effect once.
+    its re-issued writes to take effect once. ``idempotency_ttl`` is how long
+    answers are kept; ``claim_lease`` how long a write's claim outlives a
+    holder that stopped renewing it (renewed every third of it while the
+    write runs).
     """
 
-    run_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    run_id: str = attrs.field(factory=lambda: uuid.uuid4().hex, validator=_non_empty)
     store: IdempotencyStore = attrs.field(factory=MemoryIdempotencyStore)
-    idempotency_ttl: float = 24 * 3600.0
+    idempotency_ttl: float = attrs.field(default=24 * 3600.0, validator=_positive)
+    claim_lease: float = attrs.field(default=6.0, validator=_positive)
     cache: ReadCache = attrs.field(init=False, factory=ReadCache)

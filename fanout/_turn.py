@@ -1,16 +1,27 @@
-"""A turn: one assistant message's calls, answered completely, whatever happens.
+"""A turn: one assistant message's calls, answered completely and truthfully.
 
-The turn owns a nursery under a hard deadline (a cancel scope). Phase one
-runs every ``pure`` and ``reads`` call concurrently; phase two runs the
-mutating calls by policy. Each call also has its own deadline. Whatever ends
-a call early, its answer is written in a ``finally``, so ``Turn.results``
-holds exactly one answer per call id, in the model's order, even when the
-caller cancels the turn from outside (and ``Cancelled`` still propagates).
+The turn owns a nursery under a hard deadline. Phase one runs every ``pure``
+and ``reads`` call concurrently; phase two runs the mutating calls by
+policy. Each call also has its own deadline.
+
+Answers are written at the moment a call's fate is decided, not when its
+task has finished unwinding: a watcher task wakes at each deadline, writes
+the ``timed_out`` answers of the calls it ends, and only then cancels them.
+Unwinding a thousand hung HTTP requests takes a library a while; the answers
+do not wait for it. A failed sibling under ``cancel_siblings`` ends the
+others the same way. What is still unanswered when the turn stops is
+answered in a ``finally``, with the reason that really stopped it: the
+deadline, a failed sibling, the caller (``Cancelled`` still propagates), or
+a failure of fanout itself, which becomes ``error`` answers and never
+escapes the turn.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
+import logging
 import math
 from typing import TYPE_CHECKING, Literal
 
@@ -19,12 +30,14 @@ import trio
 
 from ._answers import failure
 from ._budget import Budget
-from ._call import CallSettings, CallState, execute
+from ._call import CallSettings, CallState, describe, execute
 from ._events import Event, EventKind, Recorder
+from ._exceptions import UsageError
 from ._redact import redact_text
 from ._repeats import (
     cached_answer,
     claim,
+    hold_claim,
     invalidate_for,
     is_idempotent_write,
     remember,
@@ -42,12 +55,18 @@ if TYPE_CHECKING:
 
 __all__ = ["MutatingPolicy", "OnFailure", "Turn", "TurnCounts"]
 
+_log = logging.getLogger("fanout")
+
 MutatingPolicy = Literal["one", "serial", "parallel"]
 OnFailure = Literal["continue", "cancel_siblings"]
 
 # Outcomes that count as a failure for on_failure="cancel_siblings". A refusal
 # is a decision fanout made, not a failure of the call.
 _FAILURES = frozenset({Status.ERROR, Status.TIMED_OUT, Status.RATE_LIMITED, Status.QUOTA_EXHAUSTED})
+
+# The turn's own cancel scope fires this long after its deadline, in case the
+# watcher (which ends calls at the deadline itself) could not run.
+_BACKSTOP = 0.05
 
 
 @attrs.define
@@ -62,6 +81,15 @@ class _Stage(enum.Enum):
     NEW = "new"
     RUNNING = "running"
     DONE = "done"
+
+
+class _Stop(enum.Enum):
+    """Why calls still unanswered were stopped."""
+
+    DEADLINE = "deadline"
+    SIBLING = "sibling"
+    CALLER = "caller"
+    INTERNAL = "internal"
 
 
 class Turn:
@@ -92,7 +120,15 @@ class Turn:
         self._stage = _Stage.NEW
         self._deadline = math.inf  # set when the turn starts running
         self._failed: CallState | None = None
-        self._siblings = trio.CancelScope()
+        self._stop: _Stop | None = None
+        self._internal = ""  # what failed, when fanout itself did
+        self._scope = trio.CancelScope()
+        # The cancel scopes of the turn's own nurseries: trio cancels one
+        # when a task in it crashes, which is fanout failing, not the caller.
+        self._nursery_scopes: list[trio.CancelScope] = []
+        self._deadlines: list[tuple[float, int, CallState, trio.CancelScope]] = []
+        self._serial = itertools.count()
+        self._deadlines_changed = trio.Event()
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:
@@ -116,20 +152,26 @@ class Turn:
         return self._deadline
 
     async def run(self) -> None:
-        """Run every call to its answer under the turn's hard deadline."""
+        """Run every call to its answer under the turn's hard deadline.
+
+        Nothing but ``Cancelled`` (the caller's) and ``KeyboardInterrupt``
+        escapes: whatever else fails is logged and answered.
+        """
         if self._stage is not _Stage.NEW:
-            raise RuntimeError("a turn runs once; build a new one for the next message")
+            raise UsageError("a turn runs once; build a new one for the next message")
         self._stage = _Stage.RUNNING
         self._deadline = trio.current_time() + self._timeout
+        self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
         self._counts.running += 1
         self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
         try:
-            runnable = self._answer_without_running()
-            with trio.CancelScope(deadline=self._deadline), self._siblings:
-                writes = self._writes_allowed([c for c in runnable if _kind(c) is Kind.MUTATING])
-                await self._phase(c for c in runnable if _kind(c) is not Kind.MUTATING)
-                await self._mutating_phase(writes)
+            await self._run_phases()
+        except (trio.Cancelled, KeyboardInterrupt):
+            self._stop = self._stop or _Stop.CALLER
+            raise
+        except BaseException as exc:
+            self._fail_internally(exc)
         finally:
             for state in self._states:
                 if state.result is None:
@@ -137,6 +179,31 @@ class Turn:
             self._stage = _Stage.DONE
             self._counts.running -= 1
             self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
+
+    async def _run_phases(self) -> None:
+        runnable = self._answer_without_running()
+        async with trio.open_nursery() as watching:
+            self._nursery_scopes.append(watching.cancel_scope)
+            watching.start_soon(self._watch_deadlines)
+            with self._scope:
+                writes = self._writes_allowed([c for c in runnable if c.kind is Kind.MUTATING])
+                await self._phase(c for c in runnable if c.kind is not Kind.MUTATING)
+                await self._mutating_phase(writes)
+            watching.cancel_scope.cancel()
+
+    def _fail_internally(self, exc: BaseException) -> None:
+        """fanout itself failed: answer what is left ``error``, never crash the caller."""
+        if isinstance(exc, BaseExceptionGroup):
+            cancelled, rest = exc.split((trio.Cancelled, KeyboardInterrupt))
+            if rest is None and cancelled is not None:
+                self._stop = self._stop or _Stop.CALLER
+                raise cancelled
+            if cancelled is not None:
+                _log.error("fanout: a turn failed", exc_info=rest)
+                self._stop, self._internal = _Stop.INTERNAL, describe(rest or exc)
+                raise cancelled
+        _log.error("fanout: a turn failed", exc_info=exc)
+        self._stop, self._internal = _Stop.INTERNAL, describe(exc)
 
     # -- phases -------------------------------------------------------------
 
@@ -158,7 +225,7 @@ class Turn:
                     failure(
                         call, Status.ERROR,
                         "the arguments are not a JSON object; the call was not run",
-                        started=False, kind=state.spec.kind,
+                        started=False, kind=state.kind,
                         hint="re-issue the call with arguments that are a valid JSON object",
                     ),
                 )  # fmt: skip
@@ -172,13 +239,18 @@ class Turn:
         return [state for state in leaders if state.result is None]
 
     async def _phase(self, states: Iterable[CallState]) -> None:
-        """Run ``states`` concurrently, admitting those with scopes in the model's order."""
+        """Run ``states`` concurrently, each admitted in the model's order.
+
+        Every call is started with ``nursery.start``, which returns once the
+        call has queued or begun: which call goes first, and whether a call
+        had started when a sibling failed, never depends on how trio happened
+        to schedule the tasks.
+        """
         async with trio.open_nursery() as nursery:
+            self._nursery_scopes.append(nursery.cancel_scope)
             for state in states:
-                if state.scopes:
+                if state.result is None:
                     await nursery.start(self._run_one, state)
-                else:
-                    nursery.start_soon(self._run_one, state)
 
     def _writes_allowed(self, writes: list[CallState]) -> list[CallState]:
         """Under policy ``one``, refuse every write but the first, before anything runs."""
@@ -198,7 +270,8 @@ class Turn:
             await self._phase(writes)
         else:
             for state in writes:
-                await self._run_one(state)
+                if state.result is None:
+                    await self._run_one(state)
 
     async def _run_one(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -219,20 +292,20 @@ class Turn:
 
         state.queued = queued
         try:
-            if budget.deadline < self._deadline:
-                with trio.move_on_at(budget.deadline) as own_deadline:
+            with trio.CancelScope() as own:
+                if budget.deadline < self._deadline:
+                    self._watch(state, budget.deadline, own)
+                try:
                     await self._execute(state, budget)
-                if own_deadline.cancelled_caught and state.result is None:
-                    self._answer(state, self._timed_out(state, budget))
-            else:
-                # The turn's deadline is this call's: its scope is enough.
-                await self._execute(state, budget)
+                except Exception as exc:
+                    _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
+                    self._answer(state, self._broken(state, describe(exc)))
         finally:
             if state.result is None:
                 self._answer(state, self._interrupted(state))
             queued()
             if state.claimed:
-                await settle(self._run, state)
+                await settle(self._run, state, budget)
 
     async def _execute(self, state: CallState, budget: Budget) -> None:
         """Answer one call: a replay of a write already done, or a run of it."""
@@ -242,17 +315,58 @@ class Turn:
             if replay is not None:
                 self._answer(state, replay)
                 return
-            state.claimed = True
+        if state.claimed:
+            async with trio.open_nursery() as holding:
+                holding.start_soon(hold_claim, self._run, state.idempotency_key)
+                result = await self._execute_tool(state, budget)
+                holding.cancel_scope.cancel()
+        else:
+            result = await self._execute_tool(state, budget)
+        self._answer(state, result)
+
+    async def _execute_tool(self, state: CallState, budget: Budget) -> ToolResult:
         result = await execute(
             state, budget=budget, run_id=self._run.run_id,
             settings=self._settings, recorder=self._recorder,
         )  # fmt: skip
         remember(self._run, state, result)
-        self._answer(state, result)
+        return result
+
+    # -- deadlines ------------------------------------------------------------
+
+    def _watch(self, state: CallState, deadline: float, scope: trio.CancelScope) -> None:
+        """Have the watcher end ``state`` at ``deadline`` (its own, before the turn's)."""
+        heapq.heappush(self._deadlines, (deadline, next(self._serial), state, scope))
+        self._deadlines_changed.set()
+
+    async def _watch_deadlines(self) -> None:
+        """Answer each call at its deadline, then cancel it; the turn's last of all."""
+        while True:
+            due = self._deadlines[0][0] if self._deadlines else self._deadline
+            due = min(due, self._deadline)
+            with trio.move_on_at(due):
+                await self._deadlines_changed.wait()
+                self._deadlines_changed = trio.Event()
+                continue
+            now = trio.current_time()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, _, state, scope = heapq.heappop(self._deadlines)
+                if state.result is None:
+                    self._answer(state, self._timed_out(state))
+                scope.cancel()
+            if now >= self._deadline:
+                self._stop = self._stop or _Stop.DEADLINE
+                for state in self._states:
+                    if state.result is None:
+                        self._answer(state, self._interrupted(state))
+                self._scope.cancel()
+                return
 
     # -- answers ------------------------------------------------------------
 
     def _answer(self, state: CallState, result: ToolResult) -> None:
+        if state.result is not None:
+            return  # the first answer stands: a call is answered once
         if state.secrets:
             result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
         state.result = result
@@ -272,25 +386,25 @@ class Turn:
             and trio.current_time() < self._deadline
         ):
             self._failed = state
-            self._siblings.cancel()
+            self._stop = self._stop or _Stop.SIBLING
+            for other in self._states:
+                if other.result is None:
+                    self._answer(other, self._interrupted(other))
+            self._scope.cancel()
 
     def _refuse(self, state: CallState, message: str) -> None:
         call = state.call
         self._recorder.emit(EventKind.REFUSED, call_id=call.id, tool=call.name, reason=message)
-        self._answer(
-            state, failure(call, Status.REFUSED, message, started=False, kind=_kind(state))
-        )
+        self._answer(state, failure(call, Status.REFUSED, message, started=False, kind=state.kind))
 
-    def _timed_out(self, state: CallState, budget: Budget) -> ToolResult:
-        if budget.deadline < self._deadline:
-            assert state.spec is not None
-            why = f"the call's own timeout of {state.spec.timeout:g}s passed"
-        else:
-            why = f"the turn's deadline of {self._timeout:g}s passed"
-        return failure(state.call, Status.TIMED_OUT, why, started=state.started, kind=_kind(state))
+    def _timed_out(self, state: CallState) -> ToolResult:
+        """The answer of a call whose own timeout passed."""
+        assert state.spec is not None
+        why = f"the call's own timeout of {state.spec.timeout:g}s passed"
+        return failure(state.call, Status.TIMED_OUT, why, started=state.started, kind=state.kind)
 
     def _interrupted(self, state: CallState) -> ToolResult:
-        """The answer for a call stopped from outside: a sibling, the deadline, the caller."""
+        """The answer of a call stopped from outside, saying what stopped it."""
         failed = self._failed
         if failed is not None and failed is not state:
             why = (
@@ -298,21 +412,32 @@ class Turn:
                 "unfinished were cancelled (on_failure='cancel_siblings')"
             )
             status = Status.CANCELLED
-        elif trio.current_time() >= self._deadline:
+        elif self._stop is _Stop.DEADLINE or trio.current_time() >= self._deadline:
             why, status = f"the turn's deadline of {self._timeout:g}s passed", Status.TIMED_OUT
-        else:
+        elif self._stop is _Stop.CALLER or (
+            self._stop is None and not any(scope.cancel_called for scope in self._nursery_scopes)
+        ):
+            # Cancelled, and by none of the turn's own scopes: from outside.
             why, status = "the caller cancelled the turn", Status.CANCELLED
-        return failure(state.call, status, why, started=state.started, kind=_kind(state))
+        else:
+            what = self._internal or "another part of the turn failed and stopped it"
+            return self._broken(state, what)
+        return failure(state.call, status, why, started=state.started, kind=state.kind)
+
+    def _broken(self, state: CallState, what: str) -> ToolResult:
+        """The answer of a call fanout itself failed to finish."""
+        return failure(
+            state.call, Status.ERROR,
+            f"fanout failed while handling this call ({what}); it was not finished",
+            started=state.started, kind=state.kind, effect_unknown=state.started,
+            hint="this is a failure of the runtime, not of the arguments; re-issue the call",
+        )  # fmt: skip
 
     def _pending(self, state: CallState) -> ToolResult:
         return failure(
             state.call, Status.CANCELLED, "the turn has not finished running this call",
-            started=state.started, kind=_kind(state),
+            started=state.started, kind=state.kind,
         )  # fmt: skip
-
-
-def _kind(state: CallState) -> Kind:
-    return state.spec.kind if state.spec is not None else Kind.MUTATING
 
 
 def _tally(results: Sequence[ToolResult]) -> dict[str, int]:

@@ -14,7 +14,7 @@ MCP adds:
 * kinds come from the server's ``ToolAnnotations``, failing closed (only
   ``readOnlyHint`` makes a read);
 * the tool's ``inputSchema`` and description are kept on its ``ToolSpec``
-  (``input_schema``, ``description``) for the definitions sent to the model;
+  (``schema``, ``description``) for the definitions sent to the model;
 * ``isError`` results are answered ``error``; content blocks pass through;
 * progress notifications become ``PROGRESS`` events and reset the tool's
   ``idle_timeout``;
@@ -322,8 +322,8 @@ async def register_tools(
                 server.tool(tool.name, retry_safe=retry_safe(tool.annotations)),
                 name=prefix + tool.name,
                 scopes=scopes,
-                description=tool.description,
-                input_schema=tool.input_schema,
+                description=tool.description or "",
+                schema=tool.input_schema,
                 **options,
             )
         )

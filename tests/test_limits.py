@@ -415,7 +415,7 @@ async def test_unreachable_limiter_fails_closed(autojump_clock: Any) -> None:
     runner = Runner(reg, scopes=[DownScope("shared")])
     turn = await runner.run_turn([ToolCall("a", "fetch", {"n": 1})])
     (result,) = turn.results
-    assert result.status is Status.RATE_LIMITED
+    assert result.status is Status.REFUSED
     assert result.scope == "limiter unavailable"
     assert body(result)["started"] is False
     assert ran == []

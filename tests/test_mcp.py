@@ -81,8 +81,8 @@ async def test_every_tool_is_registered_with_its_kind_scope_and_schema(
     assert {spec.scopes for spec in specs} == {(SCOPE,)}
     lookup = registry.get("notes_lookup")
     assert lookup is not None
-    assert lookup.input_schema is not None
-    assert lookup.input_schema["required"] == ["key"]
+    assert lookup.schema is not None
+    assert lookup.schema["required"] == ["key"]
     assert lookup.description == "Answer at once."
 
 

@@ -486,7 +486,7 @@ async def test_redis_stopped_mid_turn_every_call_answered_by_its_deadline(
     private_redis: RedisServer, fallback: LocalFallback | None
 ) -> None:
     """Kill Redis during a turn: every call id is answered by the turn's deadline; fail-closed
-    calls are rate_limited by the "limiter unavailable" scope, fallback calls still run."""
+    calls are refused by the "limiter unavailable" scope, fallback calls still run."""
     async with RedisScope.from_url(
         private_redis.url, name=SCOPE, prefix=unique_prefix(), rate=20, burst=2, max_concurrency=2,
         fallback=fallback,
@@ -512,7 +512,7 @@ async def test_redis_stopped_mid_turn_every_call_answered_by_its_deadline(
     if fallback is None:
         refused = [r for r in turn.results if r.status is not fanout.Status.OK]
         assert refused
-        assert all(r.status is fanout.Status.RATE_LIMITED for r in refused)
+        assert all(r.status is fanout.Status.REFUSED for r in refused)
         assert all(r.scope == "limiter unavailable" for r in refused)
     else:
         assert statuses == [fanout.Status.OK] * 6
@@ -530,7 +530,7 @@ async def test_one_key_claimed_twice_across_clients_runs_once(redis_url: str, pr
         claims: list[tuple[RedisIdempotencyStore, ClaimState]] = []
 
         async def claim(store: RedisIdempotencyStore) -> None:
-            claims.append((store, (await store.claim("write-1", ttl=5)).state))
+            claims.append((store, (await store.claim("write-1", lease=5)).state))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(claim, one)
@@ -539,13 +539,13 @@ async def test_one_key_claimed_twice_across_clients_runs_once(redis_url: str, pr
         owner = next(store for store, state in claims if state is ClaimState.NEW)
         loser = other if owner is one else one
         await loser.abandon("write-1")  # not its claim: nothing happens
-        assert (await loser.claim("write-1", ttl=5)).state is ClaimState.RUNNING
+        assert (await loser.claim("write-1", lease=5)).state is ClaimState.RUNNING
         answer = StoredAnswer(fanout.Status.OK, "ticket 42 created")
         await owner.finish("write-1", answer, ttl=5)
-        replay = await loser.claim("write-1", ttl=5)
+        replay = await loser.claim("write-1", lease=5)
         assert (replay.state, replay.answer) == (ClaimState.DONE, answer)
         await owner.abandon("write-1")  # an answer is never abandoned
-        assert (await loser.claim("write-1", ttl=5)).state is ClaimState.DONE
+        assert (await loser.claim("write-1", lease=5)).state is ClaimState.DONE
 
 
 async def test_abandoned_or_expired_claims_free_the_key(redis_url: str, prefix: str) -> None:
@@ -554,12 +554,12 @@ async def test_abandoned_or_expired_claims_free_the_key(redis_url: str, prefix: 
         RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as one,
         RedisIdempotencyStore.from_url(redis_url, prefix=prefix) as other,
     ):
-        assert (await one.claim("k", ttl=5)).state is ClaimState.NEW
+        assert (await one.claim("k", lease=5)).state is ClaimState.NEW
         await one.abandon("k")
-        assert (await other.claim("k", ttl=0.2)).state is ClaimState.NEW
-        assert (await one.claim("k", ttl=5)).state is ClaimState.RUNNING
+        assert (await other.claim("k", lease=0.2)).state is ClaimState.NEW
+        assert (await one.claim("k", lease=5)).state is ClaimState.RUNNING
         await trio.sleep(0.25)
-        assert (await one.claim("k", ttl=5)).state is ClaimState.NEW
+        assert (await one.claim("k", lease=5)).state is ClaimState.NEW
 
 
 async def test_idempotency_claim_fails_closed_without_redis(private_redis: RedisServer) -> None:
@@ -567,11 +567,11 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
     async with RedisIdempotencyStore.from_url(
         private_redis.url, prefix=unique_prefix(), op_timeout=0.2
     ) as store:
-        assert (await store.claim("k", ttl=5)).state is ClaimState.NEW
+        assert (await store.claim("k", lease=5)).state is ClaimState.NEW
         private_redis.stop()
         began = trio.current_time()
         with pytest.raises(fanout.LimiterUnavailableError):
-            await store.claim("other", ttl=5)
+            await store.claim("other", lease=5)
         await store.abandon("k")
         await store.finish("k", StoredAnswer(fanout.Status.OK, "x"), ttl=5)
         assert trio.current_time() - began <= 3 * (0.2 + SLACK)

@@ -390,7 +390,7 @@ async def test_hostile_values_are_answered_not_crashed(autojump_clock: Any) -> N
     turn = await Runner(reg).run_turn(fanout.calls_from_openai(message))
     nan, looped, big = turn.results
     assert nan.status is Status.OK
-    assert nan.content == '{"x":NaN}'
+    assert nan.content == '{"x":"NaN"}'
     assert looped.status is Status.ERROR
     assert "cannot be written as JSON" in body(looped)["message"]
     assert big.status is Status.OK
