@@ -12,6 +12,7 @@ it (and says so).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,8 +55,11 @@ async def main() -> None:
         turn = await runner.run_turn(fanout.calls_from_anthropic(ASSISTANT_MESSAGE))
         for block in fanout.anthropic_tool_results(turn)["content"]:
             print(block["tool_use_id"], block["is_error"], block["content"])
-        print("fanout sent notifications/cancelled for requests", list(server.cancels_sent))
-        print("the server says it was told to cancel", await server.call("cancellations", {}))
+        sent = [str(request_id) for request_id in server.cancels_sent]
+        heard = await server.call("cancellations", {})
+        assert isinstance(heard, str)
+        same = json.loads(heard) == sent
+        print(f"cancel notices sent: {len(sent)}; the server heard those ids: {same}")
 
 
 if __name__ == "__main__":
