@@ -83,7 +83,7 @@ async def test_a_turn_over_streamable_http(server: McpServer) -> None:
     """Fast, progress, failing and hung tools over HTTP: all answered; the server hears of it."""
     registry = Registry()
     await fanout.mcp.register_tools(registry, server)
-    runner = Runner(registry, scopes=[server.limits()], turn_timeout=1.5)
+    runner = Runner(registry, scopes=[server.limits()], turn_timeout=3)
     turn = await runner.run_turn(
         [
             ToolCall("a", "lookup", {"key": "k"}),

@@ -1,7 +1,7 @@
 """fanout.mcp against the test MCP server run as a subprocess over stdio.
 
 The server's clock is real, the turn's is a MockClock that jumps only after
-a second of real quiet: fast replies arrive long before that, so the turn's
+two seconds of real quiet: fast replies arrive long before that, so the turn's
 times stay exact, and a hung call's deadline arrives without a real wait.
 """
 
@@ -32,8 +32,8 @@ SERVER = Path(__file__).with_name("mcp_server.py")
 
 @pytest.fixture
 def patient_clock() -> trio.testing.MockClock:
-    """Virtual time that jumps to the next deadline only after 1s of real quiet."""
-    return trio.testing.MockClock(autojump_threshold=1.0)
+    """Virtual time that jumps to the next deadline only after 2s of real quiet."""
+    return trio.testing.MockClock(autojump_threshold=2.0)
 
 
 @pytest.fixture
