@@ -301,13 +301,19 @@ async def register_tools(
     apply to all of them. ``overrides`` maps a server tool's name to more
     ``Registry.add`` options for it (``cache_ttl``, ``cost``, ``retry``, a
     stricter or looser ``kind``, more ``scopes``...). A name in
-    ``overrides`` that the server does not list is a ``ConfigurationError``.
+    ``overrides`` that the server does not list, or a name the registry
+    already has, is a ``ConfigurationError``, raised before any tool is added.
     """
     tools = await _list_tools(server.session)
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - {tool.name for tool in tools})
     if unknown:
         raise ConfigurationError(f"overrides name tools the server does not list: {unknown}")
+    taken = sorted(prefix + tool.name for tool in tools if registry.get(prefix + tool.name))
+    if taken:
+        raise ConfigurationError(
+            f"the registry already has tools named {taken}; register this server with a prefix="
+        )
     specs = []
     for tool in tools:
         options: dict[str, Any] = {

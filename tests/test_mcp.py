@@ -99,6 +99,18 @@ async def test_overrides_add_options_and_unknown_names_are_refused(server: McpSe
         await fanout.mcp.register_tools(Registry(), server, overrides={"lokup": {}})
 
 
+async def test_a_name_clash_registers_nothing(server: McpServer) -> None:
+    """A second server with the same tool names is refused whole, and a prefix resolves it."""
+    registry = Registry()
+    await fanout.mcp.register_tools(registry, server)
+    before = registry.names()
+    with pytest.raises(fanout.ConfigurationError, match="prefix"):
+        await fanout.mcp.register_tools(registry, server)
+    assert registry.names() == before
+    await fanout.mcp.register_tools(registry, server, prefix="second_")
+    assert len(registry) == 2 * len(before)
+
+
 def test_the_public_names_are_sorted_and_exist() -> None:
     """fanout.mcp's __all__ is sorted and names only what the module defines."""
     assert fanout.mcp.__all__ == sorted(fanout.mcp.__all__)
@@ -224,11 +236,11 @@ async def test_the_caller_cancelling_the_turn_cancels_on_the_server(
     turn = runner_for(server, registry, turn_timeout=10).turn([ToolCall("h", "hang", {})])
     with trio.move_on_after(1):
         await turn.run()
-    [result] = turn.results
-    assert (result.status, body(result)["started"]) == (Status.CANCELLED, True)
     saw = await seen(server)
     assert saw["cancelled"] == saw["hung"]
     assert len(saw["hung"]) == 1
+    [result] = turn.results
+    assert (result.status, body(result)["started"]) == (Status.CANCELLED, True)
 
 
 async def test_writes_carry_their_idempotency_key(
