@@ -53,6 +53,21 @@ async def test_progress_becomes_events(autojump_clock: Any) -> None:
     assert events[1].detail == {"progress": 2, "total": 2, "message": "step 2"}
 
 
+async def test_instruments_see_progress_without_a_trace(autojump_clock: Any) -> None:
+    """An instrument receives each PROGRESS event even when the runner keeps no trace."""
+    seen: list[fanout.Event] = []
+
+    class Collect:
+        def on_event(self, event: fanout.Event) -> None:
+            seen.append(event)
+
+    registry = stepping_registry(idle_timeout=None, timeout=None)
+    runner = Runner(registry, instruments=[Collect()], trace=False)
+    turn = await runner.run_turn([ToolCall("a", "steps", {"gaps": [1, 1, 1]})])
+    assert turn.trace == ()
+    assert [e.time for e in seen if e.kind is EventKind.PROGRESS] == [1.0, 2.0, 3.0]
+
+
 async def test_progress_keeps_a_slow_tool_alive(autojump_clock: Any) -> None:
     """A tool quiet for less than its idle_timeout between reports runs far past it."""
     registry = stepping_registry(idle_timeout=2, timeout=None)
