@@ -228,7 +228,11 @@ async def open_stdio(
     errlog: TextIO = sys.stderr,
     cancel_grace: float = _CANCEL_GRACE,
 ) -> AsyncIterator[McpServer]:
-    """Start ``command args...`` as an MCP server on stdio; stop it on exit."""
+    """Start ``command args...`` as an MCP server on stdio; stop it on exit.
+
+    The server gets the SDK's safe default environment (``PATH``, ``HOME``,
+    ...) plus ``env``, not the rest of this process's environment.
+    """
     parameters = StdioServerParameters(
         command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
     )
