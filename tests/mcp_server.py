@@ -7,8 +7,9 @@ may also serve ``build()`` in process, where its sleeps follow trio's clock.
 
 Its tools are fast, slow with progress, hung, failing, and annotated each
 way. It remembers the ids of the requests it was told to cancel
-(``notifications/cancelled``) and the idempotency keys it was sent, and the
-``seen`` tool reports them, so a test can prove the server heard fanout.
+(``notifications/cancelled``), the requests whose work was stopped, and the
+idempotency keys it was sent; the ``seen`` tool reports them, so a test can
+prove the server heard fanout and stopped the work.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def build() -> MCPServer:
     """A fresh server with its own memory of what it saw."""
     cancelled: list[str] = []
     hung: list[str] = []
+    interrupted: list[str] = []  # requests whose work was stopped mid-way
     keys: dict[str, list[str]] = {}
 
     async def record_cancels(
@@ -61,16 +63,24 @@ def build() -> MCPServer:
     @server.tool(annotations=READ)
     async def report(steps: int, pause: float, ctx: Context) -> str:
         """Work ``steps`` steps of ``pause`` seconds, reporting progress after each."""
-        for done in range(1, steps + 1):
-            await anyio.sleep(pause)
-            await ctx.report_progress(done, steps, f"step {done} of {steps}")
+        try:
+            for done in range(1, steps + 1):
+                await anyio.sleep(pause)
+                await ctx.report_progress(done, steps, f"step {done} of {steps}")
+        except anyio.get_cancelled_exc_class():
+            interrupted.append(ctx.request_id)
+            raise
         return f"finished {steps} steps"
 
     @server.tool(annotations=READ)
     async def hang(ctx: Context) -> str:
         """Never answer; remember this request's id."""
         hung.append(ctx.request_id)
-        await anyio.sleep_forever()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            interrupted.append(ctx.request_id)
+            raise
         raise AssertionError("unreachable")
 
     @server.tool(annotations=READ)
@@ -105,8 +115,10 @@ def build() -> MCPServer:
 
     @server.tool(annotations=READ)
     async def seen() -> str:
-        """What this server saw: cancelled request ids, hung request ids, idempotency keys."""
-        return json.dumps({"cancelled": cancelled, "hung": hung, "keys": keys})
+        """What this server saw: cancelled, hung and interrupted request ids, idempotency keys."""
+        return json.dumps(
+            {"cancelled": cancelled, "hung": hung, "interrupted": interrupted, "keys": keys}
+        )
 
     return server
 

@@ -375,10 +375,10 @@ _TOOLS = st.one_of(
 )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     tools=st.lists(_TOOLS, min_size=1, max_size=6),
-    turn_timeout=st.sampled_from([1.25, 3.75, 8.25]),
+    turn_timeout=st.integers(1, 24).map(lambda n: n / 2 + 0.25),  # never on a step's instant
     on_failure=st.sampled_from(["continue", "cancel_siblings"]),
 )
 def test_every_id_answered_and_every_cut_off_call_cancelled_on_the_server(
@@ -402,8 +402,8 @@ def test_every_id_answered_and_every_cut_off_call_cancelled_on_the_server(
 
     turn, saw, server = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert [r.tool_use_id for r in turn.results] == [f"c{i}" for i in range(len(tools))]
-    # Cut off mid-flight: a request the server was running. (A call a failed
-    # sibling stopped before it was sent is cancelled with started: false.)
+    # Cut off after the tool began (started: true). Its request may not have
+    # been written yet (a sibling failed first): then there is nothing to cancel.
     cut_off = [
         r
         for r in turn.results
@@ -418,6 +418,9 @@ def test_every_id_answered_and_every_cut_off_call_cancelled_on_the_server(
         for (name, args), result in zip(tools, turn.results, strict=True)
         if result in cut_off
     }
-    assert len(saw["cancelled"]) == len(requests_cut_off)
+    # No request that was answered is cancelled; the server hears every notice
+    # sent; it stops work only when told, and always stops a hung request. (A
+    # notice may cross a quick answer on the wire: then there is nothing to stop.)
+    assert len(saw["cancelled"]) <= len(requests_cut_off)
     assert sorted(saw["cancelled"]) == sorted(str(rid) for rid in server.cancels_sent)
-    assert set(saw["hung"]) <= set(saw["cancelled"])
+    assert set(saw["hung"]) <= set(saw["interrupted"]) <= set(saw["cancelled"])
