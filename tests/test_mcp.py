@@ -267,6 +267,30 @@ async def test_the_servers_scope_caps_all_its_tools(
     assert answered == [1.0, 3.0, 6.0]
 
 
+async def test_a_session_held_by_its_own_task_serves_many_turns(autojump_clock: Any) -> None:
+    """A task that opens the session, hands it out and sleeps serves turns, then closes it."""
+
+    async def hold(task_status: trio.TaskStatus[McpServer]) -> None:
+        async with (
+            InMemoryTransport(build()) as (read, write),
+            fanout.mcp.open_session(read, write) as opened,
+        ):
+            task_status.started(opened)
+            await trio.sleep_forever()
+
+    registry = Registry()
+    async with trio.open_nursery() as nursery:
+        server: McpServer = await nursery.start(hold)
+        await fanout.mcp.register_tools(registry, server)
+        runner = runner_for(server, registry)
+        for key in "abc":
+            turn = await runner.run_turn([ToolCall(key, "lookup", {"key": key})])
+            assert turn.results[0].content == f"value of {key}"
+        nursery.cancel_scope.cancel()
+    turn = await runner.run_turn([ToolCall("z", "lookup", {"key": "z"})])
+    assert "closed" in body(turn.results[0])["message"]
+
+
 async def test_a_closed_session_answers_error(autojump_clock: Any) -> None:
     """A tool of a session already closed is answered error, saying so; nothing hangs."""
     registry = Registry()
