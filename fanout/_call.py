@@ -35,6 +35,7 @@ from ._exceptions import (
     ToolSignal,
     TransientError,
 )
+from ._idle import IdleTimeoutError, IdleWatch
 from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
@@ -220,6 +221,8 @@ async def _run_tool(
         value = await _invoke(spec, context, settings.threads)
         went_fine = state.answered_by_tool = True
         return success(call, value, limit=settings.max_output_chars)
+    except IdleTimeoutError as idle:
+        return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         return signal
@@ -249,13 +252,13 @@ async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLi
     bound = spec.bind(arguments)  # the turn answered the calls that do not fit
     arguments = bound if isinstance(bound, dict) else arguments
     try:
-        if spec.is_async:
-            return await spec.fn(**arguments)
-        # abandon_on_cancel: a sync tool that never returns cannot hold the
-        # turn past its deadline; its thread is left to finish on its own.
-        return await trio.to_thread.run_sync(
-            functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
-        )
+        if spec.idle_timeout is None:
+            return await _call_fn(spec, arguments, threads)
+        # Progress (context.report_progress) pushes the idle deadline out.
+        context.idle = IdleWatch(spec.idle_timeout, context.budget)
+        with context.idle.scope:
+            return await _call_fn(spec, arguments, threads)
+        raise IdleTimeoutError(spec.idle_timeout)
     except Exception:
         raise
     except BaseExceptionGroup as group:
@@ -270,6 +273,16 @@ async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLi
         raise _ToolRaised(describe(exc)) from None
     finally:
         reset_current_call(token)
+
+
+async def _call_fn(spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter) -> Any:
+    if spec.is_async:
+        return await spec.fn(**arguments)
+    # abandon_on_cancel: a sync tool that never returns cannot hold the
+    # turn past its deadline; its thread is left to finish on its own.
+    return await trio.to_thread.run_sync(
+        functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
+    )
 
 
 class _ToolRaised(Exception):

@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextvars
 
 import attrs
+import trio
 
 from ._budget import Budget
-from ._events import Recorder
+from ._events import EventKind, Recorder
 from ._exceptions import FanoutError
+from ._idle import IdleWatch
+from ._redact import redact_text
 from ._scope import ScopeLike
 from ._values import Kind, ToolCall
 
@@ -44,6 +47,29 @@ class CallContext:
     inline_wait: float | None = None
     secrets: set[str] = attrs.field(factory=set)
     requests: int = 0
+    idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Say the tool is making progress: a ``PROGRESS`` event, and its idle timeout restarts.
+
+        Callable from an async tool, or from a sync one in its worker thread
+        (the report is handed to trio's thread). The message goes to the
+        trace only, scrubbed of credentials.
+        """
+        if not trio.lowlevel.in_trio_run():
+            trio.from_thread.run_sync(self.report_progress, progress, total, message)
+            return
+        detail: dict[str, object] = {"progress": progress, "total": total}
+        if message is not None:
+            detail["message"] = redact_text(message, self.secrets)
+        self.recorder.emit(
+            EventKind.PROGRESS, call_id=self.call.id, tool=self.call.name,
+            attempt=self.attempt, detail=detail,
+        )  # fmt: skip
+        if self.idle is not None:
+            self.idle.touch()
 
 
 _current: contextvars.ContextVar[CallContext] = contextvars.ContextVar("fanout_call")

@@ -33,6 +33,7 @@ class EventKind(enum.Enum):
     SLOT_ACQUIRED = "slot_acquired"
     TOKEN_WAIT = "token_wait"
     STARTED = "started"
+    PROGRESS = "progress"
     REQUEST_SENT = "request_sent"
     RESPONSE = "response"
     RETRY_SCHEDULED = "retry_scheduled"

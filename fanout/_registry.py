@@ -76,9 +76,11 @@ class ToolSpec:
     arguments); ``cache_ttl`` lets a read be answered from the run's cache;
     ``repeatable`` says repeats are intended, so no coalescing, caching or
     idempotency applies; ``invalidates`` names the tools whose cached reads a
-    mutating call makes stale (None: all of them). ``description`` and
-    ``schema`` replace what the docstring and the type hints would say in the
-    tool's definition (``schema`` is the JSON Schema of the arguments object).
+    mutating call makes stale (None: all of them); ``idle_timeout`` stops a
+    call that reports no progress for that long (None: never), within its
+    deadline. ``description`` and ``schema`` replace what the docstring and
+    the type hints would say in the tool's definition (``schema`` is the JSON
+    Schema of the arguments object, as an MCP server lists it).
     """
 
     name: str = attrs.field(validator=non_empty_text)
@@ -91,6 +93,7 @@ class ToolSpec:
     cache_ttl: float | None = attrs.field(default=None, validator=optional_positive)
     repeatable: bool = False
     invalidates: tuple[str, ...] | None = None
+    idle_timeout: float | None = attrs.field(default=None, validator=optional_positive)
     description: str | None = None
     schema: Mapping[str, Any] | None = attrs.field(default=None, converter=checked_schema, eq=False)
 
@@ -193,6 +196,7 @@ class Registry:
         cache_ttl: float | None = None,
         repeatable: bool = False,
         invalidates: Iterable[str] | None = None,
+        idle_timeout: float | None = None,
         description: str | None = None,
         schema: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
@@ -217,6 +221,7 @@ class Registry:
             cache_ttl=cache_ttl,
             repeatable=repeatable,
             invalidates=None if invalidates is None else _names(invalidates),
+            idle_timeout=idle_timeout,
             description=description,
             schema=schema,
         )

@@ -1,0 +1,51 @@
+"""Idle timeouts: a tool that goes quiet is stopped before its deadline.
+
+A long tool that reports progress shows it is still working; one that stays
+silent for its ``idle_timeout`` is presumed stuck, and waiting for the hard
+deadline would only waste the rest of the turn. The watch is a cancel scope
+around the tool's invocation whose deadline each progress report pushes out,
+always within the call's budget: progress can keep a call alive, never make
+it outlive its hard deadline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import trio
+
+from ._budget import Budget
+
+__all__ = ["IdleTimeoutError", "IdleWatch"]
+
+
+@attrs.define
+class IdleWatch:
+    """The idle deadline of one attempt, reset by each progress report."""
+
+    idle_timeout: float
+    budget: Budget
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+    def __attrs_post_init__(self) -> None:
+        self.touch()
+
+    def touch(self) -> None:
+        """The tool showed it is alive: it may be quiet for another ``idle_timeout``.
+
+        When the idle end would reach the hard deadline, the watch steps
+        aside: the call's own deadline ends it, and its answer says so.
+        """
+        end = self.budget.bound(self.idle_timeout)
+        self.scope.deadline = end if end < self.budget.deadline else math.inf
+
+
+class IdleTimeoutError(Exception):
+    """The tool reported no progress for its ``idle_timeout`` and was stopped."""
+
+    def __init__(self, idle_timeout: float) -> None:
+        super().__init__(
+            f"the tool reported no progress for {idle_timeout:g}s (its idle_timeout) "
+            "and was stopped as idle"
+        )

@@ -1,0 +1,340 @@
+"""MCP servers as tool sources: every tool of a server, in a registry, in one call.
+
+::
+
+    async with fanout.mcp.open_stdio(sys.executable, "server.py") as server:
+        await fanout.mcp.register_tools(registry, server, idle_timeout=10)
+        turn = await runner.run_turn(calls)
+
+An MCP tool then runs like any other fanout tool: under its call's budget
+and the turn's hard deadline, through the server's scope (``server.scope``,
+one per server, and per credential over HTTP), answered exactly once. What
+MCP adds:
+
+* kinds come from the server's ``ToolAnnotations``, failing closed (only
+  ``readOnlyHint`` makes a read);
+* the tool's ``inputSchema`` and description are kept on its ``ToolSpec``
+  (``schema``, ``description``) for the definitions sent to the model;
+* ``isError`` results are answered ``error``; content blocks pass through;
+* progress notifications become ``PROGRESS`` events and reset the tool's
+  ``idle_timeout``;
+* a call cut off (its deadline, an idle timeout, a failed sibling, the
+  caller) sends ``notifications/cancelled`` for its request id, shielded and
+  bounded, and is answered ``timed_out`` or ``cancelled`` with ``started``;
+* writes carry their idempotency key in the request's ``_meta``
+  (``fanout/idempotency-key``).
+
+Sessions are async context managers: open one with ``async with`` in the
+task that runs the turns (or a parent of it) and let the same task close it.
+trio's cancel scopes belong to the task that entered them, so a session
+entered in one task and left in another is an error, not a leak.
+
+Requires the ``mcp`` extra: ``pip install 'fanout[mcp]'``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any, TextIO, cast
+from urllib.parse import urlsplit
+
+import attrs
+import httpx2
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, PaginatedRequestParams
+
+from ._context import CallContext, maybe_current_call
+from ._exceptions import ConfigurationError, TransientError
+from ._mcp_tools import McpToolError, answer_of, error_text, kind_of, retry_safe
+from ._mcp_wire import Flight, TappedWriteStream, flying, landed
+from ._scope import Scope
+from ._values import Kind
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+
+    from mcp.shared._stream_protocols import ReadStream, WriteStream
+    from mcp.shared.dispatcher import ProgressFnT
+    from mcp.shared.message import SessionMessage
+    from mcp.types import RequestId, RequestParamsMeta, Tool
+
+    from ._registry import Registry, ToolSpec
+
+__all__ = [
+    "IDEMPOTENCY_KEY_FIELD",
+    "McpServer",
+    "McpToolError",
+    "open_http",
+    "open_session",
+    "open_stdio",
+    "register_tools",
+]
+
+IDEMPOTENCY_KEY_FIELD = "fanout/idempotency-key"
+_CANCEL_GRACE = 1.0  # seconds a cancel notice may take to write
+
+
+def _grace(value: float) -> float:
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigurationError(f"cancel_grace must be a positive number, not {value!r}")
+    return value
+
+
+@attrs.define(eq=False)
+class McpServer:
+    """One open MCP session, as fanout uses it.
+
+    ``scope`` is the name of the scope every tool of this server draws from:
+    give the runner ``server.limits(max_concurrency=4, rate=...)`` to cap
+    the server. ``cancels_sent`` lists the request ids the server was
+    told to cancel, in order.
+    """
+
+    session: ClientSession
+    scope: str
+    _wire: TappedWriteStream = attrs.field(alias="wire")
+    cancel_grace: float = attrs.field(default=_CANCEL_GRACE, converter=_grace)
+    _open: bool = attrs.field(default=True, init=False)
+
+    @property
+    def cancels_sent(self) -> tuple[RequestId, ...]:
+        return tuple(self._wire.cancels_sent)
+
+    def limits(self, **options: Any) -> Scope:
+        """This server's scope, with ``Scope``'s options, for ``Runner(scopes=[...])``.
+
+        Learning is off unless asked for: an MCP server states no limits in
+        headers, so a scope that waits to learn them would hold every call
+        behind the first one (its probe) for nothing.
+        """
+        options.setdefault("learn", False)
+        return Scope(self.scope, **options)
+
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], *, retry_safe: bool = False
+    ) -> str | list[dict[str, Any]]:
+        """Call the server's tool ``name``, as part of the fanout call running now (if any).
+
+        Returns the answer's content (see ``answer_of``); raises
+        ``McpToolError`` for an ``isError`` result, ``TransientError`` for a
+        lost connection when ``retry_safe``, and ``McpToolError`` for any
+        other protocol error.
+        """
+        if not self._open:
+            raise McpToolError(f"the MCP session of scope {self.scope!r} is closed")
+        context = maybe_current_call()
+        flight = Flight(context.budget if context is not None else None, self.cancel_grace)
+        token = flying(flight)
+        try:
+            result = await self.session.call_tool(
+                name,
+                dict(arguments),
+                progress_callback=_progress_to(context),
+                meta=_meta_for(context),
+            )
+        except MCPError as exc:
+            if retry_safe and exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                raise TransientError(f"MCP error {exc.code}: {exc.error.message}") from exc
+            raise McpToolError(f"MCP error {exc.code}: {exc.error.message}") from exc
+        finally:
+            landed(token)
+        return _answer(result)
+
+    def tool(self, name: str, *, retry_safe: bool = False) -> Callable[..., Awaitable[Any]]:
+        """A fanout tool function that calls the server's tool ``name``."""
+
+        async def call_mcp_tool(**arguments: Any) -> str | list[dict[str, Any]]:
+            return await self.call(name, arguments, retry_safe=retry_safe)
+
+        call_mcp_tool.__name__ = call_mcp_tool.__qualname__ = name
+        return call_mcp_tool
+
+    def _close(self) -> None:
+        self._open = False
+
+
+def _answer(result: CallToolResult) -> str | list[dict[str, Any]]:
+    if result.is_error:
+        raise McpToolError(error_text(result.content))
+    return answer_of(result.content)
+
+
+def _progress_to(context: CallContext | None) -> ProgressFnT | None:
+    """Progress notifications for this request, reported on the fanout call."""
+    if context is None:
+        return None
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        context.report_progress(progress, total, message)
+
+    return on_progress
+
+
+def _meta_for(context: CallContext | None) -> RequestParamsMeta | None:
+    """A write's idempotency key, so a server that dedupes can recognise a re-sent call."""
+    if context is None or context.kind is not Kind.MUTATING or not context.idempotency_key:
+        return None
+    return cast("RequestParamsMeta", {IDEMPOTENCY_KEY_FIELD: context.idempotency_key})
+
+
+def _scope_name(server: str, credential: str | None) -> str:
+    """``mcp:<server>``, and a fingerprint of the credential, never the credential."""
+    if not credential:
+        return f"mcp:{server}"
+    fingerprint = hashlib.sha256(credential.encode()).hexdigest()[:12]
+    return f"mcp:{server}#{fingerprint}"
+
+
+@asynccontextmanager
+async def open_session(
+    read_stream: ReadStream[SessionMessage | Exception],
+    write_stream: WriteStream[SessionMessage],
+    *,
+    name: str | None = None,
+    credential: str | None = None,
+    cancel_grace: float = _CANCEL_GRACE,
+) -> AsyncIterator[McpServer]:
+    """An initialised session over any MCP transport's streams.
+
+    ``name`` names the scope (default: the name the server gives itself);
+    ``credential``, when the transport has one, splits the scope per key.
+    """
+    wire = TappedWriteStream(write_stream)
+    async with ClientSession(read_stream, wire) as session:
+        info = await session.initialize()
+        server = McpServer(
+            session,
+            _scope_name(name or info.server_info.name, credential),
+            wire=wire,
+            cancel_grace=cancel_grace,
+        )
+        try:
+            yield server
+        finally:
+            server._close()
+
+
+@asynccontextmanager
+async def open_stdio(
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    name: str | None = None,
+    errlog: TextIO = sys.stderr,
+    cancel_grace: float = _CANCEL_GRACE,
+) -> AsyncIterator[McpServer]:
+    """Start ``command args...`` as an MCP server on stdio; stop it on exit.
+
+    The server gets the SDK's safe default environment (``PATH``, ``HOME``,
+    ...) plus ``env``, not the rest of this process's environment.
+    """
+    parameters = StdioServerParameters(
+        command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
+    )
+    async with (
+        stdio_client(parameters, errlog=errlog) as (read_stream, write_stream),
+        open_session(read_stream, write_stream, name=name, cancel_grace=cancel_grace) as server,
+    ):
+        yield server
+
+
+@asynccontextmanager
+async def open_http(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    name: str | None = None,
+    cancel_grace: float = _CANCEL_GRACE,
+) -> AsyncIterator[McpServer]:
+    """Connect to a streamable-HTTP MCP server at ``url``.
+
+    The scope is named after the server's address (or ``name``), split by
+    the ``Authorization`` header's credential when there is one.
+    """
+    headers = dict(headers or {})
+    credential = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        )
+        read_stream, write_stream = await stack.enter_async_context(
+            streamable_http_client(url, http_client=client)
+        )
+        server = await stack.enter_async_context(
+            open_session(
+                read_stream,
+                write_stream,
+                name=name or urlsplit(url).netloc,
+                credential=credential,
+                cancel_grace=cancel_grace,
+            )
+        )
+        yield server
+
+
+async def _list_tools(session: ClientSession) -> list[Tool]:
+    tools: list[Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+async def register_tools(
+    registry: Registry,
+    server: McpServer,
+    *,
+    prefix: str = "",
+    timeout: float | None = 30.0,
+    idle_timeout: float | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[ToolSpec]:
+    """Register every tool the server lists, named ``prefix + name``; return their specs.
+
+    Each tool draws from ``server.scope``; ``timeout`` and ``idle_timeout``
+    apply to all of them. ``overrides`` maps a server tool's name to more
+    ``Registry.add`` options for it (``cache_ttl``, ``cost``, ``retry``, a
+    stricter or looser ``kind``, more ``scopes``...). A name in
+    ``overrides`` that the server does not list, or a name the registry
+    already has, is a ``ConfigurationError``, raised before any tool is added.
+    """
+    tools = await _list_tools(server.session)
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - {tool.name for tool in tools})
+    if unknown:
+        raise ConfigurationError(f"overrides name tools the server does not list: {unknown}")
+    taken = sorted(prefix + tool.name for tool in tools if registry.get(prefix + tool.name))
+    if taken:
+        raise ConfigurationError(
+            f"the registry already has tools named {taken}; register this server with a prefix="
+        )
+    specs = []
+    for tool in tools:
+        options: dict[str, Any] = {
+            "kind": kind_of(tool.annotations),
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+            **overrides.get(tool.name, {}),
+        }
+        scopes = (server.scope, *options.pop("scopes", ()))
+        specs.append(
+            registry.add(
+                server.tool(tool.name, retry_safe=retry_safe(tool.annotations)),
+                name=prefix + tool.name,
+                scopes=scopes,
+                description=tool.description or "",
+                schema=tool.input_schema,
+                **options,
+            )
+        )
+    return specs
