@@ -16,7 +16,7 @@ share one hash slot, which is why a scope's keys carry its name as a hash tag.
 from __future__ import annotations
 
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import coredis
 from coredis.connection import TCPLocation
@@ -44,7 +44,8 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigurationError(f"{what} must name a host: {url!r}")
     if cluster:
-        if parts.path.strip("/") not in ("", "0"):
+        databases = {parts.path.strip("/"), *parse_qs(parts.query).get("db", [])}
+        if databases - {"", "0"}:
             raise ConfigurationError(f"a Redis Cluster has only database 0; got {url!r}")
         # The startup node given as a TCPLocation: coredis 6.9 would pass a
         # deprecated dict itself, warning every user.

@@ -77,6 +77,7 @@ def test_each_connection_form_makes_its_client(url: str, cluster: bool, kind: ty
         ("redis:///0", False, "must name a host"),
         ("unix:///run/redis.sock", True, "must start with redis://, rediss://;"),
         ("redis://127.0.0.1:7000/1", True, "only database 0"),
+        ("redis://127.0.0.1:7000?db=2", True, "only database 0"),
     ],
 )
 def test_a_url_fanout_cannot_use_is_refused_at_once(url: str, cluster: bool, words: str) -> None:
