@@ -78,6 +78,8 @@ def test_each_connection_form_makes_its_client(url: str, cluster: bool, kind: ty
         ("unix:///run/redis.sock", True, "must start with redis://, rediss://;"),
         ("redis://127.0.0.1:7000/1", True, "only database 0"),
         ("redis://127.0.0.1:7000?db=2", True, "only database 0"),
+        ("rediss://127.0.0.1:6380/0?ssl_ca_certs=/no/such/ca.pem", False, "TLS options"),
+        ("rediss://127.0.0.1:6380/0?ssl_cert_reqs=sometimes", True, "TLS options"),
     ],
 )
 def test_a_url_fanout_cannot_use_is_refused_at_once(url: str, cluster: bool, words: str) -> None:
@@ -86,3 +88,26 @@ def test_a_url_fanout_cannot_use_is_refused_at_once(url: str, cluster: bool, wor
         RedisScope.from_url(url, name="api", cluster=cluster)
     with pytest.raises(ConfigurationError, match=words):
         RedisIdempotencyStore.from_url(url, cluster=cluster)
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_refused_url_never_shows_its_password(cluster: bool) -> None:
+    """Error messages name the URL with its password replaced, since they end up in logs."""
+    with pytest.raises(ConfigurationError) as refused:
+        client_from_url("redis://app:hunter2@127.0.0.1:port", cluster=cluster)
+    assert "hunter2" not in str(refused.value)
+    assert "redis://app:***@127.0.0.1:port" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("query", "checks_the_name"),
+    [("", True), ("?ssl_check_hostname=false", False), ("?ssl_cert_reqs=none", False)],
+)
+def test_rediss_checks_the_certificate_name_unless_told_not_to(
+    query: str, checks_the_name: bool
+) -> None:
+    """The TLS context fanout makes verifies the host name by default; the URL can say otherwise."""
+    client = client_from_url(f"rediss://redis.example:6380/0{query}")
+    assert isinstance(client, coredis.Redis)
+    context = client.connection_pool.connection_kwargs["ssl_context"]
+    assert context.check_hostname is checks_the_name
