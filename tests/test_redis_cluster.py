@@ -18,6 +18,7 @@ from coredis._utils import hash_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fanout
 from fanout import LimiterUnavailableError
 from fanout._idempotency import ClaimState, StoredAnswer
 from fanout._redis_client import client_from_url
@@ -159,3 +160,56 @@ async def test_a_plain_client_on_a_cluster_fails_closed(cluster: LocalCluster) -
         with pytest.raises(LimiterUnavailableError) as refused:
             await plain.reserve(1, 0)
     assert isinstance(refused.value.__cause__, coredis.exceptions.MovedError)
+
+
+async def test_two_runners_share_a_cluster_scope_and_store(cluster: LocalCluster) -> None:
+    """Two runners on one cluster: their shared cap holds, and a re-issued write runs once."""
+    prefix = unique_prefix()
+    running, peak = 0, 0
+    effects: list[int] = []
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["crm"], timeout=None)
+    async def lookup(i: int) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await trio.sleep(0.05)
+        finally:
+            running -= 1
+        return f"customer {i}"
+
+    @registry.tool(kind=fanout.Kind.MUTATING, scopes=["crm"], timeout=None)
+    async def close_ticket(ticket: int) -> str:
+        effects.append(ticket)
+        return f"ticket {ticket} closed"
+
+    reads = [fanout.ToolCall(f"r{i}", "lookup", {"i": i}) for i in range(4)]
+    write = [fanout.ToolCall("w1", "close_ticket", {"ticket": 7})]
+    turns: list[fanout.Turn] = []
+    async with (
+        scope(cluster.url, "crm", prefix, rate=100, burst=10, max_concurrency=2) as one,
+        scope(cluster.url, "crm", prefix, rate=100, burst=10, max_concurrency=2) as other,
+        RedisIdempotencyStore.from_url(cluster.url, prefix=prefix, cluster=True) as store_one,
+        RedisIdempotencyStore.from_url(cluster.url, prefix=prefix, cluster=True) as store_other,
+    ):
+        runners = [fanout.Runner(registry, scopes=[one]), fanout.Runner(registry, scopes=[other])]
+        runs = [
+            fanout.Run("conversation-7", store=store_one),
+            fanout.Run("conversation-7", store=store_other),
+        ]
+
+        async def serve(index: int) -> None:
+            turns.append(await runners[index].run_turn(reads, run=runs[index]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, 0)
+            nursery.start_soon(serve, 1)
+        first = await runners[0].run_turn(write, run=runs[0])
+        again = await runners[1].run_turn(write, run=runs[1])
+    assert [[r.status for r in turn.results] for turn in turns] == [[fanout.Status.OK] * 4] * 2
+    assert peak <= 2  # eight reads in all, never more at once than the shared cap
+    assert effects == [7]
+    assert [r.content for r in first.results] == [r.content for r in again.results]
+    assert again.results[0].status is fanout.Status.OK
