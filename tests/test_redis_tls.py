@@ -40,11 +40,11 @@ async def tls_url(nursery: trio.Nursery, plain_url: str, tmp_path: Path, name: s
 
 
 async def works(url: str) -> None:
-    """A scope reserves and a store claims through ``url``."""
+    """A scope reserves and a store claims through ``url`` (given time for the handshakes)."""
     prefix = unique_prefix()
     async with (
-        RedisScope.from_url(url, name="api", prefix=prefix, rate=0.001, burst=1) as scope,
-        RedisIdempotencyStore.from_url(url, prefix=prefix) as store,
+        RedisScope.from_url(url, name="api", prefix=prefix, rate=0.001, op_timeout=2) as scope,
+        RedisIdempotencyStore.from_url(url, prefix=prefix, op_timeout=2) as store,
     ):
         assert await scope.reserve(1, 0) == 0.0
         assert await scope.reserve(1, 0) is None
