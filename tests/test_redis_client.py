@@ -110,4 +110,5 @@ def test_rediss_checks_the_certificate_name_unless_told_not_to(
     client = client_from_url(f"rediss://redis.example:6380/0{query}")
     assert isinstance(client, coredis.Redis)
     context = client.connection_pool.connection_kwargs["ssl_context"]
+    assert context is not None
     assert context.check_hostname is checks_the_name
