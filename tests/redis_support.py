@@ -195,11 +195,15 @@ class LocalCluster:
         self.nodes: list[RedisServer] = []
         try:
             self.nodes = [RedisServer(binary, cluster=True) for _ in range(masters)]
-            subprocess.run(
+            created = subprocess.run(
                 [self.cli, "--cluster", "create",
                  *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes"],
-                check=True, capture_output=True, timeout=60,
+                capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
+            if created.returncode != 0:
+                raise RuntimeError(
+                    f"{self.cli} --cluster create failed:\n{created.stdout}{created.stderr}"
+                )
             self._wait_until_ok(deadline=time.monotonic() + 30)
         except BaseException:
             self.stop()
