@@ -8,7 +8,7 @@ setup:
 demo *ARGS:
     python -m fanout demo {{ARGS}}
 
-# The test suite (starts its own redis-server when one is installed).
+# The test suite (starts its own Redis servers and cluster: see README, Development).
 test *ARGS:
     python -m pytest {{ARGS}}
 

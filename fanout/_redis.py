@@ -21,11 +21,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import coredis
 import trio
 from coredis.commands.script import Script
 
 from ._exceptions import ConfigurationError, LimiterUnavailableError
+from ._redis_client import RedisClient
 from ._redis_scripts import ACQUIRE_LEASE, BUCKET, RENEW_LEASES, bounded, lua_number
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class LocalFallback:
 class RedisLink:
     """One scope's way to Redis: bounded operations and a short memory of failure."""
 
-    client: coredis.Redis[Any] = attrs.field(repr=False)
+    client: RedisClient = attrs.field(repr=False)
     scope: str
     op_timeout: float
     recheck_after: float

@@ -35,16 +35,17 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 import attrs
-import coredis
 import trio
 
 from ._bucket import BucketStatistics, TokenBucket, _check_limits
 from ._exceptions import ConfigurationError, LimiterUnavailableError
 from ._ledger import Ledger
 from ._redis import BucketReply, LocalFallback, RedisLink, SharedBucket, SharedLeases
+from ._redis_client import RedisClient, client_from_url
+from ._redis_keys import scope_key_base
 from ._retry import RetryBudget
 from ._scope import ScopeStatistics
 
@@ -79,7 +80,7 @@ class RedisScope:
     while it is away (None: refuse). Use it inside ``async with scope:``.
     """
 
-    client: coredis.Redis[Any] = attrs.field(repr=False)
+    client: RedisClient = attrs.field(repr=False)
     name: str
     rate: float | None = None
     burst: float | None = None
@@ -117,8 +118,7 @@ class RedisScope:
             raise ConfigurationError(f"max_waiters must be >= 0, not {self.max_waiters}")
         self.burst = self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
         _check_limits(self.rate, self.burst)
-        # One hash tag per scope keeps its keys in one cluster slot.
-        base = f"{self.prefix}{{{self.name}}}"
+        base = scope_key_base(self.prefix, self.name)  # one cluster slot per scope
         self._link = RedisLink(
             self.client, self.name, self.op_timeout, self.recheck_after, self.fallback
         )
@@ -146,12 +146,15 @@ class RedisScope:
         op_timeout: float = 0.25,
         recheck_after: float = 1.0,
         fallback: LocalFallback | None = None,
+        cluster: bool = False,
     ) -> RedisScope:
         """A scope with a client of its own on ``url`` (``redis://host:6379/0``).
 
-        The client opens and closes with ``async with scope:``.
+        ``rediss://`` connects over TLS; ``cluster=True`` treats ``url`` as a
+        startup node of a Redis Cluster (see ``_redis_client``). The client
+        opens and closes with ``async with scope:``.
         """
-        client: coredis.Redis[str] = coredis.Redis.from_url(url, decode_responses=True)
+        client = client_from_url(url, cluster=cluster)
         scope = cls(
             client, name=name, rate=rate, burst=burst, max_concurrency=max_concurrency,
             max_waiters=max_waiters, quota_horizon=quota_horizon,

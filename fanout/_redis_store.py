@@ -21,12 +21,12 @@ import uuid
 from typing import TYPE_CHECKING, Any, Self
 
 import attrs
-import coredis
 import trio
 from coredis.commands.script import Script
 
 from ._exceptions import LimiterUnavailableError
 from ._idempotency import Claim, ClaimState, StoredAnswer
+from ._redis_client import RedisClient, client_from_url
 from ._redis_scripts import CLAIM, RELEASE_CLAIM, RENEW_CLAIM, bounded
 from ._values import Status
 
@@ -50,7 +50,7 @@ class RedisIdempotencyStore:
     ``async with store:``.
     """
 
-    client: coredis.Redis[Any] = attrs.field(repr=False)
+    client: RedisClient = attrs.field(repr=False)
     prefix: str = "fanout:"
     op_timeout: float = 0.25
     _owns_client: bool = attrs.field(init=False, default=False)
@@ -65,9 +65,14 @@ class RedisIdempotencyStore:
         }
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisIdempotencyStore:
-        """A store with a client of its own, opened by ``async with store:``."""
-        client: coredis.Redis[str] = coredis.Redis.from_url(url, decode_responses=True)
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> RedisIdempotencyStore:
+        """A store with a client of its own, opened by ``async with store:``.
+
+        ``rediss://`` connects over TLS; ``cluster=True`` treats ``url`` as a
+        startup node of a Redis Cluster (each claim touches one key, so any
+        slot will do).
+        """
+        client = client_from_url(url, cluster=cluster)
         store = cls(client, **options)
         store._owns_client = True
         return store

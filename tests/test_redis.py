@@ -13,7 +13,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import subprocess
 import sys
 import time
@@ -28,13 +27,7 @@ import fanout
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
-from tests.redis_support import (
-    ENV_URL,
-    RedisServer,
-    have_redis_server,
-    shared_redis_url,
-    unique_prefix,
-)
+from tests.redis_support import RedisServer, shared_redis_url, unique_prefix
 from tests.redis_worker import ENTER, SCOPE, downstream_keys
 
 if TYPE_CHECKING:
@@ -55,8 +48,6 @@ return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORE
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    if not os.environ.get(ENV_URL) and not have_redis_server():
-        pytest.skip(f"redis-server is not installed and {ENV_URL} is not set")
     with shared_redis_url() as url:
         yield url
 
@@ -64,8 +55,6 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture
 def private_redis() -> Iterator[RedisServer]:
     """A server of the test's own, which it may kill or freeze."""
-    if not have_redis_server():
-        pytest.skip("stopping Redis mid-test needs a local redis-server binary")
     server = RedisServer()
     try:
         yield server

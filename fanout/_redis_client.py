@@ -1,0 +1,85 @@
+"""How fanout reaches Redis: one server or a Redis Cluster, named by a URL.
+
+``redis://[user:password@]host:port/db`` is one server, ``rediss://`` the same
+over TLS, ``unix:///path/to/socket`` one server on a local socket. With
+``cluster=True`` a ``redis://`` or ``rediss://`` URL names one startup node of
+a cluster (a managed Valkey or Redis cluster's configuration endpoint); the
+client learns the other nodes and the slot map from it. A cluster has only
+database 0.
+
+TLS: coredis checks the server's certificate chain but, unless told, not
+that the certificate names the host, so any certificate a trusted authority
+signed for any name would do. fanout asks for the name check
+(``ssl_check_hostname=true``) unless the URL sets it or turns verification
+off (``ssl_cert_reqs=none``). coredis's other TLS options (``ssl_ca_certs``,
+``ssl_certfile``, ``ssl_keyfile``) pass through.
+
+coredis would accept a URL with any scheme and fail later, far from the
+mistake; fanout refuses a URL it cannot use with ``ConfigurationError`` here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+from urllib.parse import parse_qs, urlsplit
+
+import coredis
+from coredis.connection import TCPLocation
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["RedisClient", "client_from_url"]
+
+RedisClient: TypeAlias = "coredis.Redis[Any] | coredis.RedisCluster[Any]"
+
+_SCHEMES = {False: ("redis", "rediss", "unix"), True: ("redis", "rediss")}
+
+
+def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
+    """A client (not yet entered) for ``url``, answering text; see the module docstring."""
+    what = "a Redis Cluster URL" if cluster else "a Redis URL"
+    parts = urlsplit(url)
+    shown = _without_password(url)
+    if parts.scheme not in _SCHEMES[cluster]:
+        schemes = ", ".join(f"{scheme}://" for scheme in _SCHEMES[cluster])
+        raise ConfigurationError(f"{what} must start with {schemes}; got {shown!r}")
+    try:
+        port = parts.port or 6379
+    except ValueError as exc:
+        raise ConfigurationError(f"{what} has a port that is not a number: {shown!r}") from exc
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigurationError(f"{what} must name a host: {shown!r}")
+    query = parse_qs(parts.query)
+    if cluster and {parts.path.strip("/"), *query.get("db", [])} - {"", "0"}:
+        raise ConfigurationError(f"a Redis Cluster has only database 0; got {shown!r}")
+    if parts.scheme == "rediss" and "ssl_check_hostname" not in query:
+        url = _checking_hostname(url, query)
+    try:
+        if cluster:
+            # The startup node given as a TCPLocation: coredis 6.9 would pass a
+            # deprecated dict itself, warning every user.
+            node = TCPLocation(parts.hostname or "", port)
+            return coredis.RedisCluster.from_url(url, decode_responses=True, startup_nodes=[node])
+        return coredis.Redis.from_url(url, decode_responses=True)
+    except (KeyError, ValueError, OSError) as exc:  # TLS options: unknown values, missing files
+        raise ConfigurationError(f"{what} has TLS options that cannot be used: {shown!r}") from exc
+
+
+def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:
+    """``url`` asking coredis to check the certificate's name, unless it verifies nothing."""
+    if query.get("ssl_cert_reqs") == ["none"]:
+        return url
+    parts = urlsplit(url)
+    return parts._replace(
+        query="&".join(filter(None, [parts.query, "ssl_check_hostname=true"]))
+    ).geturl()
+
+
+def _without_password(url: str) -> str:
+    """``url`` fit for an error message: the password, if any, becomes ``***``."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return parts._replace(netloc=f"{name}:***@{host}").geturl()
