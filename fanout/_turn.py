@@ -21,7 +21,7 @@ from ._answers import failure
 from ._budget import Budget
 from ._call import CallSettings, CallState, execute
 from ._events import Event, EventKind, Recorder
-from ._redact import redact_text
+from ._redact import scrubbed
 from ._repeats import (
     cached_answer,
     claim,
@@ -253,9 +253,7 @@ class Turn:
     # -- answers ------------------------------------------------------------
 
     def _answer(self, state: CallState, result: ToolResult) -> None:
-        if state.secrets:
-            result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
-        state.result = result
+        state.result = result = scrubbed(result, state.secrets)
         for follower in state.followers:
             if follower.result is None:
                 follower.started = state.started

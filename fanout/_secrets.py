@@ -1,0 +1,275 @@
+"""Credentials: values that never print, the names that mark them, and the forms they echo in.
+
+A key leaks through whatever quotes it: a server echoing a request back, an
+exception printing a URL, a repr of the context a tool logs. fanout learns
+the credentials a request carries where it sends them (the HTTP transport),
+keeps them as `Secret` values whose ``repr`` and ``str`` are redacted, and
+scrubs every form a server may quote them in from each final answer:
+
+* the raw value, and so ``Bearer <value>`` too;
+* its percent-encoded and JSON-escaped spellings;
+* a Basic credential's base64, its decoded ``user:password`` and the password;
+* a URL's userinfo password, and ``user:password``.
+
+Which request parts are credentials is a decision, not a guess: the header
+and query parameter names below, plus any a user adds (validated). Values
+shorter than `MIN_LENGTH` are not scrubbed as text: they would match
+everywhere and say nothing.
+
+Learned secrets are also kept in one process-wide, bounded registry, so an
+answer is scrubbed of every key fanout has seen sent, not only its own call's
+(a tool may quote a key in an exception before it sends anything).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+
+import attrs
+
+from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "CREDENTIAL_PARAMS",
+    "MIN_LENGTH",
+    "REDACTED",
+    "CredentialNames",
+    "Secret",
+    "credentials_in",
+    "register_secret",
+    "scrub_secrets",
+]
+
+REDACTED = "REDACTED"
+MIN_LENGTH = 4
+"""Characters. A shorter value is not scrubbed from text: it would match anywhere."""
+
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-auth-token",
+        "x-access-token",
+        "x-goog-api-key",
+        "ocp-apim-subscription-key",
+        "x-amz-security-token",
+        "cookie",
+        "set-cookie",
+    }
+)
+"""Request headers whose whole value is a credential (names compared case-insensitively)."""
+
+CREDENTIAL_PARAMS = frozenset(
+    {
+        "key",
+        "api_key",
+        "api-key",
+        "apikey",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "sig",
+        "signature",
+        "code",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+    }
+)
+"""Query parameters whose value is a credential (names compared case-insensitively)."""
+
+# RFC 9110 token: what a header name may be.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+_PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "key"})
+_MAX_KNOWN = 1024  # secrets remembered process-wide; the oldest go first
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """A credential. Compares and hashes by value; its ``repr`` and ``str`` never show it."""
+
+    _value: str = attrs.field(alias="value", validator=attrs.validators.instance_of(str))
+
+    def reveal(self) -> str:
+        """The raw value, for the one place that must send it."""
+        return self._value
+
+    def forms(self) -> frozenset[str]:
+        """Every spelling of the value a server or a library may quote, long enough to scrub."""
+        value = self._value
+        spellings = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
+        return frozenset(s for s in spellings if len(s) >= MIN_LENGTH)
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    def __str__(self) -> str:
+        return REDACTED
+
+
+@attrs.frozen
+class CredentialNames:
+    """Which request headers and query parameters carry credentials.
+
+    The defaults are `CREDENTIAL_HEADERS` and `CREDENTIAL_PARAMS`; names
+    given here are added to them (never replace them). A header name must be
+    an HTTP token, a parameter name printable ASCII without spaces: anything
+    else is a `ConfigurationError`, not a silent miss.
+    """
+
+    headers: frozenset[str] = attrs.field(default=CREDENTIAL_HEADERS)
+    params: frozenset[str] = attrs.field(default=CREDENTIAL_PARAMS)
+
+    @classmethod
+    def adding(cls, headers: Iterable[str] = (), params: Iterable[str] = ()) -> CredentialNames:
+        """The defaults plus ``headers`` and ``params``."""
+        extra_headers = _validated(headers, _HEADER_NAME, "header")
+        extra_params = _validated(params, _PARAM_NAME, "query parameter")
+        return cls(CREDENTIAL_HEADERS | extra_headers, CREDENTIAL_PARAMS | extra_params)
+
+
+def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> frozenset[str]:
+    if isinstance(names, str):
+        raise ConfigurationError(f"credential {what} names must be a collection, not one string")
+    checked = set()
+    for name in names:
+        if not isinstance(name, str) or not pattern.fullmatch(name):
+            raise ConfigurationError(f"{name!r} is not a valid {what} name")
+        checked.add(name.lower())
+    return frozenset(checked)
+
+
+def credentials_in(
+    headers: Iterable[tuple[str, str]], url: str, names: CredentialNames
+) -> set[Secret]:
+    """The credentials a request carries: in ``names``' headers, query parameters and userinfo."""
+    found: set[str] = set()
+    for name, value in headers:
+        if name.lower() not in names.headers:
+            continue
+        found.add(value)
+        if name.lower() in ("cookie", "set-cookie"):
+            found.update(_cookie_values(value))
+            continue
+        scheme, _, credential = value.strip().partition(" ")
+        credential = credential.strip()
+        if credential and scheme.lower() in _AUTH_SCHEMES:
+            found.add(credential)
+            if scheme.lower() == "basic":
+                found.update(_basic_parts(credential))
+    parts = urlsplit(url)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if name.lower() in names.params:
+            found.add(value)
+    if parts.password:
+        password = unquote(parts.password)
+        found.update({password, f"{unquote(parts.username or '')}:{password}"})
+    return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+def _cookie_values(header: str) -> set[str]:
+    values = set()
+    for pair in header.split(";"):
+        _, _, value = pair.partition("=")
+        values.add(value.split(";")[0].strip().strip('"'))
+    return values
+
+
+def _basic_parts(credential: str) -> set[str]:
+    """``user:password`` and the password a Basic credential encodes; none if not base64."""
+    try:
+        decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return set()
+    _, colon, password = decoded.partition(":")
+    return {decoded, password} if colon else {decoded}
+
+
+class _Registry:
+    """Every secret fanout has learned in this process, newest last, bounded.
+
+    Kept so that an answer is scrubbed of any key fanout has seen sent. One
+    regular expression matches every form, longest first, rebuilt only when
+    a new secret arrives.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._secrets: OrderedDict[Secret, None] = OrderedDict()
+        self._pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()
+
+    def learn(self, secrets: Iterable[Secret]) -> None:
+        with self._lock:
+            for secret in secrets:
+                if secret in self._secrets:
+                    self._secrets.move_to_end(secret)
+                    continue
+                self._secrets[secret] = None
+                self._pattern = None
+                if len(self._secrets) > self._limit:
+                    self._secrets.popitem(last=False)
+
+    def pattern(self) -> re.Pattern[str] | None:
+        with self._lock:
+            if self._pattern is None:
+                self._pattern = _alternation(self._secrets)
+            return self._pattern
+
+    def __repr__(self) -> str:
+        return f"<known secrets: {len(self._secrets)}>"
+
+
+def _alternation(secrets: Iterable[Secret]) -> re.Pattern[str] | None:
+    """One pattern for every form of ``secrets``, longest first; None when there is none."""
+    forms = sorted({form for secret in secrets for form in secret.forms()}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, forms))) if forms else None
+
+
+_known = _Registry(_MAX_KNOWN)
+
+
+def register_secret(value: str | Secret) -> Secret:
+    """Declare a credential fanout did not see sent, so that no answer, event or log shows it.
+
+    The HTTP transport registers what requests carry by itself; use this for
+    keys a tool holds some other way (an SDK on its own client, a database
+    password). Returns the value as a `Secret`.
+    """
+    secret = value if isinstance(value, Secret) else Secret(value)
+    _known.learn([secret])
+    return secret
+
+
+def learn(secrets: Iterable[Secret]) -> None:
+    """Remember secrets the HTTP layer saw a request carry."""
+    _known.learn(secrets)
+
+
+def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
+    """``text`` with every form of ``secrets`` and of every registered secret replaced."""
+    own = _alternation(s if isinstance(s, Secret) else Secret(s) for s in secrets)
+    for pattern in (own, _known.pattern()):
+        if pattern is not None:
+            text = pattern.sub(REDACTED, text)
+    return text
