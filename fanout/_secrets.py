@@ -7,7 +7,7 @@ keeps them as `Secret` values whose ``repr`` and ``str`` are redacted, and
 scrubs every form a server may quote them in from each final answer:
 
 * the raw value, and so ``Bearer <value>`` too;
-* its percent-encoded and JSON-escaped spellings;
+* its percent-encoded and JSON-escaped spellings, and any mix of them;
 * a Basic credential's base64, its decoded ``user:password`` and the password;
 * a URL's userinfo password, and ``user:password``.
 
@@ -30,7 +30,7 @@ import re
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
@@ -101,7 +101,7 @@ CREDENTIAL_PARAMS = frozenset(
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "key"})
-_MAX_KNOWN = 1024  # secrets remembered process-wide; the oldest go first
+_MAX_KNOWN = 256  # secrets remembered process-wide; the oldest go first
 
 
 @attrs.frozen(repr=False)
@@ -114,11 +114,17 @@ class Secret:
         """The raw value, for the one place that must send it."""
         return self._value
 
-    def forms(self) -> frozenset[str]:
-        """Every spelling of the value a server or a library may quote, long enough to scrub."""
-        value = self._value
-        spellings = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
-        return frozenset(s for s in spellings if len(s) >= MIN_LENGTH)
+    def pattern(self) -> str | None:
+        """A regular expression for every spelling of the value a server may quote.
+
+        Each character may stand as itself, percent-encoded (either case) or
+        JSON-escaped, independently: libraries encode different characters
+        (httpx leaves ``/`` in a query, quotes ``+``), so a URL echoed back is
+        often a mix. None for a value too short to scrub.
+        """
+        if len(self._value) < MIN_LENGTH:
+            return None
+        return "".join(_spellings(char) for char in self._value)
 
     def __repr__(self) -> str:
         return f"Secret({REDACTED!r})"
@@ -146,6 +152,21 @@ class CredentialNames:
         extra_headers = _validated(headers, _HEADER_NAME, "header")
         extra_params = _validated(params, _PARAM_NAME, "query parameter")
         return cls(CREDENTIAL_HEADERS | extra_headers, CREDENTIAL_PARAMS | extra_params)
+
+
+def _spellings(char: str) -> str:
+    """One character of a secret, as any of the ways text may carry it."""
+    escaped = json.dumps(char)[1:-1]
+    percent = "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
+    alternatives = {re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped)}
+    alternatives |= _EXTRA_SPELLINGS.get(char, set())
+    if len(alternatives) == 1:
+        return re.escape(char)
+    return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
+
+
+# "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space.
+_EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}}
 
 
 def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> frozenset[str]:
@@ -241,9 +262,10 @@ class _Registry:
 
 
 def _alternation(secrets: Iterable[Secret]) -> re.Pattern[str] | None:
-    """One pattern for every form of ``secrets``, longest first; None when there is none."""
-    forms = sorted({form for secret in secrets for form in secret.forms()}, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, forms))) if forms else None
+    """One pattern for every spelling of ``secrets``, longest first; None when there is none."""
+    ordered = sorted(secrets, key=lambda secret: len(secret.reveal()), reverse=True)
+    patterns = [p for p in (secret.pattern() for secret in ordered) if p is not None]
+    return re.compile("|".join(patterns)) if patterns else None
 
 
 _known = _Registry(_MAX_KNOWN)

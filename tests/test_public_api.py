@@ -25,7 +25,7 @@ EXPECTED = {
     # edges
     "calls_from_anthropic", "anthropic_tool_results", "calls_from_openai",
     "openai_tool_messages", "FanoutTransport", "http_client", "RateLimitInfo",
-    "parse_rate_limit_headers",
+    "parse_rate_limit_headers", "Secret", "register_secret",
 }  # fmt: skip
 
 

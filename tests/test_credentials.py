@@ -1,0 +1,328 @@
+"""No credential leaves the call: every placement of a key, every path of an answer, every output.
+
+The sweep runs, for each placement of a key (each credential header, query
+parameter, URL userinfo, Basic auth) and each HTTP library, two turns of one
+run against a loopback server that echoes everything back (request line,
+headers, body) and names a 429's bucket after the key. The turns exercise a
+fresh answer, coalescing, a cache hit, a replayed write, a retried 429 and
+503, a tool that raises with the key in its message and one that raises
+``raise_for_status``'s error (the URL, userinfo and all). Then every output
+is searched for every spelling of the key: answers, both adapters' messages,
+the trace, logging records, structlog events, Prometheus exposition, spans,
+statistics, the cache, the store, exceptions and the context's repr.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import string
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry, generate_latest
+
+import fanout
+from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._secrets import (
+    CREDENTIAL_HEADERS,
+    CREDENTIAL_PARAMS,
+    CredentialNames,
+    Secret,
+    credentials_in,
+    scrub_secrets,
+)
+from fanout.contrib.logging import LoggingInstrument
+from fanout.contrib.otel import OpenTelemetryInstrument
+from fanout.contrib.prometheus import PrometheusInstrument
+from fanout.contrib.structlog import StructlogInstrument
+
+from .echo_server import Seen, serve_echo
+from .test_http import LIBRARIES, Library
+
+# Characters API keys are made of, "+/=" (base64) and "~" included.
+ALPHABET = string.ascii_letters + string.digits + "-_.~+/="
+keys = st.text(ALPHABET, min_size=10, max_size=32).map(lambda tail: "zQ" + tail)
+USER = "alice"
+EXTRA_HEADER, EXTRA_PARAM = "x-tenant-secret", "tenant_sig"
+
+PLACEMENTS = (
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "cookie",
+    EXTRA_HEADER,
+    "query:key",
+    "query:api_key",
+    "query:token",
+    "query:access_token",
+    "query:sig",
+    f"query:{EXTRA_PARAM}",
+    "userinfo",
+    "basic",
+)
+
+
+def spellings(key: str) -> set[str]:
+    """Every way the key could show up in an output."""
+    basic = base64.b64encode(f"{USER}:{key}".encode()).decode()
+    return {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1], basic}
+
+
+def client_for(lib: Library, placement: str, key: str, url: str) -> Any:
+    """A client of ``lib`` carrying ``key`` in ``placement``."""
+    options: dict[str, Any] = {"base_url": url}
+    if placement == "authorization":
+        options["headers"] = {"authorization": f"Bearer {key}"}
+    elif placement == "cookie":
+        options["cookies"] = {"session": key}
+    elif placement.startswith("query:"):
+        options["params"] = {placement.removeprefix("query:"): key}
+    elif placement == "userinfo":
+        options["base_url"] = url.replace("http://", f"http://{USER}:{quote(key, safe='')}@")
+    elif placement == "basic":
+        options["auth"] = (USER, key)
+    else:
+        options["headers"] = {placement: key}
+    transport = lib.transport(secret_headers=[EXTRA_HEADER], secret_params=[EXTRA_PARAM])
+    return lib.module.AsyncClient(transport=transport, **options)
+
+
+@attrs.define
+class Outputs:
+    """Everything the sweep searches, as text."""
+
+    texts: list[str] = attrs.field(factory=list)
+
+    def add(self, *items: object) -> None:
+        self.texts.extend(item if isinstance(item, str) else repr(item) for item in items)
+
+
+class _Structlog:
+    def __init__(self, outputs: Outputs) -> None:
+        self.outputs = outputs
+
+    def log(self, level: int, event: str, *args: Any, **kw: Any) -> None:
+        self.outputs.add(event, args, kw)
+
+
+def sweep_registry(client: Any, key: str, outputs: Outputs) -> Registry:
+    """Tools that send the key and read back every echo of it."""
+    reg = Registry()
+
+    async def get(path: str) -> Any:
+        try:
+            return await client.get(path)
+        except Exception as exc:
+            outputs.add(str(exc), exc, getattr(exc, "scope", None))
+            raise
+
+    @reg.tool(kind=Kind.READS, scopes=["api"], cache_ttl=60)
+    async def echo(n: int) -> str:
+        return str((await get(f"/echo/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def throttled(n: int) -> str:
+        return str((await get(f"/throttle/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def flaky(n: int) -> str:
+        return str((await get(f"/flaky/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def explode() -> str:
+        response = await get("/echo/explode")
+        raise RuntimeError(f"upstream refused key {key}: {response.text}")
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def strict() -> str:
+        response = await get("/status/404")
+        response.raise_for_status()
+        return "unreachable"
+
+    @reg.tool(kind=Kind.PURE)
+    async def context() -> str:
+        await get("/echo/context")
+        outputs.add(fanout.current_call())
+        return "seen"
+
+    @reg.tool(kind=Kind.MUTATING, scopes=["api"], invalidates=[])
+    async def create(name: str) -> dict[str, Any]:
+        response = await client.post("/echo/things", json={"name": name, "echo": key})
+        return {"created": name, "server": response.json()}
+
+    return reg
+
+
+FIRST = [
+    ToolCall("e1", "echo", {"n": 1}),
+    ToolCall("e2", "echo", {"n": 1}),  # coalesced with e1
+    ToolCall("t", "throttled", {"n": 1}),
+    ToolCall("f", "flaky", {"n": 1}),
+    ToolCall("x", "explode", {}),
+    ToolCall("s", "strict", {}),
+    ToolCall("c", "context", {}),
+    ToolCall("w", "create", {"name": "a"}),
+]
+SECOND = [
+    ToolCall("e3", "echo", {"n": 1}),  # a cache hit
+    ToolCall("w2", "create", {"name": "a"}),  # replayed from the store
+]
+
+
+async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[Seen]]:
+    """Two turns with the key in ``placement``; every output collected."""
+    outputs = Outputs()
+    log = logging.getLogger(f"fanout.sweep.{placement}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s %(fanout)s"))
+    log.addHandler(handler)
+    metrics = PrometheusInstrument(CollectorRegistry())
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instruments = [
+        LoggingInstrument(log, level=logging.DEBUG),
+        StructlogInstrument(_Structlog(outputs)),
+        metrics,
+        OpenTelemetryInstrument(provider.get_tracer("sweep")),
+    ]
+    async with serve_echo(scope_of=lambda seen: key) as server:
+        async with client_for(lib, placement, key, server.url) as client:
+            reg = sweep_registry(client, key, outputs)
+            runner = Runner(
+                reg, scopes=[Scope("api", rate=100, burst=100)], instruments=instruments
+            )
+            metrics.observe_scopes(runner)
+            run = fanout.Run("sweep")
+            turns = [await runner.run_turn(calls, run=run) for calls in (FIRST, SECOND)]
+    log.removeHandler(handler)
+    for turn in turns:
+        outputs.add(*turn.results, *turn.trace)
+        outputs.add(fanout.anthropic_tool_results(turn.results))
+        outputs.add(fanout.openai_tool_messages(turn.results))
+    outputs.add(stream.getvalue(), generate_latest(metrics.registry).decode())
+    outputs.add(*(span.to_json() for span in exporter.get_finished_spans()))
+    outputs.add(runner.statistics(), runner.scope("api").statistics(), run.cache, run.store)
+    outputs.add(run.cache._entries, run.store._entries)  # type: ignore[attr-defined]
+    return outputs, server.seen
+
+
+def assert_paths_were_taken(outputs: Outputs, trace_text: str) -> None:
+    for kind in ("coalesced", "cache_hit", "replayed", "retry_scheduled", "scope_blocked"):
+        assert kind in trace_text, kind
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("lib_name", sorted(LIBRARIES))
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=keys)
+def test_no_output_holds_the_key(lib_name: str, placement: str, key: str) -> None:
+    """Whatever the key's placement and spelling, no answer, event, log, metric or repr holds it."""
+    lib = LIBRARIES[lib_name]
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    outputs, seen = trio.run(sweep, lib, placement, key, clock=clock)
+    forms = spellings(key)
+    # The server did receive the key, and echoed it: the sweep is not vacuous.
+    assert any(form in repr(request) for request in seen for form in forms)
+    everything = "\n".join(outputs.texts)
+    assert_paths_were_taken(outputs, everything)
+    assert "REDACTED" in everything
+    leaks = sorted(form for form in forms if form in everything)
+    assert not leaks, [text for text in outputs.texts if any(form in text for form in leaks)][:3]
+
+
+# --- the pieces the sweep rests on ---------------------------------------------
+
+
+def test_a_secret_never_prints() -> None:
+    """repr and str of a Secret, and of a context holding secrets, show no value."""
+    secret = Secret("sk-live-abcdef123456")
+    assert "abcdef" not in repr(secret) + str(secret) + f"{secret}" + repr([secret])
+    assert secret.reveal() == "sk-live-abcdef123456"
+    assert secret == Secret("sk-live-abcdef123456")
+    assert len({secret, Secret("sk-live-abcdef123456")}) == 1
+
+
+@given(key=keys, noise=st.text(max_size=20))
+def test_every_spelling_of_a_secret_is_scrubbed(key: str, noise: str) -> None:
+    """Raw, percent-encoded (either case, any mix), JSON-escaped: each spelling is replaced."""
+    for form in spellings(key) - {base64.b64encode(f"{USER}:{key}".encode()).decode()}:
+        assert key not in scrub_secrets(noise + form + noise, [key])
+        assert form not in scrub_secrets(noise + form + noise, [key])
+    mixed = "".join(f"%{ord(c):02x}" if i % 2 else c for i, c in enumerate(key))
+    assert scrub_secrets(f"<{mixed}>", [key]) == "<REDACTED>"
+
+
+@pytest.mark.parametrize(
+    ("headers", "url", "expected"),
+    [
+        (
+            [("Authorization", "Bearer tok-123456")],
+            "http://h/",
+            {"Bearer tok-123456", "tok-123456"},
+        ),
+        ([("X-Api-Key", "key-123456")], "http://h/", {"key-123456"}),
+        ([("Cookie", "a=cookie-1234; b=cookie-5678")], "http://h/", None),
+        ([("Accept", "text/plain")], "http://h/?q=hello-world&page=2", set()),
+        ([], "http://h/?API_KEY=param-123456&q=x", {"param-123456"}),
+        ([], "http://bob:pass%2F123@h/", {"pass/123", "bob:pass/123"}),
+        ([("x-tenant-secret", "tenant-123456")], "http://h/", set()),
+    ],
+)
+def test_which_request_parts_are_credentials(
+    headers: list[tuple[str, str]], url: str, expected: set[str] | None
+) -> None:
+    """The built-in names, in any case, cookies by value, userinfo decoded; others are not."""
+    found = {s.reveal() for s in credentials_in(headers, url, CredentialNames())}
+    if expected is None:
+        assert {"cookie-1234", "cookie-5678"} <= found
+    else:
+        assert found == expected
+
+
+def test_basic_credentials_are_decoded() -> None:
+    """A Basic header yields the base64, the decoded user:password and the password."""
+    value = base64.b64encode(b"alice:s3cret-pass").decode()
+    found = credentials_in([("authorization", f"Basic {value}")], "http://h/", CredentialNames())
+    assert {s.reveal() for s in found} == {
+        f"Basic {value}",
+        value,
+        "alice:s3cret-pass",
+        "s3cret-pass",
+    }
+
+
+def test_credential_names_can_be_added_and_are_validated() -> None:
+    """Added names join the defaults; a name that cannot be a header or parameter is refused."""
+    names = CredentialNames.adding(headers=["X-Tenant-Secret"], params=["tenant_sig"])
+    assert names.headers == CREDENTIAL_HEADERS | {"x-tenant-secret"}
+    assert names.params == CREDENTIAL_PARAMS | {"tenant_sig"}
+    for bad_headers, bad_params in [(["bad header"], ()), ([""], ()), ((), ["a b"]), ("x", ())]:
+        with pytest.raises(fanout.ConfigurationError):
+            CredentialNames.adding(headers=bad_headers, params=bad_params)
+    with pytest.raises(fanout.ConfigurationError):
+        fanout.FanoutTransport(secret_headers=["x\n"])
+
+
+def test_registered_secrets_are_scrubbed_from_any_answer() -> None:
+    """A key declared with register_secret is scrubbed though fanout never saw it sent."""
+    secret = fanout.register_secret("db-password-0f9e8d")
+    assert repr(secret) == "Secret('REDACTED')"
+    assert scrub_secrets("connect failed: db-password-0f9e8d") == "connect failed: REDACTED"
