@@ -203,15 +203,15 @@ async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[S
         metrics,
         OpenTelemetryInstrument(provider.get_tracer("sweep")),
     ]
-    async with serve_echo(scope_of=lambda seen: key) as server:
-        async with client_for(lib, placement, key, server.url) as client:
-            reg = sweep_registry(client, key, outputs)
-            runner = Runner(
-                reg, scopes=[Scope("api", rate=100, burst=100)], instruments=instruments
-            )
-            metrics.observe_scopes(runner)
-            run = fanout.Run("sweep")
-            turns = [await runner.run_turn(calls, run=run) for calls in (FIRST, SECOND)]
+    async with (
+        serve_echo(scope_of=lambda seen: key) as server,
+        client_for(lib, placement, key, server.url) as client,
+    ):
+        reg = sweep_registry(client, key, outputs)
+        runner = Runner(reg, scopes=[Scope("api", rate=100, burst=100)], instruments=instruments)
+        metrics.observe_scopes(runner)
+        run = fanout.Run("sweep")
+        turns = [await runner.run_turn(calls, run=run) for calls in (FIRST, SECOND)]
     log.removeHandler(handler)
     for turn in turns:
         outputs.add(*turn.results, *turn.trace)

@@ -526,3 +526,47 @@ async def test_a_write_that_swallows_a_body_error_is_not_replayed(
         await runner.run_turn([ToolCall("w2", "write", {})], run=run)
     assert unknown == [True]
     assert len(server.seen) == 2
+
+
+# --- scope names a server gives ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("named", "expected"),
+    [
+        (SECRET, "REDACTED"),  # the key itself
+        (f"org/{SECRET}", "REDACTED"),  # the key inside a plain name
+        ("org-42", "org-42"),  # a plain name passes
+        (f"Bearer {SECRET}", None),  # not a plain name: ignored
+        ("x" * 65, None),  # too long: ignored
+    ],
+)
+async def test_a_scope_named_by_the_server_is_checked_before_it_is_used(
+    autojump_clock: Any, lib: Library, named: str, expected: str | None
+) -> None:
+    """A scope header holding the key reads REDACTED everywhere; one that is not a name is
+    ignored; a plain one is kept, in the exception, the events and the answer."""
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        return lib.module.Response(429, headers={"retry-after": "5", "x-ratelimit-scope": named})
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def fetch() -> str:
+        try:
+            return (await client.get("https://api.test/x", headers={"x-api-key": SECRET})).text
+        except fanout.RateLimitedError as exc:
+            seen.append(exc.scope)
+            raise
+
+    turn = await Runner(reg, inline_wait=1).run_turn([ToolCall("f", "fetch", {})])
+    (result,) = turn.results
+    assert seen == [expected]
+    assert result.status is Status.RATE_LIMITED
+    assert result.scope == expected
+    responses = [e for e in turn.trace if e.kind is fanout.EventKind.RESPONSE]
+    assert [e.scope for e in responses] == [expected]
+    assert SECRET not in repr(turn.trace) + repr(turn.results)
