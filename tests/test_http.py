@@ -570,3 +570,31 @@ async def test_a_scope_named_by_the_server_is_checked_before_it_is_used(
     responses = [e for e in turn.trace if e.kind is fanout.EventKind.RESPONSE]
     assert [e.scope for e in responses] == [expected]
     assert SECRET not in repr(turn.trace) + repr(turn.results)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs _call.py to find a ToolSignal in the __cause__ chain of a tool's exception",
+)
+async def test_a_signal_wrapped_by_an_sdk_still_steers_the_runner(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """SDKs (anthropic, openai on httpx2) re-raise transport errors as their own connection
+    error, the fanout signal as its cause: the 429 must still be answered rate_limited."""
+
+    def handler(request: Any) -> Any:
+        return lib.module.Response(429, headers={"retry-after": "60"})
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def ask() -> str:
+        try:
+            return (await client.get("https://api.test/v1/messages")).text
+        except Exception as exc:  # what an SDK's request loop does
+            raise ConnectionError("Connection error.") from exc
+
+    turn = await Runner(reg, inline_wait=1).run_turn([ToolCall("a", "ask", {})])
+    assert turn.results[0].status is Status.RATE_LIMITED
+    assert turn.results[0].retry_after_ms == 60_000
