@@ -18,6 +18,7 @@ import base64
 import io
 import json
 import logging
+import os
 import string
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -47,8 +48,10 @@ from fanout.contrib.logging import LoggingInstrument
 from fanout.contrib.otel import OpenTelemetryInstrument
 from fanout.contrib.prometheus import PrometheusInstrument
 from fanout.contrib.structlog import StructlogInstrument
+from fanout.redis import RedisIdempotencyStore
 
 from .echo_server import Seen, serve_echo
+from .redis_support import ENV_URL, have_redis_server, shared_redis_url, unique_prefix
 from .test_http import LIBRARIES, Library
 
 # Characters API keys are made of, "+/=" (base64) and "~" included.
@@ -326,3 +329,38 @@ def test_registered_secrets_are_scrubbed_from_any_answer() -> None:
     secret = fanout.register_secret("db-password-0f9e8d")
     assert repr(secret) == "Secret('REDACTED')"
     assert scrub_secrets("connect failed: db-password-0f9e8d") == "connect failed: REDACTED"
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("placement", ["authorization", "query:api_key", "userinfo", "basic"])
+def test_the_redis_store_holds_no_key(placement: str) -> None:
+    """A write whose answer echoes the key is stored on Redis scrubbed, and replayed so."""
+    if not os.environ.get(ENV_URL) and not have_redis_server():
+        pytest.skip(f"redis-server is not installed and {ENV_URL} is not set")
+    key = "zQ-redis+store/key=0123"
+
+    async def main(url: str) -> tuple[str, list[Any]]:
+        prefix = unique_prefix()
+        async with (
+            serve_echo() as server,
+            client_for(LIBRARIES["httpx2"], placement, key, server.url) as client,
+            RedisIdempotencyStore.from_url(url, prefix=prefix) as store,
+        ):
+            reg = Registry()
+
+            @reg.tool(kind=Kind.MUTATING)
+            async def create(name: str) -> str:
+                return str((await client.post("/echo/things", json={"name": name})).text)
+
+            run = fanout.Run("redis-sweep", store=store)
+            call = [ToolCall("w", "create", {"name": "a"})]
+            turns = [await Runner(reg).run_turn(call, run=run) for _ in range(2)]
+            stored = [await store.client.get(k) for k in await store.client.keys(prefix + "*")]
+        assert len(server.seen) == 1  # the second turn was a replay
+        return repr(stored), [*turns[0].results, *turns[1].results]
+
+    with shared_redis_url() as url:
+        stored, results = trio.run(main, url)
+    assert "REDACTED" in stored
+    everything = stored + repr(results)
+    assert not [form for form in spellings(key) if form in everything]
