@@ -8,7 +8,7 @@ core behind two seams.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -400,17 +400,9 @@ async def test_learning_spends_what_the_probe_says_remains(
 # --- response bodies that break ------------------------------------------------
 
 
-def body_tools(lib: Library, client: Any, seen: list[BaseException]) -> Registry:
-    """A read and a write that each make one request and read its body."""
+def read_and_write(send: Callable[[str], Awaitable[str]]) -> Registry:
+    """A read and a write that each make one request with ``send(method)``."""
     reg = Registry()
-
-    async def send(method: str) -> str:
-        try:
-            response = await client.request(method, "/thing", params={"api_key": SECRET})
-        except fanout.ToolSignal as exc:
-            seen.append(exc)
-            raise
-        return str(response.text)
 
     @reg.tool(kind=Kind.READS)
     async def read() -> str:
@@ -423,6 +415,20 @@ def body_tools(lib: Library, client: Any, seen: list[BaseException]) -> Registry
     return reg
 
 
+def body_tools(client: Any, seen: list[BaseException]) -> Registry:
+    """Tools that read a response body and let fanout's signals through, noting them."""
+
+    async def send(method: str) -> str:
+        try:
+            response = await client.request(method, "/thing", params={"api_key": SECRET})
+        except fanout.ToolSignal as exc:
+            seen.append(exc)
+            raise
+        return str(response.text)
+
+    return read_and_write(send)
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_body_error_is_transient_and_the_read_is_retried(
     autojump_clock: Any, lib: Library, fault: Fault
@@ -430,7 +436,7 @@ async def test_a_body_error_is_transient_and_the_read_is_retried(
     """A reset, a short body or a bad chunk mid-body: TransientError, retried, then ok."""
     seen: list[BaseException] = []
     async with serve_faulty(fault, faults=1) as server, lib.client(base_url=server.url) as client:
-        turn = await Runner(body_tools(lib, client, seen)).run_turn([ToolCall("r", "read", {})])
+        turn = await Runner(body_tools(client, seen)).run_turn([ToolCall("r", "read", {})])
     assert turn.results[0].status is Status.OK
     assert len(server.seen) == 2
     assert [type(exc) for exc in seen] == [fanout.TransientError]
@@ -449,7 +455,7 @@ async def test_a_write_cut_off_mid_body_is_never_replayed(
     seen: list[BaseException] = []
     run = fanout.Run("run-body")
     async with serve_faulty(fault, faults=100) as server, lib.client(base_url=server.url) as client:
-        runner = Runner(body_tools(lib, client, seen), retry=fanout.RetryPolicy(attempts=2))
+        runner = Runner(body_tools(client, seen), retry=fanout.RetryPolicy(attempts=2))
         first = await runner.run_turn([ToolCall("w1", "write", {})], run=run)
         sent_first = len(server.seen)
         second = await runner.run_turn([ToolCall("w2", "write", {})], run=run)
@@ -468,7 +474,6 @@ async def test_a_write_cut_off_mid_body_is_never_replayed(
 
 def swallowing_tools(client: Any, unknown: list[bool]) -> Registry:
     """Tools that catch the body error themselves and answer as if all went well."""
-    reg = Registry()
 
     async def send(method: str) -> str:
         try:
@@ -478,15 +483,7 @@ def swallowing_tools(client: Any, unknown: list[bool]) -> Registry:
             return "done, probably"
         return "done"
 
-    @reg.tool(kind=Kind.READS)
-    async def read() -> str:
-        return await send("GET")
-
-    @reg.tool(kind=Kind.MUTATING)
-    async def write() -> str:
-        return await send("POST")
-
-    return reg
+    return read_and_write(send)
 
 
 async def test_a_write_cut_off_mid_body_marks_its_effect_unknown(
