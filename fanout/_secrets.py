@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 import threading
@@ -122,9 +123,7 @@ class Secret:
         (httpx leaves ``/`` in a query, quotes ``+``), so a URL echoed back is
         often a mix. None for a value too short to scrub.
         """
-        if len(self._value) < MIN_LENGTH:
-            return None
-        return "".join(_spellings(char) for char in self._value)
+        return _pattern_for(self._value)
 
     def __repr__(self) -> str:
         return f"Secret({REDACTED!r})"
@@ -154,6 +153,14 @@ class CredentialNames:
         return cls(CREDENTIAL_HEADERS | extra_headers, CREDENTIAL_PARAMS | extra_params)
 
 
+@functools.lru_cache(maxsize=1024)
+def _pattern_for(value: str) -> str | None:
+    if len(value) < MIN_LENGTH:
+        return None
+    return "".join(_spellings(char) for char in value)
+
+
+@functools.lru_cache(maxsize=256)
 def _spellings(char: str) -> str:
     """One character of a secret, as any of the ways text may carry it."""
     escaped = json.dumps(char)[1:-1]
@@ -257,6 +264,11 @@ class _Registry:
                 self._pattern = _alternation(self._secrets)
             return self._pattern
 
+    def unknown(self, secrets: Iterable[Secret]) -> list[Secret]:
+        """Those of ``secrets`` this registry does not hold (never learned, or evicted)."""
+        with self._lock:
+            return [secret for secret in secrets if secret not in self._secrets]
+
     def __repr__(self) -> str:
         return f"<known secrets: {len(self._secrets)}>"
 
@@ -290,7 +302,9 @@ def learn(secrets: Iterable[Secret]) -> None:
 
 def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """``text`` with every form of ``secrets`` and of every registered secret replaced."""
-    own = _alternation(s if isinstance(s, Secret) else Secret(s) for s in secrets)
+    # A call's secrets were learned when sent: only those the registry lacks
+    # need a pattern of their own.
+    own = _alternation(_known.unknown(s if isinstance(s, Secret) else Secret(s) for s in secrets))
     for pattern in (own, _known.pattern()):
         if pattern is not None:
             text = pattern.sub(REDACTED, text)
