@@ -21,7 +21,7 @@ import logging
 import os
 import string
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import attrs
 import pytest
@@ -36,6 +36,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._headers import SCOPE_NAME
+from fanout._http_core import server_scope
+from fanout._redact import redact_text
 from fanout._secrets import (
     CREDENTIAL_HEADERS,
     CREDENTIAL_PARAMS,
@@ -60,6 +63,7 @@ keys = st.text(ALPHABET, min_size=10, max_size=32).map(lambda tail: "zQ" + tail)
 USER = "alice"
 EXTRA_HEADER, EXTRA_PARAM = "x-tenant-secret", "tenant_sig"
 
+SCOPE_HEADERS = ("x-ratelimit-scope", "ratelimit-scope", "x-ratelimit-resource")
 PLACEMENTS = (
     "authorization",
     "proxy-authorization",
@@ -85,8 +89,8 @@ def spellings(key: str) -> set[str]:
     return {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1], basic}
 
 
-def client_for(lib: Library, placement: str, key: str, url: str) -> Any:
-    """A client of ``lib`` carrying ``key`` in ``placement``."""
+def client_for(lib: Library, placement: str, key: str, url: str, inner: Any = None) -> Any:
+    """A client of ``lib`` carrying ``key`` in ``placement`` (through ``inner``, if given)."""
     options: dict[str, Any] = {"base_url": url}
     if placement == "authorization":
         options["headers"] = {"authorization": f"Bearer {key}"}
@@ -100,7 +104,7 @@ def client_for(lib: Library, placement: str, key: str, url: str) -> Any:
         options["auth"] = (USER, key)
     else:
         options["headers"] = {placement: key}
-    transport = lib.transport(secret_headers=[EXTRA_HEADER], secret_params=[EXTRA_PARAM])
+    transport = lib.transport(inner, secret_headers=[EXTRA_HEADER], secret_params=[EXTRA_PARAM])
     return lib.module.AsyncClient(transport=transport, **options)
 
 
@@ -364,3 +368,74 @@ def test_the_redis_store_holds_no_key(placement: str) -> None:
     assert "REDACTED" in stored
     everything = stored + repr(results)
     assert not [form for form in spellings(key) if form in everything]
+
+
+# --- properties: generated keys, placements and hostile scope names -------------
+
+placements = st.sampled_from(PLACEMENTS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=keys, placement=placements, lib_name=st.sampled_from(sorted(LIBRARIES)))
+def test_what_a_request_carries_is_learned_and_scrubbed_from_its_echo(
+    key: str, placement: str, lib_name: str
+) -> None:
+    """Any key in any placement: the request as the library builds it, echoed whole (URL,
+    headers), comes back with no spelling of the key once scrubbed with what was learned."""
+    lib, sent = LIBRARIES[lib_name], []
+
+    def handler(request: Any) -> Any:
+        sent.append(request)
+        return lib.module.Response(200)
+
+    async def send() -> None:
+        mock = lib.module.MockTransport(handler)
+        async with client_for(lib, placement, key, "http://127.0.0.1:8080", mock) as client:
+            await client.get("/echo/1")
+
+    trio.run(send)
+    (request,) = sent
+    names = CredentialNames.adding([EXTRA_HEADER], [EXTRA_PARAM])
+    learned = credentials_in(request.headers.items(), str(request.url), names)
+    echo = server_view(str(request.url), list(request.headers.items()))
+    assert any(form in echo for form in spellings(key))
+    scrubbed = redact_text(echo + repr(request.url), [s.reveal() for s in learned])
+    assert not [form for form in spellings(key) if form in scrubbed]
+
+
+def server_view(url: str, headers: list[tuple[str, str]]) -> str:
+    """Everything a server could quote of a request: the URL raw and decoded, its query
+    values parsed, every header, and a Basic credential decoded."""
+    decoded = [
+        base64.b64decode(value.split(" ", 1)[1]).decode()
+        for name, value in headers
+        if name.lower() == "authorization" and value.startswith("Basic ")
+    ]
+    view = {
+        "url": url,
+        "decoded": unquote(url),
+        "query": parse_qsl(urlsplit(url).query),
+        "headers": headers,
+        "basic": decoded,
+    }
+    return json.dumps(view) + repr(view)
+
+
+scope_values = st.one_of(
+    st.text(max_size=80),
+    st.text(ALPHABET + ":", max_size=80),
+    keys,
+    st.tuples(st.sampled_from(["", "org/", "Bearer ", "key="]), keys).map("".join),
+)
+
+
+@given(key=keys, value=scope_values, header=st.sampled_from(SCOPE_HEADERS))
+def test_a_server_named_scope_is_a_plain_name_and_never_a_key(
+    key: str, value: str, header: str
+) -> None:
+    """Whatever a scope header says: no scope, a plain name of at most 64, or REDACTED;
+    and never the key, whatever its spelling."""
+    info = fanout.parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
+    scope = server_scope(info.scope, [key])
+    assert scope is None or scope == "REDACTED" or SCOPE_NAME.fullmatch(scope)
+    assert scope is None or not [form for form in spellings(key) if form in scope]
