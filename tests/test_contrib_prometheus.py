@@ -168,21 +168,24 @@ def test_scrape_after_the_run_has_ended_exports_no_scope() -> None:
 
 
 def test_labels_from_outside_keep_to_their_bound() -> None:
-    """Tool and scope names beyond max_label_values read 'other'; credentials never label."""
+    """Scope names beyond max_label_values read 'other'; a credential never becomes a label."""
     registry = CollectorRegistry()
     metrics = PrometheusInstrument(registry, max_label_values=3)
-    for n in range(6):
-        event = fanout.Event(
-            fanout.EventKind.SCOPE_BLOCKED, 0.0, "t", f"c{n}", f"tool{n}", f"scope{n}", wait=1.0
-        )
-        metrics.on_event(event)
-    metrics.on_event(
-        fanout.Event(fanout.EventKind.SCOPE_BLOCKED, 0.0, scope="token=sk-live-0123456789abc")
-    )
-    assert [sample(registry, "fanout_throttles_total", scope=f"scope{n}") for n in range(3)] == [
-        1.0
-    ] * 3
-    assert sample(registry, "fanout_throttles_total", scope="other") == 4.0
+    scopes = ["token=sk-live-0123456789abc", *(f"scope{n}" for n in range(5))]
+    for n, scope in enumerate(scopes):
+        blocked = fanout.EventKind.SCOPE_BLOCKED
+        metrics.on_event(fanout.Event(blocked, 0.0, "t", f"c{n}", "tool", scope, wait=1.0))
+    throttles = {
+        scope: sample(registry, "fanout_throttles_total", scope=scope)
+        for scope in ("token=REDACTED", "scope0", "scope1", "scope2", "other")
+    }
+    assert throttles == {
+        "token=REDACTED": 1.0,
+        "scope0": 1.0,
+        "scope1": 1.0,
+        "scope2": None,
+        "other": 3.0,
+    }
     assert "sk-live" not in generate_latest(registry).decode()
 
 

@@ -45,18 +45,22 @@ def _clean(value: object) -> object:
 
 
 class BoundedLabels:
-    """The values one label may take: the first ``limit`` distinct ones, then ``other``."""
+    """The values one label may take: the first ``limit`` distinct ones, scrubbed, then ``other``.
+
+    A value is scrubbed once, when first seen; after that a label costs one
+    dict lookup, so an instrument on every event stays cheap.
+    """
 
     def __init__(self, limit: int) -> None:
         if not (isinstance(limit, int) and limit >= 1):
             raise ConfigurationError(f"a label's value limit must be an int >= 1, not {limit!r}")
         self._limit = limit
-        self._seen: set[str] = set()
+        self._labels: dict[str, str] = {}
 
     def __call__(self, value: str) -> str:
-        if value in self._seen:
-            return value
-        if len(self._seen) < self._limit:
-            self._seen.add(value)
-            return value
-        return OTHER
+        label = self._labels.get(value)
+        if label is None:
+            if len(self._labels) >= self._limit:
+                return OTHER
+            label = self._labels[value] = redact_text(value)
+        return label

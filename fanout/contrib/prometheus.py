@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from .._events import Event, EventKind
 from .._redact import redact_text
-from ._safety import BoundedLabels, safe_event
+from ._safety import BoundedLabels
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -81,7 +81,6 @@ class PrometheusInstrument:
         self.registry.register(self._scopes)
 
     def on_event(self, event: Event) -> None:
-        event = safe_event(event)
         tool, scope = self._tool(event.tool or ""), self._scope(event.scope or "")
         key = (event.turn_id, event.call_id)
         match event.kind:
