@@ -48,6 +48,7 @@ __all__ = [
     "CredentialNames",
     "Secret",
     "credentials_in",
+    "learn",
     "register_secret",
     "scrub_secrets",
 ]

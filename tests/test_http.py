@@ -595,3 +595,10 @@ async def test_a_signal_wrapped_by_an_sdk_still_steers_the_runner(
     turn = await Runner(reg, inline_wait=1).run_turn([ToolCall("a", "ask", {})])
     assert turn.results[0].status is Status.RATE_LIMITED
     assert turn.results[0].retry_after_ms == 60_000
+
+
+@pytest.mark.parametrize("pools", [0, -1, 1.5])
+def test_a_transport_needs_at_least_one_pool(lib: Library, pools: Any) -> None:
+    """pools below one (or not a whole number) is a configuration error, not a crash later."""
+    with pytest.raises(fanout.ConfigurationError):
+        lib.transport(pools=pools)
