@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from ._secrets import CREDENTIAL_PARAMS, REDACTED, Secret, scrub_secrets
+from ._secrets import CREDENTIAL_PARAMS, REDACTED, Secret, scrub_cut_secrets, scrub_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -78,7 +78,8 @@ def scrubbed(result: ToolResult, secrets: Iterable[str | Secret] = ()) -> ToolRe
     replayed answers all pass through it, as do the cache and the store.
     """
     secrets = tuple(secrets)
-    content = redact_text(result.content, secrets)
+    raw = [secret.reveal() if isinstance(secret, Secret) else secret for secret in secrets]
+    content = scrub_cut_secrets(redact_text(result.content, secrets), raw)
     scope = None if result.scope is None else redact_text(result.scope, secrets)
     if content == result.content and scope == result.scope:
         return result

@@ -50,6 +50,7 @@ __all__ = [
     "credentials_in",
     "learn",
     "register_secret",
+    "scrub_cut_secrets",
     "scrub_secrets",
 ]
 
@@ -265,6 +266,10 @@ class _Registry:
                 self._pattern = _alternation(self._secrets)
             return self._pattern
 
+    def values(self) -> list[str]:
+        with self._lock:
+            return [secret.reveal() for secret in self._secrets]
+
     def unknown(self, secrets: Iterable[Secret]) -> list[Secret]:
         """Those of ``secrets`` this registry does not hold (never learned, or evicted)."""
         with self._lock:
@@ -309,4 +314,33 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     for pattern in (own, _known.pattern()):
         if pattern is not None:
             text = pattern.sub(REDACTED, text)
+    return text
+
+
+# Where fanout cut a long text (``fanout._canonical.truncate``), raw or inside JSON.
+_CUT = re.compile(r"(?:\n|\\n)\[truncated by fanout: ")
+
+
+def scrub_cut_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the start of a secret that a size cap cut in two replaced.
+
+    A cap may fall inside a key: what is left before the cut is no longer
+    the whole secret, so it escapes `scrub_secrets`; here it is replaced if
+    it is at least `MIN_LENGTH` characters of a known secret's beginning.
+    """
+    cuts = [match.start() for match in _CUT.finditer(text)]
+    if not cuts:
+        return text
+    values = sorted({*secrets, *_known.values()}, key=len, reverse=True)
+    for cut in reversed(cuts):
+        head = text[:cut]
+        for value in values:
+            start = next(
+                (len(head) - k for k in range(len(value) - 1, MIN_LENGTH - 1, -1)
+                 if head.endswith(value[:k])),
+                None,
+            )  # fmt: skip
+            if start is not None:
+                text = text[:start] + REDACTED + text[cut:]
+                break
     return text

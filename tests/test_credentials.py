@@ -36,12 +36,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._answers import failure
+from fanout._canonical import truncate
 from fanout._headers import SCOPE_NAME
 from fanout._http_core import server_scope
-from fanout._redact import redact_text
+from fanout._redact import redact_text, scrubbed
 from fanout._secrets import (
     CREDENTIAL_HEADERS,
     CREDENTIAL_PARAMS,
+    MIN_LENGTH,
     CredentialNames,
     Secret,
     credentials_in,
@@ -439,3 +442,39 @@ def test_a_server_named_scope_is_a_plain_name_and_never_a_key(
     scope = server_scope(info.scope, [key])
     assert scope is None or scope == "REDACTED" or SCOPE_NAME.fullmatch(scope)
     assert scope is None or not [form for form in spellings(key) if form in scope]
+
+
+@given(key=keys, filler=st.integers(0, 300), data=st.data())
+def test_a_key_cut_in_two_by_a_size_cap_is_scrubbed(key: str, filler: int, data: Any) -> None:
+    """Wherever a cap falls inside a key, what is left of it before the cut is replaced."""
+    kept = data.draw(st.integers(MIN_LENGTH, len(key) - 1), label="characters of the key kept")
+    text = " " * filler + key + " tail" * 20
+    kept_text = " " * filler + key[:kept] + "\n"
+    cut = next(c for c in (truncate(text, n) for n in range(len(text))) if c.startswith(kept_text))
+    answer = fanout.ToolResult("c", fanout.Status.OK, cut)
+    failed = failure(ToolCall("c", "t"), fanout.Status.ERROR, cut, started=True, kind=Kind.READS)
+    for result in (answer, failed):
+        assert key[:MIN_LENGTH] not in scrubbed(result, [key]).content
+
+
+async def test_an_answer_capped_inside_a_key_keeps_no_part_of_it(autojump_clock: Any) -> None:
+    """A tool whose output is cut mid-key by max_output_chars: the answer holds no part of it."""
+    key = "zQ-cut-in-two-0123456789"
+    async with (
+        serve_echo() as server,
+        client_for(LIBRARIES["httpx"], "x-api-key", key, server.url) as client,
+    ):
+        reg = Registry()
+
+        output = "a" * 70 + key + "b" * 100
+        assert key[:10] in truncate(output, 123)  # the cap falls inside the key
+
+        @reg.tool(kind=Kind.READS)
+        async def fetch() -> str:
+            await client.get("/echo/1")
+            return output
+
+        turn = await Runner(reg, max_output_chars=123).run_turn([ToolCall("c", "fetch", {})])
+    (result,) = turn.results
+    assert "truncated by fanout" in result.content
+    assert key[:MIN_LENGTH] not in result.content
