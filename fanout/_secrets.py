@@ -92,7 +92,6 @@ CREDENTIAL_PARAMS = frozenset(
         "passwd",
         "sig",
         "signature",
-        "code",
         "x-amz-signature",
         "x-amz-credential",
         "x-amz-security-token",
