@@ -103,6 +103,7 @@ CREDENTIAL_PARAMS = frozenset(
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "key"})
+_MIN_COOKIE = 8  # characters: a shorter cookie value is a preference, not a session
 _MAX_KNOWN = 256  # secrets remembered process-wide; the oldest go first
 
 
@@ -217,11 +218,12 @@ def credentials_in(
 
 
 def _cookie_values(header: str) -> set[str]:
+    """The values of a Cookie header long enough to be a session (``theme=dark`` is not)."""
     values = set()
     for pair in header.split(";"):
         _, _, value = pair.partition("=")
-        values.add(value.split(";")[0].strip().strip('"'))
-    return values
+        values.add(value.strip().strip('"'))
+    return {value for value in values if len(value) >= _MIN_COOKIE}
 
 
 def _basic_parts(credential: str) -> set[str]:
