@@ -45,12 +45,13 @@ import attrs
 
 from ._admission import take_tokens
 from ._context import maybe_current_call
+from ._credentials import CredentialNames, credentials_in
 from ._events import EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import parse_rate_limit_headers
 from ._redact import REDACTED, redact_text, redact_url
 from ._scope import scopes_named
-from ._secrets import CredentialNames, credentials_in, learn
+from ._secrets import learn
 from ._values import Kind, Status
 
 if TYPE_CHECKING:

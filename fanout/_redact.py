@@ -17,7 +17,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from ._secrets import CREDENTIAL_PARAMS, REDACTED, Secret, scrub_cut_secrets, scrub_secrets
+from ._credentials import CREDENTIAL_PARAMS
+from ._secrets import REDACTED, Secret, scrub_cut_secrets, scrub_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -38,18 +38,16 @@ import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
 from fanout._answers import failure
 from fanout._canonical import truncate
+from fanout._credentials import (
+    CREDENTIAL_HEADERS,
+    CREDENTIAL_PARAMS,
+    CredentialNames,
+    credentials_in,
+)
 from fanout._headers import SCOPE_NAME
 from fanout._http_core import server_scope
 from fanout._redact import redact_text, scrubbed
-from fanout._secrets import (
-    CREDENTIAL_HEADERS,
-    CREDENTIAL_PARAMS,
-    MIN_LENGTH,
-    CredentialNames,
-    Secret,
-    credentials_in,
-    scrub_secrets,
-)
+from fanout._secrets import MIN_LENGTH, Secret, scrub_secrets
 from fanout.contrib.logging import LoggingInstrument
 from fanout.contrib.otel import OpenTelemetryInstrument
 from fanout.contrib.prometheus import PrometheusInstrument
