@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
+import fanout.httpx2
 from fanout import Kind, Registry, Runner, Scope, ToolCall
 from fanout._answers import failure
 from fanout._canonical import truncate
@@ -477,3 +478,32 @@ async def test_an_answer_capped_inside_a_key_keeps_no_part_of_it(autojump_clock:
     (result,) = turn.results
     assert "truncated by fanout" in result.content
     assert key[:MIN_LENGTH] not in result.content
+
+
+async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -> None:
+    """The Anthropic SDK (built on httpx2) given fanout's client: its requests go through
+    fanout, and the key it sends, echoed back, is scrubbed from the answer. Real time: the
+    SDK reads its platform in a worker thread, which a mock clock would jump past."""
+    anthropic = pytest.importorskip("anthropic")
+    key = "sk-ant-sdk-0123456789abcdef"
+    async with serve_echo() as server:
+        client = anthropic.AsyncAnthropic(
+            api_key=key, base_url=server.url, http_client=fanout.httpx2.http_client(), max_retries=0
+        )
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["anthropic"])
+        async def ask() -> str:
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}]
+            )
+            return str(raw.http_response.text)
+
+        with trio.fail_after(10):
+            turn = await Runner(reg).run_turn([ToolCall("a", "ask", {})])
+    (result,) = turn.results
+    assert result.status is fanout.Status.OK
+    assert '"target": "/v1/messages"' in result.content
+    assert [e.kind for e in turn.trace].count(fanout.EventKind.REQUEST_SENT) == 1
+    assert key in repr(server.seen)
+    assert key not in result.content + repr(turn.trace)
