@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from ._credentials import CREDENTIAL_PARAMS
+from ._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
 from ._secrets import REDACTED, Secret, scrub_cut_secrets, scrub_secrets
 
 if TYPE_CHECKING:
@@ -27,13 +27,28 @@ if TYPE_CHECKING:
 
 __all__ = ["REDACTED", "redact_text", "redact_url", "scrubbed"]
 
-_PARAMS = "|".join(sorted(map(re.escape, CREDENTIAL_PARAMS), key=len, reverse=True))
-# Credentials by shape, wherever they stand in free text.
-_SECRET_TEXT = re.compile(
-    r"(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    r"|\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"
-    rf"|([?&;](?:{_PARAMS})=)[^&\s\"'<>]+"
-    r"|(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"
+
+def _names(names: Iterable[str]) -> str:
+    return "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+
+
+# Credentials by shape, wherever they stand in free text, each with the text
+# it keeps: a bearer token; a vendor key (sk-..., ghp_...); a credential query
+# parameter; URL userinfo; and a credential header quoted as text
+# ("Authorization: Basic ...", or a JSON pair '"x-api-key": "..."').
+_SHAPES = (
+    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
+    (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=)[^&\s\"'<>]+"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+    (
+        re.compile(
+            rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
+            r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
+            r"[^\s\"',;\]}]+"
+        ),
+        rf"\1{REDACTED}",
+    ),
 )
 
 
@@ -62,14 +77,10 @@ def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
 def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """Free text with known secrets (``secrets`` and every registered one) and
     credential-shaped tokens replaced."""
-    return _SECRET_TEXT.sub(_keep_prefix, scrub_secrets(text, secrets))
-
-
-def _keep_prefix(match: re.Match[str]) -> str:
-    if match.group(3) is not None:  # userinfo: keep the scheme, drop who and what
-        return f"{match.group(3)}{REDACTED}@"
-    prefix = match.group(1) or match.group(2) or ""
-    return prefix + REDACTED
+    text = scrub_secrets(text, secrets)
+    for shape, replacement in _SHAPES:
+        text = shape.sub(replacement, text)
+    return text
 
 
 def scrubbed(result: ToolResult, secrets: Iterable[str | Secret] = ()) -> ToolResult:

@@ -507,3 +507,26 @@ async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -
     assert [e.kind for e in turn.trace].count(fanout.EventKind.REQUEST_SENT) == 1
     assert key in repr(server.seen)
     assert key not in result.content + repr(turn.trace)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Bearer abcdefgh123", "Bearer REDACTED"),
+        ("Authorization: Basic YWxpY2U6c2VjcmV0", "Authorization: Basic REDACTED"),
+        ('["x-api-key", "abc123xyz"]', '["x-api-key", "REDACTED"]'),
+        ('{"authorization": "Token zzz999"}', '{"authorization": "Token REDACTED"}'),
+        ("{'X-Auth-Token': 'tok-1'}", "{'X-Auth-Token': 'REDACTED'}"),
+        ("http://alice:pw@h/x?api_key=1&q=2", "http://REDACTED@h/x?api_key=REDACTED&q=2"),
+        ("key sk-abcdefghijkl here", "key REDACTED here"),
+        # Prose that merely names a credential keeps its words.
+        ("token verification failed", "token verification failed"),
+        ("a basic understanding", "a basic understanding"),
+        ("the api-key, which is set", "the api-key, which is set"),
+        ("status code=404 for /x?q=key", "status code=404 for /x?q=key"),
+        ("mail alice@example.com", "mail alice@example.com"),
+    ],
+)
+def test_credentials_by_shape_are_redacted_and_prose_is_not(text: str, expected: str) -> None:
+    """Text shaped like a credential fanout never saw is redacted; ordinary words are kept."""
+    assert redact_text(text) == expected
