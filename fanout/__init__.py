@@ -60,6 +60,8 @@ from ._runner import RunnerStatistics as RunnerStatistics
 from ._scope import Scope as Scope
 from ._scope import ScopeStatistics as ScopeStatistics
 from ._scope import concurrency_for as concurrency_for
+from ._secrets import Secret as Secret
+from ._secrets import register_secret as register_secret
 from ._turn import Turn as Turn
 from ._values import Kind as Kind
 from ._values import Status as Status
@@ -100,6 +102,7 @@ __all__ = [
     "RunnerStatistics",
     "Scope",
     "ScopeStatistics",
+    "Secret",
     "Status",
     "StoredAnswer",
     "Text",
@@ -123,6 +126,7 @@ __all__ = [
     "idempotency_key",
     "openai_tool_messages",
     "parse_rate_limit_headers",
+    "register_secret",
     "repair_anthropic_history",
     "repair_openai_history",
     "repair_responses_input",

@@ -219,7 +219,10 @@ async def _run_tool(
     went_fine = False
     try:
         value = await _invoke(spec, context, settings.threads)
-        went_fine = state.answered_by_tool = True
+        went_fine = True
+        # A write whose request broke mid-answer has an unknown effect, even
+        # when the tool swallowed the error: its answer is not kept for replay.
+        state.answered_by_tool = not context.effect_unknown
         return success(call, value, limit=settings.max_output_chars)
     except IdleTimeoutError as idle:
         return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
@@ -227,7 +230,12 @@ async def _run_tool(
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         return signal
     except Exception as exc:
-        went_fine = state.answered_by_tool = True
+        wrapped = _signal_within(exc)
+        if wrapped is not None:  # an SDK re-raised fanout's signal as its own error
+            went_fine = not isinstance(wrapped, RateLimitedError | NotSentError)
+            return wrapped
+        went_fine = True
+        state.answered_by_tool = not context.effect_unknown
         message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
         return failure(
             call, Status.ERROR, message, started=True, kind=spec.kind,
@@ -237,6 +245,23 @@ async def _run_tool(
         elapsed = trio.current_time() - began
         for scope in state.scopes:
             scope.observe_call(elapsed, ok=went_fine)
+
+
+def _signal_within(exc: BaseException) -> ToolSignal | None:
+    """A ``ToolSignal`` that ``exc`` was raised from, if any.
+
+    The Anthropic and OpenAI SDKs catch what their transport raises and
+    raise their own connection error from it; fanout's 429 signal is then
+    the cause, and must still steer the runner.
+    """
+    seen: set[int] = set()
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen and len(seen) < 16:
+        if isinstance(cause, ToolSignal):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLimiter) -> Any:

@@ -33,7 +33,10 @@ class CallContext:
     one token for the attempt, which covers the first request; the HTTP layer
     charges each further request to the scopes again. ``secrets`` collects the
     credentials the HTTP layer sent, so the answer can be scrubbed of them
-    even when a server echoes them back.
+    even when a server echoes them back; it is left out of the ``repr``, so a
+    tool that logs its context logs no key. ``effect_unknown`` is set when a
+    write's request left but its response was lost (a reset mid-body): the
+    server may have acted, so no answer of this attempt is kept for replay.
     """
 
     call: ToolCall
@@ -45,8 +48,9 @@ class CallContext:
     attempt: int
     recorder: Recorder
     inline_wait: float | None = None
-    secrets: set[str] = attrs.field(factory=set)
+    secrets: set[str] = attrs.field(factory=set, repr=False)
     requests: int = 0
+    effect_unknown: bool = False
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
 
     def report_progress(

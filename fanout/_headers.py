@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_WAIT",
+    "SCOPE_NAME",
     "RateLimitInfo",
     "parse_duration",
     "parse_rate_limit_headers",
@@ -343,13 +344,19 @@ def _openai(h: Mapping[str, str], max_wait: float) -> _Quota:
 # --- the rest ---------------------------------------------------------------
 
 _SCOPE_HEADERS = ("x-ratelimit-scope", "ratelimit-scope", "x-ratelimit-resource")
-_PRINTABLE = re.compile(r"[\x20-\x7e]{1,200}")
+SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}", re.ASCII)
+"""A scope name a server may give: a letter or digit, then up to 63 of ``A-Za-z0-9_.:/-``."""
 
 
 def _scope(h: Mapping[str, str]) -> str | None:
-    """The first scope header that is non-empty, short, printable ASCII; others are ignored."""
+    """The first scope header that is a plain, short name (`SCOPE_NAME`); others are ignored.
+
+    The name becomes a label (in answers, events, metrics), so anything
+    looser is refused: no spaces, quotes, ``=``, ``;`` or control characters.
+    Whether it holds a credential the HTTP layer checks, which knows them.
+    """
     for name in _SCOPE_HEADERS:
-        if _PRINTABLE.fullmatch(text := h.get(name, "").strip()):
+        if SCOPE_NAME.fullmatch(text := h.get(name, "").strip()):
             return text
     return None
 

@@ -1,77 +1,98 @@
 """Keeping credentials out of everything fanout writes.
 
 A key leaks through the text around it: an exception that prints a URL with
-``?api_key=...``, a header echoed into a log line. Everything the HTTP layer
-puts in a trace event, an error message or a result goes through here first.
+``?api_key=...`` or ``https://user:password@host``, a header echoed into a
+log line. Everything the HTTP layer puts in a trace event, an error message
+or a result goes through here first, and so does every final answer. Two
+nets, one after the other: the secrets fanout knows (`fanout._secrets`), in
+every form a server may echo them; then credentials by shape, for keys it
+was never shown.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import httpx
+import attrs
+
+from ._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
+from ._secrets import REDACTED, Secret, scrub_cut_secrets, scrub_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["SECRET_HEADERS", "redact_text", "redact_url", "secrets_in"]
+    from ._values import ToolResult
 
-REDACTED = "REDACTED"
+__all__ = ["REDACTED", "redact_text", "redact_url", "scrubbed"]
 
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"}
+
+def _names(names: Iterable[str]) -> str:
+    return "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+
+
+# Credentials by shape, wherever they stand in free text, each with the text
+# it keeps: a bearer token; a vendor key (sk-..., ghp_...); a credential query
+# parameter; URL userinfo; and a credential header quoted as text
+# ("Authorization: Basic ...", or a JSON pair '"x-api-key": "..."').
+_SHAPES = (
+    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
+    (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=)[^&\s\"'<>]+"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+    (
+        re.compile(
+            rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
+            r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
+            r"[^\s\"',;\]}]+"
+        ),
+        rf"\1{REDACTED}",
+    ),
 )
 
-# Query parameters whose values are credentials, by the names services use.
-_SECRET_PARAM = re.compile(
-    r"(?i)^(api[-_]?key|apikey|key|token|access[-_]?token|auth|secret|client[-_]?secret|"
-    r"password|passwd|sig|signature|x-amz-signature|x-amz-credential|code)$"
-)
-# Credentials by shape, wherever they stand in free text.
-_SECRET_TEXT = re.compile(
-    r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"
-    r"|\b(sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"
-    r"|([?&](?:api[-_]?key|apikey|key|token|access[-_]?token|secret|password|sig)=)[^&\s\"']+"
-)
+
+def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
+    """The URL with credential query values, any userinfo and known ``secrets`` replaced."""
+    try:
+        parts = urlsplit(str(url))
+        port = parts.port
+    except ValueError:  # not a URL we can take apart: scrub it as text
+        return redact_text(str(url), secrets)
+    query = urlencode(
+        [
+            (name, REDACTED if name.lower() in CREDENTIAL_PARAMS else value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        ],
+        safe="/:",
+    )
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    cleaned = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return redact_text(cleaned, secrets)
 
 
-def redact_url(url: httpx.URL | str) -> str:
-    """The URL with credential-like query values and any userinfo replaced."""
-    parsed = httpx.URL(url)
-    params = [
-        (name, REDACTED if _SECRET_PARAM.match(name) else value)
-        for name, value in parsed.params.multi_items()
-    ]
-    cleaned = parsed.copy_with(params=params) if params else parsed
-    if parsed.userinfo:
-        cleaned = cleaned.copy_with(username=None, password=None)
-    return str(cleaned)
+def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
+    """Free text with known secrets (``secrets`` and every registered one) and
+    credential-shaped tokens replaced."""
+    text = scrub_secrets(text, secrets)
+    for shape, replacement in _SHAPES:
+        text = shape.sub(replacement, text)
+    return text
 
 
-def secrets_in(request: httpx.Request) -> set[str]:
-    """The credential values a request carries, in headers and query parameters."""
-    found = set()
-    for name, value in request.headers.items():
-        if name.lower() in SECRET_HEADERS:
-            found.add(value)
-            scheme, _, credential = value.partition(" ")
-            if credential and scheme.lower() in ("bearer", "basic", "token"):
-                found.add(credential)
-    for name, value in request.url.params.multi_items():
-        if _SECRET_PARAM.match(name):
-            found.add(value)
-    return {secret for secret in found if len(secret) >= 4}
+def scrubbed(result: ToolResult, secrets: Iterable[str | Secret] = ()) -> ToolResult:
+    """The answer with no credential in its content or scope: what every answer becomes.
 
-
-def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """Free text with known ``secrets`` and credential-shaped tokens replaced."""
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    return _SECRET_TEXT.sub(_keep_prefix, text)
-
-
-def _keep_prefix(match: re.Match[str]) -> str:
-    prefix = match.group(1) or match.group(3) or ""
-    return prefix + REDACTED
+    Called where an answer is made final, so fresh, coalesced, cached and
+    replayed answers all pass through it, as do the cache and the store.
+    """
+    secrets = tuple(secrets)
+    raw = [secret.reveal() if isinstance(secret, Secret) else secret for secret in secrets]
+    content = scrub_cut_secrets(redact_text(result.content, secrets), raw)
+    scope = None if result.scope is None else redact_text(result.scope, secrets)
+    if content == result.content and scope == result.scope:
+        return result
+    return attrs.evolve(result, content=content, scope=scope)

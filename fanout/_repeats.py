@@ -31,6 +31,7 @@ from ._budget import Verdict
 from ._call import describe
 from ._events import EventKind
 from ._idempotency import Claim, ClaimState, StoredAnswer
+from ._redact import scrubbed
 from ._values import Kind, Status, ToolResult
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def cached_answer(run: Run, state: CallState, recorder: Recorder) -> ToolResult 
 
 
 def remember(run: Run, state: CallState, result: ToolResult) -> None:
-    """Cache an ok answer of a cacheable read."""
+    """Cache an ok answer of a cacheable read, scrubbed: a hit has no secrets to scrub with."""
     spec = state.spec
     assert spec is not None
     cacheable = (
@@ -100,7 +101,8 @@ def remember(run: Run, state: CallState, result: ToolResult) -> None:
     )
     if cacheable and result.status is Status.OK:
         assert spec.cache_ttl is not None
-        run.cache.put(state.idempotency_key, spec.name, result.content, spec.cache_ttl)
+        content = scrubbed(result, state.secrets).content
+        run.cache.put(state.idempotency_key, spec.name, content, spec.cache_ttl)
 
 
 def invalidate_for(run: Run, state: CallState) -> None:

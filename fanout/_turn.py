@@ -35,7 +35,7 @@ from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
 from ._events import Event, EventKind, Recorder
 from ._exceptions import UsageError
-from ._redact import redact_text
+from ._redact import scrubbed
 from ._repeats import (
     cached_answer,
     claim,
@@ -486,9 +486,7 @@ class Turn:
     def _answer(self, state: CallState, result: ToolResult) -> None:
         if state.result is not None:
             return  # the first answer stands: a call is answered once
-        if state.secrets:
-            result = attrs.evolve(result, content=redact_text(result.content, state.secrets))
-        state.result = result
+        state.result = result = scrubbed(result, state.secrets)
         if state in self._phase_left:
             self._phase_left.discard(state)
             if not self._phase_left:

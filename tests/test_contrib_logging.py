@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import fanout
 from fanout.contrib.logging import LoggingInstrument
 
 from .test_events import SECRET, run_http_turn, run_throttled_turn
@@ -142,3 +143,18 @@ async def test_http_exchanges_are_logged_without_the_key(
         (DEBUG, "call h2 (fetch) response attempt=2 status=200"),
     ]
     assert SECRET not in caplog.text
+
+
+def test_a_credential_in_an_event_never_reaches_a_record(caplog: pytest.LogCaptureFixture) -> None:
+    """Text shaped like a credential, in any field or detail, is redacted in message and fields."""
+    caplog.set_level(DEBUG, logger="fanout")
+    event = fanout.Event(
+        fanout.EventKind.REFUSED, 0.0, "t", "c1", "tool", "org", reason="Bearer sk-live-abcdef123",
+        detail={"url": "https://u:pw-123456@api.test/x?api_key=sk-live-abcdef123"},
+    )  # fmt: skip
+    LoggingInstrument().on_event(event)
+    (record,) = caplog.records
+    text = record.getMessage() + repr(fields(record))
+    assert "abcdef" not in text
+    assert "pw-123456" not in text
+    assert "REDACTED" in text

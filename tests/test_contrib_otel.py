@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+import fanout
 from fanout import ToolCall
 from fanout.contrib.otel import OpenTelemetryInstrument
 
@@ -199,3 +200,32 @@ async def test_spans_never_carry_a_credential(
     """A key passed as a tool argument appears in no span, attribute or event."""
     await run_throttled_turn(instrument)
     assert not [span for span in exporter.get_finished_spans() if SECRET in span.to_json()]
+
+
+def test_names_from_outside_are_bounded_and_scrubbed(exporter: InMemorySpanExporter) -> None:
+    """Tool names past max_names read 'other'; a credential in a scope or reason never lands."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel = OpenTelemetryInstrument(
+        provider.get_tracer("tests"), wall_clock=lambda: EPOCH_NS, max_names=2
+    )
+    kinds = fanout.EventKind
+    otel.on_event(fanout.Event(kinds.TURN_STARTED, 0.0, "t"))
+    for n in range(4):
+        otel.on_event(fanout.Event(kinds.QUEUED, 0.0, "t", f"c{n}", f"tool{n}"))
+        otel.on_event(
+            fanout.Event(
+                kinds.SCOPE_BLOCKED, 0.0, "t", f"c{n}", f"tool{n}", "key=sk-live-0123456789",
+                reason="Bearer sk-live-0123456789",
+            )
+        )  # fmt: skip
+        otel.on_event(fanout.Event(kinds.ANSWERED, 1.0, "t", f"c{n}", f"tool{n}"))
+    otel.on_event(fanout.Event(kinds.TURN_FINISHED, 1.0, "t"))
+    spans = exporter.get_finished_spans()
+    tools = sorted(
+        str(s.attributes["fanout.tool"])
+        for s in spans
+        if s.attributes and "fanout.tool" in s.attributes
+    )
+    assert tools == ["other", "other", "tool0", "tool1"]
+    assert "sk-live" not in "".join(span.to_json() for span in spans)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
@@ -164,3 +165,31 @@ def test_scrape_after_the_run_has_ended_exports_no_scope() -> None:
     trio.run(runner.run_turn, [ToolCall("x1", "nope", {})])
     assert sample(registry, "fanout_scope_in_flight", scope=SCOPE) is None
     assert sample(registry, "fanout_calls_total", tool="nope", status="refused") == 1.0
+
+
+def test_labels_from_outside_keep_to_their_bound() -> None:
+    """Scope names beyond max_label_values read 'other'; a credential never becomes a label."""
+    registry = CollectorRegistry()
+    metrics = PrometheusInstrument(registry, max_label_values=3)
+    scopes = ["token=sk-live-0123456789abc", *(f"scope{n}" for n in range(5))]
+    for n, scope in enumerate(scopes):
+        blocked = fanout.EventKind.SCOPE_BLOCKED
+        metrics.on_event(fanout.Event(blocked, 0.0, "t", f"c{n}", "tool", scope, wait=1.0))
+    throttles = {
+        scope: sample(registry, "fanout_throttles_total", scope=scope)
+        for scope in ("token=REDACTED", "scope0", "scope1", "scope2", "other")
+    }
+    assert throttles == {
+        "token=REDACTED": 1.0,
+        "scope0": 1.0,
+        "scope1": 1.0,
+        "scope2": None,
+        "other": 3.0,
+    }
+    assert "sk-live" not in generate_latest(registry).decode()
+
+
+def test_a_label_bound_must_be_positive() -> None:
+    """max_label_values below 1 is a configuration error, not an unbounded label."""
+    with pytest.raises(fanout.ConfigurationError):
+        PrometheusInstrument(CollectorRegistry(), max_label_values=0)

@@ -7,6 +7,7 @@ from typing import Any
 import structlog
 from structlog.testing import capture_logs
 
+import fanout
 from fanout.contrib.structlog import StructlogInstrument
 
 from .test_events import SECRET, run_throttled_turn
@@ -87,3 +88,15 @@ async def test_structlog_events_never_carry_a_credential(autojump_clock: Any) ->
     with capture_logs() as logs:
         await run_throttled_turn(StructlogInstrument())
     assert not [entry for entry in logs if SECRET in repr(entry)]
+
+
+def test_a_credential_in_an_event_never_reaches_structlog() -> None:
+    """Credential-shaped text in a reason or a detail is redacted before the event is logged."""
+    event = fanout.Event(
+        fanout.EventKind.RETRY_SCHEDULED, 0.0, "t", "c1", "tool", reason="token sk-live-abcdef123",
+        detail={"url": "https://api.test/x?token=tok-abcdef123"},
+    )  # fmt: skip
+    with capture_logs() as logs:
+        StructlogInstrument().on_event(event)
+    assert "abcdef" not in repr(logs)
+    assert "REDACTED" in repr(logs)

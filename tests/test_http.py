@@ -1,22 +1,33 @@
-"""The HTTP layer against a real throttling server on 127.0.0.1, on trio's mock clock."""
+"""The HTTP layer against real servers on 127.0.0.1, on trio's mock clock, for httpx and httpx2.
+
+Every test takes ``lib``: it runs once with ``fanout.FanoutTransport`` on
+httpx and once with ``fanout.httpx2.FanoutTransport`` on httpx2, the same
+core behind two seams.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import httpx
+import httpx2
 import pytest
 import trio
 import trio.testing
 
 import fanout
+import fanout.httpx2
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
+from .echo_server import FAULTS, Fault, serve_faulty
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
 SECRET = "sk-test-SECRET-0123456789"
 EPOCH = 1_790_000_000.0  # a fixed wall-clock origin, so HTTP-dates are exact
@@ -27,18 +38,45 @@ def wall() -> float:
     return EPOCH + trio.current_time()
 
 
+@attrs.frozen
+class Library:
+    """One HTTP library and fanout's transport for it."""
+
+    module: Any  # httpx or httpx2: the same names, two class trees
+    transport: Callable[..., Any]
+
+    def client(self, inner: Any = None, **options: Any) -> Any:
+        """An AsyncClient of this library whose transport is fanout's (wrapping ``inner``)."""
+        return self.module.AsyncClient(transport=self.transport(inner, wall_clock=wall), **options)
+
+    def mock(self, handler: Callable[[Any], Any]) -> Any:
+        """A client answered by ``handler`` (a request -> a response of this library)."""
+        return self.client(self.module.MockTransport(handler))
+
+
+LIBRARIES = {
+    "httpx": Library(httpx, fanout.FanoutTransport),
+    "httpx2": Library(httpx2, fanout.httpx2.FanoutTransport),
+}
+
+
+@pytest.fixture(params=sorted(LIBRARIES))
+def lib(request: pytest.FixtureRequest) -> Library:
+    """Each test runs against httpx and against httpx2."""
+    return LIBRARIES[request.param]
+
+
 @asynccontextmanager
-async def api(config: ServerConfig) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
-    async with serve_throttled(config, wall_clock=wall) as server:
-        transport = fanout.FanoutTransport(wall_clock=wall)
-        async with httpx.AsyncClient(
-            transport=transport, base_url=server.url, headers={"x-api-key": SECRET}
-        ) as client:
-            yield server, client
+async def api(config: ServerConfig, lib: Library) -> AsyncIterator[tuple[ThrottlingServer, Any]]:
+    async with (
+        serve_throttled(config, wall_clock=wall) as server,
+        lib.client(base_url=server.url, headers={"x-api-key": SECRET}) as client,
+    ):
+        yield server, client
 
 
 def fetch_registry(
-    client: httpx.AsyncClient, *, scope: str = "key", timeout: float = 30, requests: int = 1
+    client: Any, *, scope: str = "key", timeout: float = 30, requests: int = 1
 ) -> Registry:
     reg = Registry()
 
@@ -56,9 +94,11 @@ def calls(n: int, tool: str = "fetch") -> list[ToolCall]:
     return [ToolCall(f"c{i}", tool, {"n": i}) for i in range(n)]
 
 
-async def test_known_limits_cause_no_429_and_one_request_per_call(autojump_clock: Any) -> None:
+async def test_known_limits_cause_no_429_and_one_request_per_call(
+    autojump_clock: Any, lib: Library
+) -> None:
     """Configured to the server's limits: every call sends once, never faster than allowed."""
-    async with api(ServerConfig(rate=4, burst=2)) as (server, client):
+    async with api(ServerConfig(rate=4, burst=2), lib) as (server, client):
         runner = Runner(fetch_registry(client), scopes=[Scope("key", rate=4, burst=2)])
         turn = await runner.run_turn(calls(10))
     assert [r.status for r in turn.results] == [Status.OK] * 10
@@ -69,18 +109,18 @@ async def test_known_limits_cause_no_429_and_one_request_per_call(autojump_clock
         assert server.max_starts_in_window(window) <= 2 + 4 * window
 
 
-async def test_each_request_of_a_call_is_charged(autojump_clock: Any) -> None:
+async def test_each_request_of_a_call_is_charged(autojump_clock: Any, lib: Library) -> None:
     """A tool making three requests takes three tokens, paced by the scope's rate."""
-    async with api(ServerConfig(rate=None)) as (server, client):
+    async with api(ServerConfig(rate=None), lib) as (server, client):
         runner = Runner(fetch_registry(client, requests=3), scopes=[Scope("key", rate=4, burst=1)])
         turn = await runner.run_turn(calls(1))
     assert turn.results[0].status is Status.OK
     assert server.starts() == [0, 0.25, 0.5]
 
 
-async def test_no_request_is_sent_past_the_call_deadline(autojump_clock: Any) -> None:
+async def test_no_request_is_sent_past_the_call_deadline(autojump_clock: Any, lib: Library) -> None:
     """A further request whose wait would reach the deadline is kept back, not sent."""
-    async with api(ServerConfig(rate=None)) as (server, client):
+    async with api(ServerConfig(rate=None), lib) as (server, client):
         reg = fetch_registry(client, timeout=1.0, requests=100)
         runner = Runner(reg, scopes=[Scope("key", rate=2, burst=1)])
         turn = await runner.run_turn(calls(1))
@@ -91,9 +131,11 @@ async def test_no_request_is_sent_past_the_call_deadline(autojump_clock: Any) ->
     assert max(server.starts()) < 1.0
 
 
-async def test_learning_reaches_the_servers_rate_then_sends_no_429(autojump_clock: Any) -> None:
+async def test_learning_reaches_the_servers_rate_then_sends_no_429(
+    autojump_clock: Any, lib: Library
+) -> None:
     """A scope with no configured rate probes once, adopts the stated limit, stays within it."""
-    async with api(ServerConfig(rate=4, burst=4, headers="ietf")) as (server, client):
+    async with api(ServerConfig(rate=4, burst=4, headers="ietf"), lib) as (server, client):
         runner = Runner(fetch_registry(client), inline_wait=None)
         first = await runner.run_turn(calls(20))
         second = await runner.run_turn(calls(20))
@@ -108,9 +150,11 @@ async def test_learning_reaches_the_servers_rate_then_sends_no_429(autojump_cloc
 
 
 @pytest.mark.parametrize("style", ["draft", "x", "openai", "anthropic"])
-async def test_learning_reads_every_header_family(autojump_clock: Any, style: Any) -> None:
+async def test_learning_reads_every_header_family(
+    autojump_clock: Any, lib: Library, style: Any
+) -> None:
     """Whatever dialect the server speaks, a fresh scope ends up within its rate."""
-    async with api(ServerConfig(rate=4, burst=4, headers=style)) as (server, client):
+    async with api(ServerConfig(rate=4, burst=4, headers=style), lib) as (server, client):
         runner = Runner(fetch_registry(client), inline_wait=None)
         turn = await runner.run_turn(calls(20))
     assert all(r.status is Status.OK for r in turn.results)
@@ -118,9 +162,11 @@ async def test_learning_reads_every_header_family(autojump_clock: Any, style: An
     assert server.max_starts_in_window(2.0) <= 4 + 4 * 2.0
 
 
-async def test_exhausted_window_waits_for_the_reset_instead_of_a_429(autojump_clock: Any) -> None:
+async def test_exhausted_window_waits_for_the_reset_instead_of_a_429(
+    autojump_clock: Any, lib: Library
+) -> None:
     """remaining=0 blocks the scope until the reset, so the next request is not refused."""
-    async with api(ServerConfig(rate=1, burst=2, headers="x")) as (server, client):
+    async with api(ServerConfig(rate=1, burst=2, headers="x"), lib) as (server, client):
         runner = Runner(
             fetch_registry(client), scopes=[Scope("key", rate=100, burst=100, max_concurrency=1)]
         )
@@ -130,10 +176,12 @@ async def test_exhausted_window_waits_for_the_reset_instead_of_a_429(autojump_cl
     assert server.starts() == [0, 0, 2]
 
 
-async def test_http_date_retry_after_is_read_against_the_servers_date(autojump_clock: Any) -> None:
+async def test_http_date_retry_after_is_read_against_the_servers_date(
+    autojump_clock: Any, lib: Library
+) -> None:
     """A server clock an hour ahead still means 'wait about a second', not 'wait an hour'."""
     config = ServerConfig(rate=1, burst=1, retry_after="http-date", headers="none", date_skew=3600)
-    async with api(config) as (server, client):
+    async with api(config, lib) as (server, client):
         runner = Runner(fetch_registry(client), scopes=[Scope("key", learn=False)])
         turn = await runner.run_turn(calls(2))
     assert [r.status for r in turn.results] == [Status.OK, Status.OK]
@@ -143,12 +191,14 @@ async def test_http_date_retry_after_is_read_against_the_servers_date(autojump_c
 
 
 @pytest.mark.parametrize("fmt", ["seconds", "ms"])
-async def test_retry_after_formats_pace_the_retry(autojump_clock: Any, fmt: Any) -> None:
+async def test_retry_after_formats_pace_the_retry(
+    autojump_clock: Any, lib: Library, fmt: Any
+) -> None:
     """Retry-After in seconds or milliseconds: the retry starts no earlier than told."""
     config = ServerConfig(
         rate=2, burst=1, retry_after=fmt, retry_after_precise=True, headers="none"
     )
-    async with api(config) as (server, client):
+    async with api(config, lib) as (server, client):
         runner = Runner(fetch_registry(client), scopes=[Scope("key", learn=False)])
         turn = await runner.run_turn(calls(2))
     assert [r.status for r in turn.results] == [Status.OK, Status.OK]
@@ -157,10 +207,12 @@ async def test_retry_after_formats_pace_the_retry(autojump_clock: Any, fmt: Any)
     assert server.starts()[-1] == pytest.approx(0.5)
 
 
-async def test_mutating_requests_carry_the_calls_idempotency_key(autojump_clock: Any) -> None:
+async def test_mutating_requests_carry_the_calls_idempotency_key(
+    autojump_clock: Any, lib: Library
+) -> None:
     """Writes send Idempotency-Key (the same on a retry); reads do not."""
     config = ServerConfig(rate=1, burst=1, retry_after_precise=True, headers="none")
-    async with api(config) as (server, client):
+    async with api(config, lib) as (server, client):
         reg = Registry()
 
         @reg.tool(kind=Kind.MUTATING, scopes=["key"])
@@ -185,18 +237,22 @@ async def test_mutating_requests_carry_the_calls_idempotency_key(autojump_clock:
     assert [r.idempotency_key for r in server.records if r.method == "GET"] == [None]
 
 
-async def test_scope_named_by_the_server_is_the_one_that_waits(autojump_clock: Any) -> None:
+async def test_scope_named_by_the_server_is_the_one_that_waits(
+    autojump_clock: Any, lib: Library
+) -> None:
     """A 429 naming one bucket blocks that scope; a call on another scope is not held back."""
     reg = Registry()
     sent: list[tuple[str, float]] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Any) -> Any:
         sent.append((request.url.path, trio.current_time()))
         if request.url.path == "/org" and len(sent) == 1:
-            return httpx.Response(429, headers={"retry-after": "1", "x-ratelimit-scope": "org"})
-        return httpx.Response(200, text="ok")
+            return lib.module.Response(
+                429, headers={"retry-after": "1", "x-ratelimit-scope": "org"}
+            )
+        return lib.module.Response(200, text="ok")
 
-    client = httpx.AsyncClient(transport=fanout.FanoutTransport(httpx.MockTransport(handler)))
+    client = lib.mock(handler)
 
     @reg.tool(kind=Kind.READS, scopes=["org", "key"])
     async def org_call() -> str:
@@ -216,8 +272,8 @@ async def test_scope_named_by_the_server_is_the_one_that_waits(autojump_clock: A
     assert runner.scope("key").statistics().bucket.drained == 0
 
 
-def respond(status: int, **headers: str) -> Callable[[httpx.Request], httpx.Response]:
-    return lambda request: httpx.Response(status, headers=headers, text="body")
+def respond(lib: Library, status: int, **headers: str) -> Callable[[Any], Any]:
+    return lambda request: lib.module.Response(status, headers=headers, text="body")
 
 
 @pytest.mark.parametrize(
@@ -234,13 +290,15 @@ def respond(status: int, **headers: str) -> Callable[[httpx.Request], httpx.Resp
     ],
 )
 async def test_statuses_become_signals(
-    autojump_clock: Any, status: int, headers: dict[str, str], expected: type[Exception] | None
+    autojump_clock: Any,
+    lib: Library,
+    status: int,
+    headers: dict[str, str],
+    expected: type[Exception] | None,
 ) -> None:
     """429 and 503+Retry-After throttle, other 5xx are transient, x-should-retry overrides."""
     reg = Registry()
-    client = httpx.AsyncClient(
-        transport=fanout.FanoutTransport(httpx.MockTransport(respond(status, **headers)))
-    )
+    client = lib.mock(respond(lib, status, **headers))
     seen: list[BaseException | None] = []
 
     @reg.tool(kind=Kind.READS)
@@ -257,15 +315,15 @@ async def test_statuses_become_signals(
     assert seen[0].__class__ is (expected or type(None))
 
 
-async def test_server_saying_do_not_retry_is_obeyed(autojump_clock: Any) -> None:
+async def test_server_saying_do_not_retry_is_obeyed(autojump_clock: Any, lib: Library) -> None:
     """A 429 with x-should-retry: false is answered at once, with no second request."""
     sent: list[float] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Any) -> Any:
         sent.append(trio.current_time())
-        return httpx.Response(429, headers={"retry-after": "1", "x-should-retry": "false"})
+        return lib.module.Response(429, headers={"retry-after": "1", "x-should-retry": "false"})
 
-    client = httpx.AsyncClient(transport=fanout.FanoutTransport(httpx.MockTransport(handler)))
+    client = lib.mock(handler)
     reg = Registry()
 
     @reg.tool(kind=Kind.READS)
@@ -277,10 +335,12 @@ async def test_server_saying_do_not_retry_is_obeyed(autojump_clock: Any) -> None
     assert sent == [0]
 
 
-async def test_no_credential_reaches_results_trace_or_errors(autojump_clock: Any) -> None:
+async def test_no_credential_reaches_results_trace_or_errors(
+    autojump_clock: Any, lib: Library
+) -> None:
     """The key, sent as a header and a query parameter, appears in no answer, event or log."""
     config = ServerConfig(rate=1, burst=1, retry_after="seconds")
-    async with api(config) as (server, client):
+    async with api(config, lib) as (server, client):
         reg = Registry()
 
         @reg.tool(kind=Kind.READS, scopes=["key"], timeout=5)
@@ -307,13 +367,13 @@ async def test_no_credential_reaches_results_trace_or_errors(autojump_clock: Any
     assert all("api_key=REDACTED" in e.detail["url"] for e in sent if "search" in e.detail["url"])
 
 
-def test_calls_queued_behind_the_probe_keep_the_models_order() -> None:
+def test_calls_queued_behind_the_probe_keep_the_models_order(lib: Library) -> None:
     """After the probe, queued calls take learned tokens first-come: same answers every run."""
     outcomes = set()
     for _ in range(20):
 
         async def main() -> tuple[str, ...]:
-            async with api(ServerConfig(rate=2, burst=2, latency=0.1)) as (_, client):
+            async with api(ServerConfig(rate=2, burst=2, latency=0.1), lib) as (_, client):
                 runner = Runner(fetch_registry(client), inline_wait=1.0)
                 turn = await runner.run_turn(calls(6))
             return tuple(r.status.value for r in turn.results)
@@ -326,10 +386,212 @@ def test_calls_queued_behind_the_probe_keep_the_models_order() -> None:
     assert statuses == tuple(sorted(statuses, key=lambda s: s != "ok"))
 
 
-async def test_learning_spends_what_the_probe_says_remains(autojump_clock: Any) -> None:
+async def test_learning_spends_what_the_probe_says_remains(
+    autojump_clock: Any, lib: Library
+) -> None:
     """The probe's answer says 3 of 4 remain: three calls go at once, then one per 1/R."""
-    async with api(ServerConfig(rate=4, burst=4, headers="ietf")) as (server, client):
+    async with api(ServerConfig(rate=4, burst=4, headers="ietf"), lib) as (server, client):
         runner = Runner(fetch_registry(client), inline_wait=None)
         await runner.run_turn(calls(6))
     assert server.starts() == [0, 0, 0, 0, 0.25, 0.5]
     assert server.count(status=429) == 0
+
+
+# --- response bodies that break ------------------------------------------------
+
+
+def read_and_write(send: Callable[[str], Awaitable[str]]) -> Registry:
+    """A read and a write that each make one request with ``send(method)``."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def read() -> str:
+        return await send("GET")
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def write() -> str:
+        return await send("POST")
+
+    return reg
+
+
+def body_tools(client: Any, seen: list[BaseException]) -> Registry:
+    """Tools that read a response body and let fanout's signals through, noting them."""
+
+    async def send(method: str) -> str:
+        try:
+            response = await client.request(method, "/thing", params={"api_key": SECRET})
+        except fanout.ToolSignal as exc:
+            seen.append(exc)
+            raise
+        return str(response.text)
+
+    return read_and_write(send)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_body_error_is_transient_and_the_read_is_retried(
+    autojump_clock: Any, lib: Library, fault: Fault
+) -> None:
+    """A reset, a short body or a bad chunk mid-body: TransientError, retried, then ok."""
+    seen: list[BaseException] = []
+    async with serve_faulty(fault, faults=1) as server, lib.client(base_url=server.url) as client:
+        turn = await Runner(body_tools(client, seen)).run_turn([ToolCall("r", "read", {})])
+    assert turn.results[0].status is Status.OK
+    assert len(server.seen) == 2
+    assert [type(exc) for exc in seen] == [fanout.TransientError]
+    assert "while reading the response body" in str(seen[0])
+    assert SECRET not in str(seen[0])
+    retries = [e for e in turn.trace if e.kind is fanout.EventKind.RETRY_SCHEDULED]
+    assert [e.reason for e in retries] == ["TransientError"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_write_cut_off_mid_body_is_never_replayed(
+    autojump_clock: Any, lib: Library, fault: Fault
+) -> None:
+    """A write whose body always breaks is answered with a retryable failure, not stored:
+    re-issued in the next turn of the run, it is sent again, with the same key."""
+    seen: list[BaseException] = []
+    run = fanout.Run("run-body")
+    async with serve_faulty(fault, faults=100) as server, lib.client(base_url=server.url) as client:
+        runner = Runner(body_tools(client, seen), retry=fanout.RetryPolicy(attempts=2))
+        first = await runner.run_turn([ToolCall("w1", "write", {})], run=run)
+        sent_first = len(server.seen)
+        second = await runner.run_turn([ToolCall("w2", "write", {})], run=run)
+    assert first.results[0].status is Status.ERROR
+    assert (
+        "hint" not in first.results[0].content
+        or "fix the arguments" not in first.results[0].content
+    )
+    assert sent_first == 2
+    assert len(server.seen) == 4  # run again, not replayed
+    assert second.results[0].status is Status.ERROR
+    assert not [e for e in second.trace if e.kind is fanout.EventKind.REPLAYED]
+    keys = {dict(s.headers).get("idempotency-key") for s in server.seen}
+    assert keys == {fanout.idempotency_key("run-body", "write", {})}
+
+
+def swallowing_tools(client: Any, unknown: list[bool]) -> Registry:
+    """Tools that catch the body error themselves and answer as if all went well."""
+
+    async def send(method: str) -> str:
+        try:
+            await client.request(method, "/thing")
+        except fanout.TransientError:
+            unknown.append(fanout.current_call().effect_unknown)
+            return "done, probably"
+        return "done"
+
+    return read_and_write(send)
+
+
+async def test_a_write_cut_off_mid_body_marks_its_effect_unknown(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """The context says a write's effect is unknown after a body error; a read's is not."""
+    unknown: list[bool] = []
+    async with serve_faulty("reset", faults=2) as server, lib.client(base_url=server.url) as client:
+        calls = [ToolCall("r", "read", {})]
+        runner = Runner(swallowing_tools(client, unknown), mutating="serial")
+        await runner.run_turn([*calls, ToolCall("w", "write", {})])
+    assert unknown == [False, True]
+
+
+async def test_a_connection_refused_write_has_no_unknown_effect(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """A write that never left (nothing listens on the port) is not marked effect_unknown."""
+    unknown: list[bool] = []
+    async with lib.client(base_url="http://127.0.0.1:9") as client:
+        await Runner(swallowing_tools(client, unknown)).run_turn([ToolCall("w", "write", {})])
+    assert unknown == [False]
+
+
+async def test_a_write_that_swallows_a_body_error_is_not_replayed(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """Even when the tool hides the body error, a re-issued write is sent again, not replayed."""
+    unknown: list[bool] = []
+    run = fanout.Run("run-swallow")
+    async with serve_faulty("reset", faults=1) as server, lib.client(base_url=server.url) as client:
+        runner = Runner(swallowing_tools(client, unknown))
+        await runner.run_turn([ToolCall("w1", "write", {})], run=run)
+        await runner.run_turn([ToolCall("w2", "write", {})], run=run)
+    assert unknown == [True]
+    assert len(server.seen) == 2
+
+
+# --- scope names a server gives ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("named", "expected"),
+    [
+        (SECRET, "REDACTED"),  # the key itself
+        (f"org/{SECRET}", "REDACTED"),  # the key inside a plain name
+        ("org-42", "org-42"),  # a plain name passes
+        (f"Bearer {SECRET}", None),  # not a plain name: ignored
+        ("x" * 65, None),  # too long: ignored
+    ],
+)
+async def test_a_scope_named_by_the_server_is_checked_before_it_is_used(
+    autojump_clock: Any, lib: Library, named: str, expected: str | None
+) -> None:
+    """A scope header holding the key reads REDACTED everywhere; one that is not a name is
+    ignored; a plain one is kept, in the exception, the events and the answer."""
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        return lib.module.Response(429, headers={"retry-after": "5", "x-ratelimit-scope": named})
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def fetch() -> str:
+        try:
+            return (await client.get("https://api.test/x", headers={"x-api-key": SECRET})).text
+        except fanout.RateLimitedError as exc:
+            seen.append(exc.scope)
+            raise
+
+    turn = await Runner(reg, inline_wait=1).run_turn([ToolCall("f", "fetch", {})])
+    (result,) = turn.results
+    assert seen == [expected]
+    assert result.status is Status.RATE_LIMITED
+    assert result.scope == expected
+    responses = [e for e in turn.trace if e.kind is fanout.EventKind.RESPONSE]
+    assert [e.scope for e in responses] == [expected]
+    assert SECRET not in repr(turn.trace) + repr(turn.results)
+
+
+async def test_a_signal_wrapped_by_an_sdk_still_steers_the_runner(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """SDKs (anthropic, openai on httpx2) re-raise transport errors as their own connection
+    error, the fanout signal as its cause: the 429 must still be answered rate_limited."""
+
+    def handler(request: Any) -> Any:
+        return lib.module.Response(429, headers={"retry-after": "60"})
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def ask() -> str:
+        try:
+            return (await client.get("https://api.test/v1/messages")).text
+        except Exception as exc:  # what an SDK's request loop does
+            raise ConnectionError("Connection error.") from exc
+
+    turn = await Runner(reg, inline_wait=1).run_turn([ToolCall("a", "ask", {})])
+    assert turn.results[0].status is Status.RATE_LIMITED
+    assert turn.results[0].retry_after_ms == 60_000
+
+
+@pytest.mark.parametrize("pools", [0, -1, 1.5])
+def test_a_transport_needs_at_least_one_pool(lib: Library, pools: Any) -> None:
+    """pools below one (or not a whole number) is a configuration error, not a crash later."""
+    with pytest.raises(fanout.ConfigurationError):
+        lib.transport(pools=pools)

@@ -12,6 +12,9 @@ DEBUG: several lines per call, useful only when following one. Token waits,
 ok answers and turn boundaries are at ``level``: pacing by the configured
 limits is fanout doing its job, and the first thing to read when asking why
 a turn was slow.
+
+No record holds a credential: every text field is scrubbed of known secrets
+and credential-shaped text before a line is built (`fanout.contrib._safety`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from .._events import Event, EventKind
 from .._values import Status
+from ._safety import safe_event
 
 __all__ = ["LoggingInstrument"]
 
@@ -54,6 +58,7 @@ class LoggingInstrument:
     def on_event(self, event: Event) -> None:
         severity = _severity(event, self.level)
         if self.logger.isEnabledFor(severity):  # build nothing for a record nobody keeps
+            event = safe_event(event)
             fields = {"kind": event.kind.value, **_fields(event)}
             self.logger.log(severity, _message(event), extra={"fanout": fields})
 

@@ -10,6 +10,10 @@ turns never mix and nothing accumulates.
 Times come from the events (trio's clock), anchored once per turn to the wall
 clock OpenTelemetry requires (``wall_clock``, ns since the epoch): span
 durations are the ones fanout measured, exact under ``MockClock``.
+
+Attributes hold no credential, and the names that come from outside (tool
+names from the model, scope names from servers) keep to their first
+``max_names`` distinct values, then read ``other`` (`fanout.contrib._safety`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from opentelemetry import trace
 
 from .._events import Event, EventKind
 from .._values import Status
+from ._safety import BoundedLabels, safe_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,13 +49,25 @@ class OpenTelemetryInstrument:
     """Trace turns and calls with ``tracer`` (default: the global provider's ``fanout``)."""
 
     def __init__(
-        self, tracer: trace.Tracer | None = None, *, wall_clock: Callable[[], int] = time.time_ns
+        self,
+        tracer: trace.Tracer | None = None,
+        *,
+        wall_clock: Callable[[], int] = time.time_ns,
+        max_names: int = 100,
     ) -> None:
         self.tracer = tracer if tracer is not None else trace.get_tracer("fanout")
         self._wall_clock = wall_clock
         self._turns: dict[str | None, _Turn] = {}
+        self._tool = BoundedLabels(max_names)
+        self._scope = BoundedLabels(max_names)
 
     def on_event(self, event: Event) -> None:
+        event = safe_event(event)
+        event = attrs.evolve(
+            event,
+            tool=None if event.tool is None else self._tool(event.tool),
+            scope=None if event.scope is None else self._scope(event.scope),
+        )
         kind, turn = event.kind, self._turns.get(event.turn_id)
         if turn is None:
             now = self._wall_clock()  # the one wall-clock read of a turn

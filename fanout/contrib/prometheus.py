@@ -7,6 +7,10 @@ so a gauge kept from events would drift. ``observe_scopes(runner)`` instead
 registers a collector reading the frozen ``runner.statistics()`` at scrape
 time; a scrape from another thread (``start_http_server``'s) asks the
 runner's trio thread for it, since scopes live on trio's clock.
+
+Labels hold no credential and stay few: tool and scope names come from the
+model and from servers, so each label keeps its first ``max_label_values``
+distinct values and counts the rest as ``other`` (`fanout.contrib._safety`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .._events import Event, EventKind
+from .._redact import redact_text
+from ._safety import BoundedLabels
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,13 +35,24 @@ __all__ = ["PrometheusInstrument"]
 
 
 class PrometheusInstrument:
-    """Export fanout's events as ``<namespace>_*`` metrics on ``registry`` (default: global)."""
+    """Export fanout's events as ``<namespace>_*`` metrics on ``registry`` (default: global).
+
+    ``max_label_values`` bounds each label (tool, scope, retry reason): its
+    first that many distinct values are kept, later ones read ``other``.
+    """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, namespace: str = "fanout"
+        self,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "fanout",
+        *,
+        max_label_values: int = 100,
     ) -> None:
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
+        self._tool = BoundedLabels(max_label_values)
+        self._scope = BoundedLabels(max_label_values)
+        self._reason = BoundedLabels(max_label_values)
         self._scopes: _ScopeCollector | None = None
         # (turn id, call id) -> when it was queued; popped when it is answered,
         # and every queued call is answered, so this holds only calls in progress.
@@ -64,7 +81,8 @@ class PrometheusInstrument:
         self.registry.register(self._scopes)
 
     def on_event(self, event: Event) -> None:
-        tool, scope, key = event.tool or "", event.scope or "", (event.turn_id, event.call_id)
+        tool, scope = self._tool(event.tool or ""), self._scope(event.scope or "")
+        key = (event.turn_id, event.call_id)
         match event.kind:
             case EventKind.QUEUED:
                 self._queued[key] = event.time
@@ -84,7 +102,7 @@ class PrometheusInstrument:
             case EventKind.SCOPE_BLOCKED:
                 self.throttles.labels(scope).inc()
             case EventKind.RETRY_SCHEDULED:
-                self.retries.labels(tool, event.reason or "").inc()
+                self.retries.labels(tool, self._reason(event.reason or "")).inc()
                 self.waits.labels(scope, event.kind.value).observe(event.wait or 0.0)
             case EventKind.TOKEN_WAIT:
                 self.waits.labels(scope, event.kind.value).observe(event.wait or 0.0)
@@ -106,8 +124,9 @@ class _ScopeCollector(Collector):
         in_flight = GaugeMetricFamily(name + "in_flight", "Calls holding a slot.", labels=["scope"])
         waiting = GaugeMetricFamily(name + "waiting", "Calls waiting to start.", labels=["scope"])
         for scope in stats.scopes if stats is not None else ():
-            in_flight.add_metric([scope.name], scope.in_flight)
-            waiting.add_metric([scope.name], scope.waiting)
+            name = redact_text(scope.name)
+            in_flight.add_metric([name], scope.in_flight)
+            waiting.add_metric([name], scope.waiting)
         yield in_flight
         yield waiting
 

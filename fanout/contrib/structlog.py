@@ -5,7 +5,8 @@ the fields are the ones that are set, flat (``turn_id=... call_id=...
 status=...``) except ``detail``, kept as one dict so that its keys cannot
 shadow a field. Severity is the logging integration's: throttling, retries,
 sheds, refusals, exhausted quotas and non-ok answers warn; a call's routine
-steps are debug; the rest is info.
+steps are debug; the rest is info. No field holds a credential
+(`fanout.contrib._safety`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from ._safety import safe_event
 from .logging import _fields, _severity
 
 if TYPE_CHECKING:
@@ -35,4 +37,5 @@ class StructlogInstrument:
 
     def on_event(self, event: Event) -> None:
         level = _severity(event, logging.INFO)
+        event = safe_event(event)
         self.logger.log(level, f"fanout.{event.kind.value}", **_fields(event))

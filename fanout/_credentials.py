@@ -1,0 +1,152 @@
+"""Which parts of a request are credentials, and what values they carry.
+
+A decision, not a guess: the header and query parameter names below, plus
+any a user adds (validated, so a typo is an error rather than a silent
+miss), and the URL's userinfo. A Basic credential is decoded, so that a
+server quoting ``user:password`` or the password alone is scrubbed too;
+a Cookie header gives each session-length value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import attrs
+
+from ._exceptions import ConfigurationError
+from ._secrets import MIN_LENGTH, Secret
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["CREDENTIAL_HEADERS", "CREDENTIAL_PARAMS", "CredentialNames", "credentials_in"]
+
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-auth-token",
+        "x-access-token",
+        "x-goog-api-key",
+        "ocp-apim-subscription-key",
+        "x-amz-security-token",
+        "cookie",
+        "set-cookie",
+    }
+)
+"""Request headers whose whole value is a credential (names compared case-insensitively)."""
+
+CREDENTIAL_PARAMS = frozenset(
+    {
+        "key",
+        "api_key",
+        "api-key",
+        "apikey",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "sig",
+        "signature",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+    }
+)
+"""Query parameters whose value is a credential (names compared case-insensitively)."""
+
+# RFC 9110 token: what a header name may be.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+_PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "key"})
+_MIN_COOKIE = 8  # characters: a shorter cookie value is a preference, not a session
+
+
+@attrs.frozen
+class CredentialNames:
+    """Which request headers and query parameters carry credentials.
+
+    The defaults are `CREDENTIAL_HEADERS` and `CREDENTIAL_PARAMS`; names
+    given here are added to them (never replace them). A header name must be
+    an HTTP token, a parameter name printable ASCII without spaces: anything
+    else is a `ConfigurationError`, not a silent miss.
+    """
+
+    headers: frozenset[str] = attrs.field(default=CREDENTIAL_HEADERS)
+    params: frozenset[str] = attrs.field(default=CREDENTIAL_PARAMS)
+
+    @classmethod
+    def adding(cls, headers: Iterable[str] = (), params: Iterable[str] = ()) -> CredentialNames:
+        """The defaults plus ``headers`` and ``params``."""
+        extra_headers = _validated(headers, _HEADER_NAME, "header")
+        extra_params = _validated(params, _PARAM_NAME, "query parameter")
+        return cls(CREDENTIAL_HEADERS | extra_headers, CREDENTIAL_PARAMS | extra_params)
+
+
+def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> frozenset[str]:
+    if isinstance(names, str):
+        raise ConfigurationError(f"credential {what} names must be a collection, not one string")
+    checked = set()
+    for name in names:
+        if not isinstance(name, str) or not pattern.fullmatch(name):
+            raise ConfigurationError(f"{name!r} is not a valid {what} name")
+        checked.add(name.lower())
+    return frozenset(checked)
+
+
+def credentials_in(
+    headers: Iterable[tuple[str, str]], url: str, names: CredentialNames
+) -> set[Secret]:
+    """The credentials a request carries: in ``names``' headers, query parameters and userinfo."""
+    found: set[str] = set()
+    for name, value in headers:
+        if name.lower() not in names.headers:
+            continue
+        found.add(value)
+        if name.lower() in ("cookie", "set-cookie"):
+            found.update(_cookie_values(value))
+            continue
+        scheme, _, credential = value.strip().partition(" ")
+        credential = credential.strip()
+        if credential and scheme.lower() in _AUTH_SCHEMES:
+            found.add(credential)
+            if scheme.lower() == "basic":
+                found.update(_basic_parts(credential))
+    parts = urlsplit(url)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if name.lower() in names.params:
+            found.add(value)
+    if parts.password:
+        password = unquote(parts.password)
+        found.update({password, f"{unquote(parts.username or '')}:{password}"})
+    return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+def _cookie_values(header: str) -> set[str]:
+    """The values of a Cookie header long enough to be a session (``theme=dark`` is not)."""
+    values = set()
+    for pair in header.split(";"):
+        _, _, value = pair.partition("=")
+        values.add(value.strip().strip('"'))
+    return {value for value in values if len(value) >= _MIN_COOKIE}
+
+
+def _basic_parts(credential: str) -> set[str]:
+    """``user:password`` and the password a Basic credential encodes; none if not base64."""
+    try:
+        decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return set()
+    _, colon, password = decoded.partition(":")
+    return {decoded, password} if colon else {decoded}

@@ -1,0 +1,309 @@
+"""What fanout's HTTP transports do, once, for httpx and httpx2 alike.
+
+httpx and httpx2 share one shape (a transport is ``handle_async_request``
+and ``aclose``; a response body is an async byte stream) but not one class
+tree. Everything fanout adds lives here, written against that shape; each
+library's transport (`fanout._http`, `fanout.httpx2`) is a thin seam that
+names its own exception and stream classes. For each request sent from
+inside a tool call, `HttpCore`:
+
+* charges the request to the call's scopes and budget first. The runner
+  reserved one token when it admitted the attempt, which pays for the first
+  request; each further request reserves again, so a tool making three
+  requests is charged three times. A request whose wait does not fit the
+  budget (or the inline threshold) is never sent: ``NotSentError``;
+* learns the credentials the request carries (`fanout._secrets`), so the
+  call's answer is scrubbed of them even when a server echoes them back;
+* adds ``Idempotency-Key`` (the call's key) to requests of mutating calls;
+* reads the rate-limit headers of the response into the scopes. A scope the
+  server names is a name from outside: it is used only if it is short and
+  plain (`fanout._headers`) and holds no credential, else it reads
+  ``REDACTED``;
+* turns 429, and 503 with a Retry-After, into ``RateLimitedError`` with the
+  parsed wait and the bucket the server named, so the runner's retry policy
+  applies; other 5xx become ``TransientError``; ``x-should-retry`` overrides
+  either way;
+* turns a transport error, while sending or while the tool reads the
+  response *body* (a reset, a bad chunk), into ``TransientError`` with a
+  redacted message, so a read is retried. For a write that had left, the
+  server may have acted: the context is marked ``effect_unknown`` and its
+  answer is not kept for replay;
+* writes no credential anywhere: URLs and messages are redacted before they
+  reach an event or an exception.
+
+Outside a tool call the transport simply forwards the request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import attrs
+
+from ._admission import take_tokens
+from ._context import maybe_current_call
+from ._credentials import CredentialNames, credentials_in
+from ._events import EventKind
+from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
+from ._headers import parse_rate_limit_headers
+from ._redact import REDACTED, redact_text, redact_url
+from ._scope import scopes_named
+from ._secrets import learn
+from ._values import Kind, Status
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from ._context import CallContext
+    from ._headers import RateLimitInfo
+
+__all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
+
+_TRANSIENT = frozenset({500, 502, 503, 504})
+
+
+class _Request(Protocol):
+    @property
+    def method(self) -> str: ...
+    @property
+    def url(self) -> Any: ...
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+
+
+class _Response(Protocol):
+    stream: Any
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> MutableMapping[str, str]: ...
+    async def aclose(self) -> None: ...
+
+
+RequestT = TypeVar("RequestT", bound=_Request)
+ResponseT = TypeVar("ResponseT", bound=_Response)
+_RequestIn = TypeVar("_RequestIn", bound=_Request, contravariant=True)
+_ResponseOut = TypeVar("_ResponseOut", bound=_Response, covariant=True)
+
+
+class _Pool(Protocol[_RequestIn, _ResponseOut]):
+    async def handle_async_request(self, request: _RequestIn) -> _ResponseOut: ...
+    async def aclose(self) -> None: ...
+
+
+class GuardedBody:
+    """A response body whose transport errors become ``TransientError``.
+
+    A seam mixes it into its library's async byte stream class, so the
+    library's ``Response`` accepts it as its own.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        errors: type[Exception],
+        fail: Callable[[Exception], TransientError],
+    ) -> None:
+        self._inner = inner
+        self._errors = errors
+        self._fail = fail
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except self._errors as exc:
+            raise self._fail(exc) from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@attrs.frozen
+class Seam:
+    """What one HTTP library calls the things the core needs.
+
+    ``not_sent``: transport errors that mean the request never left (no
+    connection was made), so even a write had no effect.
+    """
+
+    transport_error: type[Exception]
+    not_sent: tuple[type[Exception], ...]
+    body: type[GuardedBody]
+    pool: Callable[..., Any]  # the library's own connection-pooling transport class
+
+
+class TransportBase(Generic[RequestT, ResponseT]):
+    """A ``FanoutTransport``: a seam mixes it with its library's base transport.
+
+    Wraps ``transport``, or without one spreads calls over ``pools`` of the
+    library's connection pools (``pool_options`` configure each): a pool
+    gets slower as many concurrent requests share it, and at 200 concurrent
+    calls four pools beat one (``benchmarks/bench_http.py``).
+    ``secret_headers`` and ``secret_params`` name request headers and query
+    parameters that carry credentials, besides the built-in ones.
+    ``wall_clock`` is only for reading HTTP-dates and epoch resets; every
+    wait is measured on trio's clock.
+    """
+
+    seam: Seam
+
+    def __init__(
+        self,
+        transport: _Pool[RequestT, ResponseT] | None = None,
+        *,
+        pools: int = 4,
+        secret_headers: Iterable[str] = (),
+        secret_params: Iterable[str] = (),
+        wall_clock: Callable[[], float] = time.time,
+        **pool_options: Any,
+    ) -> None:
+        if not (isinstance(pools, int) and pools >= 1):
+            raise ConfigurationError(f"pools must be an int >= 1, not {pools!r}")
+        if transport is not None:
+            transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
+        else:
+            transports = tuple(self.seam.pool(**pool_options) for _ in range(pools))
+        self._core = HttpCore(
+            self.seam, transports, wall_clock=wall_clock,
+            credentials=CredentialNames.adding(secret_headers, secret_params),
+        )  # fmt: skip
+
+    async def handle_async_request(self, request: RequestT) -> ResponseT:
+        return await self._core.handle(request)
+
+    async def aclose(self) -> None:
+        await self._core.aclose()
+
+
+class HttpCore(Generic[RequestT, ResponseT]):
+    """The behaviour of a ``FanoutTransport``, for any library with httpx's shape."""
+
+    def __init__(
+        self,
+        seam: Seam,
+        transports: Iterable[_Pool[RequestT, ResponseT]],
+        *,
+        wall_clock: Callable[[], float],
+        credentials: CredentialNames,
+    ) -> None:
+        self._seam = seam
+        self._transports = tuple(transports)
+        self._unbound = itertools.cycle(self._transports)
+        self._wall_clock = wall_clock
+        self._credentials = credentials
+
+    async def handle(self, request: RequestT) -> ResponseT:
+        context = maybe_current_call()
+        if context is None:
+            return await next(self._unbound).handle_async_request(request)
+        # A call keeps to one pool, so its next request finds the connection
+        # its last one just released.
+        transport = self._transports[context.call.position % len(self._transports)]
+        if context.requests > 0:
+            await _charge(context)
+        context.requests += 1
+        found = credentials_in(request.headers.items(), str(request.url), self._credentials)
+        learn(found)
+        context.secrets.update(secret.reveal() for secret in found)
+        if context.kind is Kind.MUTATING and context.idempotency_key:
+            request.headers.setdefault("Idempotency-Key", context.idempotency_key)
+        url = redact_url(request.url, context.secrets)
+        _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+        try:
+            response = await transport.handle_async_request(request)
+        except self._seam.transport_error as exc:
+            raise self._failed(
+                context, exc, sent=not isinstance(exc, self._seam.not_sent)
+            ) from None
+        info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
+        info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
+        for scope in scopes_named(context.scopes, info.scope):
+            await scope.observe_headers(info)
+        _emit(
+            context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
+        )
+        signal = _signal_for(response.status_code, info, f"{request.method} {url}")
+        if signal is not None:
+            await response.aclose()
+            raise signal
+        response.stream = self._seam.body(
+            response.stream,
+            self._seam.transport_error,
+            lambda exc: self._failed(context, exc, sent=True, body=True),
+        )
+        return response
+
+    def _failed(
+        self, context: CallContext, exc: Exception, *, sent: bool, body: bool = False
+    ) -> TransientError:
+        """The ``TransientError`` for a transport error; a write that left has an unknown effect."""
+        if sent and context.kind is Kind.MUTATING:
+            context.effect_unknown = True
+        where = "reading the response body" if body else "sending the request"
+        message = f"{type(exc).__name__} while {where}: {exc}"
+        return TransientError(redact_text(message, context.secrets))
+
+    async def aclose(self) -> None:
+        for transport in self._transports:
+            await transport.aclose()
+
+
+def server_scope(name: str | None, secrets: Iterable[str]) -> str | None:
+    """A scope name a server gave, fit to become a label: ``REDACTED`` if it holds a credential.
+
+    `fanout._headers` has already held it to a short, plain pattern.
+    """
+    if name is None:
+        return None
+    return name if redact_text(name, secrets) == name else REDACTED
+
+
+async def _charge(context: CallContext) -> None:
+    """Reserve a token on each scope for a request after the first, within budget."""
+    shortfall = await take_tokens(
+        context.scopes, 1.0, budget=context.budget, patience=context.budget.patience(),
+        on_wait=lambda wait, scope: _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope),
+    )  # fmt: skip
+    if shortfall is not None:
+        raise NotSentError(
+            f"a further request of this call would wait {shortfall.needed:.3f}s on scope "
+            f"{shortfall.scope!r}, more than it can afford; it was not sent",
+            status=Status.RATE_LIMITED, scope=shortfall.scope, retry_after=shortfall.needed,
+        )  # fmt: skip
+
+
+def _signal_for(
+    status: int, info: RateLimitInfo, what: str
+) -> RateLimitedError | TransientError | None:
+    """The exception a response's status and headers call for, if any."""
+    retry = info.should_retry
+    if status == 429 or (status == 503 and info.retry_after is not None):
+        return RateLimitedError(
+            f"{what} answered {status}",
+            retry_after=info.retry_after, scope=info.scope, retryable=retry is not False,
+        )  # fmt: skip
+    if retry is False:
+        return None
+    if status in _TRANSIENT or (retry is True and status >= 400):
+        return TransientError(f"{what} answered {status}")
+    return None
+
+
+def _response_detail(response: _Response, info: RateLimitInfo) -> dict[str, Any]:
+    detail: dict[str, Any] = {"status": response.status_code}
+    for name in ("limit", "remaining", "reset_after", "retry_after", "window"):
+        value = getattr(info, name)
+        if value is not None:
+            detail[name] = value
+    return detail
+
+
+def _emit(context: CallContext, kind: EventKind, **fields: Any) -> None:
+    context.recorder.emit(
+        kind, call_id=context.call.id, tool=context.call.name, attempt=context.attempt, **fields
+    )

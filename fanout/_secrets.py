@@ -1,0 +1,212 @@
+"""Credentials: values that never print, the names that mark them, and the forms they echo in.
+
+A key leaks through whatever quotes it: a server echoing a request back, an
+exception printing a URL, a repr of the context a tool logs. fanout learns
+the credentials a request carries where it sends them (the HTTP transport),
+keeps them as `Secret` values whose ``repr`` and ``str`` are redacted, and
+scrubs every form a server may quote them in from each final answer:
+
+* the raw value, and so ``Bearer <value>`` too;
+* its percent-encoded and JSON-escaped spellings, and any mix of them;
+* a Basic credential's base64, its decoded ``user:password`` and the password;
+* a URL's userinfo password, and ``user:password``.
+
+Which request parts are credentials is `fanout._credentials`. Values
+shorter than `MIN_LENGTH` are not scrubbed as text: they would match
+everywhere and say nothing.
+
+Learned secrets are also kept in one process-wide, bounded registry, so an
+answer is scrubbed of every key fanout has seen sent, not only its own call's
+(a tool may quote a key in an exception before it sends anything).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "MIN_LENGTH",
+    "REDACTED",
+    "Secret",
+    "learn",
+    "register_secret",
+    "scrub_cut_secrets",
+    "scrub_secrets",
+]
+
+REDACTED = "REDACTED"
+MIN_LENGTH = 4
+"""Characters. A shorter value is not scrubbed from text: it would match anywhere."""
+
+_MAX_KNOWN = 256  # secrets remembered process-wide; the oldest go first
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """A credential. Compares and hashes by value; its ``repr`` and ``str`` never show it."""
+
+    _value: str = attrs.field(alias="value", validator=attrs.validators.instance_of(str))
+
+    def reveal(self) -> str:
+        """The raw value, for the one place that must send it."""
+        return self._value
+
+    def pattern(self) -> str | None:
+        """A regular expression for every spelling of the value a server may quote.
+
+        Each character may stand as itself, percent-encoded (either case) or
+        JSON-escaped, independently: libraries encode different characters
+        (httpx leaves ``/`` in a query, quotes ``+``), so a URL echoed back is
+        often a mix. None for a value too short to scrub.
+        """
+        return _pattern_for(self._value)
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    def __str__(self) -> str:
+        return REDACTED
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern_for(value: str) -> str | None:
+    if len(value) < MIN_LENGTH:
+        return None
+    return "".join(_spellings(char) for char in value)
+
+
+@functools.lru_cache(maxsize=256)
+def _spellings(char: str) -> str:
+    """One character of a secret, as any of the ways text may carry it."""
+    escaped = json.dumps(char)[1:-1]
+    percent = "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
+    alternatives = {re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped)}
+    alternatives |= _EXTRA_SPELLINGS.get(char, set())
+    if len(alternatives) == 1:
+        return re.escape(char)
+    return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
+
+
+# "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space.
+_EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}}
+
+
+class _Registry:
+    """Every secret fanout has learned in this process, newest last, bounded.
+
+    Kept so that an answer is scrubbed of any key fanout has seen sent. One
+    regular expression matches every form, longest first, rebuilt only when
+    a new secret arrives.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._secrets: OrderedDict[Secret, None] = OrderedDict()
+        self._pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()
+
+    def learn(self, secrets: Iterable[Secret]) -> None:
+        with self._lock:
+            for secret in secrets:
+                if secret in self._secrets:
+                    self._secrets.move_to_end(secret)
+                    continue
+                self._secrets[secret] = None
+                self._pattern = None
+                if len(self._secrets) > self._limit:
+                    self._secrets.popitem(last=False)
+
+    def pattern(self) -> re.Pattern[str] | None:
+        with self._lock:
+            if self._pattern is None:
+                self._pattern = _alternation(self._secrets)
+            return self._pattern
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return [secret.reveal() for secret in self._secrets]
+
+    def unknown(self, secrets: Iterable[Secret]) -> list[Secret]:
+        """Those of ``secrets`` this registry does not hold (never learned, or evicted)."""
+        with self._lock:
+            return [secret for secret in secrets if secret not in self._secrets]
+
+    def __repr__(self) -> str:
+        return f"<known secrets: {len(self._secrets)}>"
+
+
+def _alternation(secrets: Iterable[Secret]) -> re.Pattern[str] | None:
+    """One pattern for every spelling of ``secrets``, longest first; None when there is none."""
+    ordered = sorted(secrets, key=lambda secret: len(secret.reveal()), reverse=True)
+    patterns = [p for p in (secret.pattern() for secret in ordered) if p is not None]
+    return re.compile("|".join(patterns)) if patterns else None
+
+
+_known = _Registry(_MAX_KNOWN)
+
+
+def register_secret(value: str | Secret) -> Secret:
+    """Declare a credential fanout did not see sent, so that no answer, event or log shows it.
+
+    The HTTP transport registers what requests carry by itself; use this for
+    keys a tool holds some other way (an SDK on its own client, a database
+    password). Returns the value as a `Secret`.
+    """
+    secret = value if isinstance(value, Secret) else Secret(value)
+    _known.learn([secret])
+    return secret
+
+
+def learn(secrets: Iterable[Secret]) -> None:
+    """Remember secrets the HTTP layer saw a request carry."""
+    _known.learn(secrets)
+
+
+def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
+    """``text`` with every form of ``secrets`` and of every registered secret replaced."""
+    # A call's secrets were learned when sent: only those the registry lacks
+    # need a pattern of their own.
+    own = _alternation(_known.unknown(s if isinstance(s, Secret) else Secret(s) for s in secrets))
+    for pattern in (own, _known.pattern()):
+        if pattern is not None:
+            text = pattern.sub(REDACTED, text)
+    return text
+
+
+# Where fanout cut a long text (``fanout._canonical.truncate``), raw or inside JSON.
+_CUT = re.compile(r"(?:\n|\\n)\[truncated by fanout: ")
+
+
+def scrub_cut_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the start of a secret that a size cap cut in two replaced.
+
+    A cap may fall inside a key: what is left before the cut is no longer
+    the whole secret, so it escapes `scrub_secrets`; here it is replaced if
+    it is at least `MIN_LENGTH` characters of a known secret's beginning.
+    """
+    cuts = [match.start() for match in _CUT.finditer(text)]
+    if not cuts:
+        return text
+    values = sorted({*secrets, *_known.values()}, key=len, reverse=True)
+    for cut in reversed(cuts):
+        head = text[:cut]
+        for value in values:
+            start = next(
+                (len(head) - k for k in range(len(value) - 1, MIN_LENGTH - 1, -1)
+                 if head.endswith(value[:k])),
+                None,
+            )  # fmt: skip
+            if start is not None:
+                text = text[:start] + REDACTED + text[cut:]
+                break
+    return text

@@ -1,0 +1,529 @@
+"""No credential leaves the call: every placement of a key, every path of an answer, every output.
+
+The sweep runs, for each placement of a key (each credential header, query
+parameter, URL userinfo, Basic auth) and each HTTP library, two turns of one
+run against a loopback server that echoes everything back (request line,
+headers, body) and names a 429's bucket after the key. The turns exercise a
+fresh answer, coalescing, a cache hit, a replayed write, a retried 429 and
+503, a tool that raises with the key in its message and one that raises
+``raise_for_status``'s error (the URL, userinfo and all). Then every output
+is searched for every spelling of the key: answers, both adapters' messages,
+the trace, logging records, structlog events, Prometheus exposition, spans,
+statistics, the cache, the store, exceptions and the context's repr.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import string
+from typing import Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry, generate_latest
+
+import fanout
+import fanout.httpx2
+from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._answers import failure
+from fanout._canonical import truncate
+from fanout._credentials import (
+    CREDENTIAL_HEADERS,
+    CREDENTIAL_PARAMS,
+    CredentialNames,
+    credentials_in,
+)
+from fanout._headers import SCOPE_NAME
+from fanout._http_core import server_scope
+from fanout._redact import redact_text, scrubbed
+from fanout._secrets import MIN_LENGTH, Secret, scrub_secrets
+from fanout.contrib.logging import LoggingInstrument
+from fanout.contrib.otel import OpenTelemetryInstrument
+from fanout.contrib.prometheus import PrometheusInstrument
+from fanout.contrib.structlog import StructlogInstrument
+from fanout.redis import RedisIdempotencyStore
+
+from .echo_server import Seen, serve_echo
+from .redis_support import shared_redis_url, unique_prefix
+from .test_http import LIBRARIES, Library
+
+# Characters API keys are made of, "+/=" (base64) and "~" included.
+ALPHABET = string.ascii_letters + string.digits + "-_.~+/="
+keys = st.text(ALPHABET, min_size=10, max_size=32).map(lambda tail: "zQ" + tail)
+USER = "alice"
+EXTRA_HEADER, EXTRA_PARAM = "x-tenant-secret", "tenant_sig"
+
+SCOPE_HEADERS = ("x-ratelimit-scope", "ratelimit-scope", "x-ratelimit-resource")
+PLACEMENTS = (
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "cookie",
+    EXTRA_HEADER,
+    "query:key",
+    "query:api_key",
+    "query:token",
+    "query:access_token",
+    "query:sig",
+    f"query:{EXTRA_PARAM}",
+    "userinfo",
+    "basic",
+)
+
+
+def spellings(key: str) -> set[str]:
+    """Every way the key could show up in an output."""
+    basic = base64.b64encode(f"{USER}:{key}".encode()).decode()
+    return {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1], basic}
+
+
+def client_for(lib: Library, placement: str, key: str, url: str, inner: Any = None) -> Any:
+    """A client of ``lib`` carrying ``key`` in ``placement`` (through ``inner``, if given)."""
+    options: dict[str, Any] = {"base_url": url}
+    if placement == "authorization":
+        options["headers"] = {"authorization": f"Bearer {key}"}
+    elif placement == "cookie":
+        options["cookies"] = {"session": key}
+    elif placement.startswith("query:"):
+        options["params"] = {placement.removeprefix("query:"): key}
+    elif placement == "userinfo":
+        options["base_url"] = url.replace("http://", f"http://{USER}:{quote(key, safe='')}@")
+    elif placement == "basic":
+        options["auth"] = (USER, key)
+    else:
+        options["headers"] = {placement: key}
+    transport = lib.transport(inner, secret_headers=[EXTRA_HEADER], secret_params=[EXTRA_PARAM])
+    return lib.module.AsyncClient(transport=transport, **options)
+
+
+@attrs.define
+class Outputs:
+    """Everything the sweep searches, as text."""
+
+    texts: list[str] = attrs.field(factory=list)
+
+    def add(self, *items: object) -> None:
+        self.texts.extend(item if isinstance(item, str) else repr(item) for item in items)
+
+
+class _Structlog:
+    def __init__(self, outputs: Outputs) -> None:
+        self.outputs = outputs
+
+    def log(self, level: int, event: str, *args: Any, **kw: Any) -> None:
+        self.outputs.add(event, args, kw)
+
+
+def sweep_registry(client: Any, key: str, outputs: Outputs) -> Registry:
+    """Tools that send the key and read back every echo of it."""
+    reg = Registry()
+
+    async def get(path: str) -> Any:
+        try:
+            return await client.get(path)
+        except Exception as exc:
+            outputs.add(str(exc), exc, getattr(exc, "scope", None))
+            raise
+
+    @reg.tool(kind=Kind.READS, scopes=["api"], cache_ttl=60)
+    async def echo(n: int) -> str:
+        return str((await get(f"/echo/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def throttled(n: int) -> str:
+        return str((await get(f"/throttle/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def flaky(n: int) -> str:
+        return str((await get(f"/flaky/{n}")).text)
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def explode() -> str:
+        response = await get("/echo/explode")
+        raise RuntimeError(f"upstream refused key {key}: {response.text}")
+
+    @reg.tool(kind=Kind.READS, scopes=["api"])
+    async def strict() -> str:
+        response = await get("/status/404")
+        response.raise_for_status()
+        return "unreachable"
+
+    @reg.tool(kind=Kind.PURE)
+    async def context() -> str:
+        await get("/echo/context")
+        outputs.add(fanout.current_call())
+        return "seen"
+
+    @reg.tool(kind=Kind.MUTATING, scopes=["api"], invalidates=[])
+    async def create(name: str) -> dict[str, Any]:
+        response = await client.post("/echo/things", json={"name": name, "echo": key})
+        return {"created": name, "server": response.json()}
+
+    return reg
+
+
+FIRST = [
+    ToolCall("e1", "echo", {"n": 1}),
+    ToolCall("e2", "echo", {"n": 1}),  # coalesced with e1
+    ToolCall("t", "throttled", {"n": 1}),
+    ToolCall("f", "flaky", {"n": 1}),
+    ToolCall("x", "explode", {}),
+    ToolCall("s", "strict", {}),
+    ToolCall("c", "context", {}),
+    ToolCall("w", "create", {"name": "a"}),
+]
+SECOND = [
+    ToolCall("e3", "echo", {"n": 1}),  # a cache hit
+    ToolCall("w2", "create", {"name": "a"}),  # replayed from the store
+]
+
+
+async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[Seen]]:
+    """Two turns with the key in ``placement``; every output collected."""
+    outputs = Outputs()
+    log = logging.getLogger(f"fanout.sweep.{placement}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s %(fanout)s"))
+    log.addHandler(handler)
+    metrics = PrometheusInstrument(CollectorRegistry())
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instruments = [
+        LoggingInstrument(log, level=logging.DEBUG),
+        StructlogInstrument(_Structlog(outputs)),
+        metrics,
+        OpenTelemetryInstrument(provider.get_tracer("sweep")),
+    ]
+    async with (
+        serve_echo(scope_of=lambda seen: key) as server,
+        client_for(lib, placement, key, server.url) as client,
+    ):
+        reg = sweep_registry(client, key, outputs)
+        runner = Runner(reg, scopes=[Scope("api", rate=100, burst=100)], instruments=instruments)
+        metrics.observe_scopes(runner)
+        run = fanout.Run("sweep")
+        turns = [await runner.run_turn(calls, run=run) for calls in (FIRST, SECOND)]
+    log.removeHandler(handler)
+    for turn in turns:
+        outputs.add(*turn.results, *turn.trace)
+        outputs.add(fanout.anthropic_tool_results(turn.results))
+        outputs.add(fanout.openai_tool_messages(turn.results))
+    outputs.add(stream.getvalue(), generate_latest(metrics.registry).decode())
+    outputs.add(*(span.to_json() for span in exporter.get_finished_spans()))
+    outputs.add(runner.statistics(), runner.scope("api").statistics(), run.cache, run.store)
+    outputs.add(run.cache._entries, run.store._entries)  # type: ignore[attr-defined]
+    return outputs, server.seen
+
+
+def assert_paths_were_taken(outputs: Outputs, trace_text: str) -> None:
+    for kind in ("coalesced", "cache_hit", "replayed", "retry_scheduled", "scope_blocked"):
+        assert kind in trace_text, kind
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("lib_name", sorted(LIBRARIES))
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=keys)
+def test_no_output_holds_the_key(lib_name: str, placement: str, key: str) -> None:
+    """Whatever the key's placement and spelling, no answer, event, log, metric or repr holds it."""
+    lib = LIBRARIES[lib_name]
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    outputs, seen = trio.run(sweep, lib, placement, key, clock=clock)
+    forms = spellings(key)
+    # The server did receive the key, and echoed it: the sweep is not vacuous.
+    assert any(form in repr(request) for request in seen for form in forms)
+    everything = "\n".join(outputs.texts)
+    assert_paths_were_taken(outputs, everything)
+    assert "REDACTED" in everything
+    leaks = sorted(form for form in forms if form in everything)
+    assert not leaks, [text for text in outputs.texts if any(form in text for form in leaks)][:3]
+
+
+# --- the pieces the sweep rests on ---------------------------------------------
+
+
+def test_a_secret_never_prints() -> None:
+    """repr and str of a Secret, and of a context holding secrets, show no value."""
+    secret = Secret("sk-live-abcdef123456")
+    assert "abcdef" not in repr(secret) + str(secret) + f"{secret}" + repr([secret])
+    assert secret.reveal() == "sk-live-abcdef123456"
+    assert secret == Secret("sk-live-abcdef123456")
+    assert len({secret, Secret("sk-live-abcdef123456")}) == 1
+
+
+@given(key=keys, noise=st.text(max_size=20))
+def test_every_spelling_of_a_secret_is_scrubbed(key: str, noise: str) -> None:
+    """Raw, percent-encoded (either case, any mix), JSON-escaped: each spelling is replaced."""
+    for form in spellings(key) - {base64.b64encode(f"{USER}:{key}".encode()).decode()}:
+        assert key not in scrub_secrets(noise + form + noise, [key])
+        assert form not in scrub_secrets(noise + form + noise, [key])
+    mixed = "".join(f"%{ord(c):02x}" if i % 2 else c for i, c in enumerate(key))
+    assert scrub_secrets(f"<{mixed}>", [key]) == "<REDACTED>"
+
+
+@pytest.mark.parametrize(
+    ("headers", "url", "expected"),
+    [
+        (
+            [("Authorization", "Bearer tok-123456")],
+            "http://h/",
+            {"Bearer tok-123456", "tok-123456"},
+        ),
+        ([("X-Api-Key", "key-123456")], "http://h/", {"key-123456"}),
+        ([("Cookie", "a=cookie-1234; b=cookie-5678; theme=dark")], "http://h/", None),
+        ([("Accept", "text/plain")], "http://h/?q=hello-world&page=2", set()),
+        ([], "http://h/?API_KEY=param-123456&q=x", {"param-123456"}),
+        ([], "http://bob:pass%2F123@h/", {"pass/123", "bob:pass/123"}),
+        ([("x-tenant-secret", "tenant-123456")], "http://h/", set()),
+    ],
+)
+def test_which_request_parts_are_credentials(
+    headers: list[tuple[str, str]], url: str, expected: set[str] | None
+) -> None:
+    """The built-in names, in any case, cookies by value, userinfo decoded; others are not."""
+    found = {s.reveal() for s in credentials_in(headers, url, CredentialNames())}
+    if expected is None:  # each session cookie's value, not a short preference
+        assert {"cookie-1234", "cookie-5678"} <= found
+        assert "dark" not in found
+    else:
+        assert found == expected
+
+
+def test_basic_credentials_are_decoded() -> None:
+    """A Basic header yields the base64, the decoded user:password and the password."""
+    value = base64.b64encode(b"alice:s3cret-pass").decode()
+    found = credentials_in([("authorization", f"Basic {value}")], "http://h/", CredentialNames())
+    assert {s.reveal() for s in found} == {
+        f"Basic {value}",
+        value,
+        "alice:s3cret-pass",
+        "s3cret-pass",
+    }
+
+
+def test_credential_names_can_be_added_and_are_validated() -> None:
+    """Added names join the defaults; a name that cannot be a header or parameter is refused."""
+    names = CredentialNames.adding(headers=["X-Tenant-Secret"], params=["tenant_sig"])
+    assert names.headers == CREDENTIAL_HEADERS | {"x-tenant-secret"}
+    assert names.params == CREDENTIAL_PARAMS | {"tenant_sig"}
+    for bad_headers, bad_params in [(["bad header"], ()), ([""], ()), ((), ["a b"]), ("x", ())]:
+        with pytest.raises(fanout.ConfigurationError):
+            CredentialNames.adding(headers=bad_headers, params=bad_params)
+    with pytest.raises(fanout.ConfigurationError):
+        fanout.FanoutTransport(secret_headers=["x\n"])
+
+
+def test_registered_secrets_are_scrubbed_from_any_answer() -> None:
+    """A key declared with register_secret is scrubbed though fanout never saw it sent."""
+    secret = fanout.register_secret("db-password-0f9e8d")
+    assert repr(secret) == "Secret('REDACTED')"
+    assert scrub_secrets("connect failed: db-password-0f9e8d") == "connect failed: REDACTED"
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("placement", ["authorization", "query:api_key", "userinfo", "basic"])
+def test_the_redis_store_holds_no_key(placement: str) -> None:
+    """A write whose answer echoes the key is stored on Redis scrubbed, and replayed so."""
+    key = "zQ-redis+store/key=0123"
+
+    async def main(url: str) -> tuple[str, list[Any]]:
+        prefix = unique_prefix()
+        async with (
+            serve_echo() as server,
+            client_for(LIBRARIES["httpx2"], placement, key, server.url) as client,
+            RedisIdempotencyStore.from_url(url, prefix=prefix) as store,
+        ):
+            reg = Registry()
+
+            @reg.tool(kind=Kind.MUTATING)
+            async def create(name: str) -> str:
+                return str((await client.post("/echo/things", json={"name": name})).text)
+
+            run = fanout.Run("redis-sweep", store=store)
+            call = [ToolCall("w", "create", {"name": "a"})]
+            turns = [await Runner(reg).run_turn(call, run=run) for _ in range(2)]
+            stored = [await store.client.get(k) for k in await store.client.keys(prefix + "*")]
+        assert len(server.seen) == 1  # the second turn was a replay
+        return repr(stored), [*turns[0].results, *turns[1].results]
+
+    with shared_redis_url() as url:
+        stored, results = trio.run(main, url)
+    assert "REDACTED" in stored
+    everything = stored + repr(results)
+    assert not [form for form in spellings(key) if form in everything]
+
+
+# --- properties: generated keys, placements and hostile scope names -------------
+
+placements = st.sampled_from(PLACEMENTS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=keys, placement=placements, lib_name=st.sampled_from(sorted(LIBRARIES)))
+def test_what_a_request_carries_is_learned_and_scrubbed_from_its_echo(
+    key: str, placement: str, lib_name: str
+) -> None:
+    """Any key in any placement: the request as the library builds it, echoed whole (URL,
+    headers), comes back with no spelling of the key once scrubbed with what was learned."""
+    lib, sent = LIBRARIES[lib_name], []
+
+    def handler(request: Any) -> Any:
+        sent.append(request)
+        return lib.module.Response(200)
+
+    async def send() -> None:
+        mock = lib.module.MockTransport(handler)
+        async with client_for(lib, placement, key, "http://127.0.0.1:8080", mock) as client:
+            await client.get("/echo/1")
+
+    trio.run(send)
+    (request,) = sent
+    names = CredentialNames.adding([EXTRA_HEADER], [EXTRA_PARAM])
+    learned = credentials_in(request.headers.items(), str(request.url), names)
+    echo = server_view(str(request.url), list(request.headers.items()))
+    assert any(form in echo for form in spellings(key))
+    scrubbed = redact_text(echo + repr(request.url), [s.reveal() for s in learned])
+    assert not [form for form in spellings(key) if form in scrubbed]
+
+
+def server_view(url: str, headers: list[tuple[str, str]]) -> str:
+    """Everything a server could quote of a request: the URL raw and decoded, its query
+    values parsed, every header, and a Basic credential decoded."""
+    decoded = [
+        base64.b64decode(value.split(" ", 1)[1]).decode()
+        for name, value in headers
+        if name.lower() == "authorization" and value.startswith("Basic ")
+    ]
+    view = {
+        "url": url,
+        "decoded": unquote(url),
+        "query": parse_qsl(urlsplit(url).query),
+        "headers": headers,
+        "basic": decoded,
+    }
+    return json.dumps(view) + repr(view)
+
+
+scope_values = st.one_of(
+    st.text(max_size=80),
+    st.text(ALPHABET + ":", max_size=80),
+    keys,
+    st.tuples(st.sampled_from(["", "org/", "Bearer ", "key="]), keys).map("".join),
+)
+
+
+@given(key=keys, value=scope_values, header=st.sampled_from(SCOPE_HEADERS))
+def test_a_server_named_scope_is_a_plain_name_and_never_a_key(
+    key: str, value: str, header: str
+) -> None:
+    """Whatever a scope header says: no scope, a plain name of at most 64, or REDACTED;
+    and never the key, whatever its spelling."""
+    info = fanout.parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
+    scope = server_scope(info.scope, [key])
+    assert scope is None or scope == "REDACTED" or SCOPE_NAME.fullmatch(scope)
+    assert scope is None or not [form for form in spellings(key) if form in scope]
+
+
+@given(key=keys, filler=st.integers(0, 300), data=st.data())
+def test_a_key_cut_in_two_by_a_size_cap_is_scrubbed(key: str, filler: int, data: Any) -> None:
+    """Wherever a cap falls inside a key, what is left of it before the cut is replaced."""
+    kept = data.draw(st.integers(MIN_LENGTH, len(key) - 1), label="characters of the key kept")
+    text = " " * filler + key + " tail" * 20
+    kept_text = " " * filler + key[:kept] + "\n"
+    cut = next(c for c in (truncate(text, n) for n in range(len(text))) if c.startswith(kept_text))
+    answer = fanout.ToolResult("c", fanout.Status.OK, cut)
+    failed = failure(ToolCall("c", "t"), fanout.Status.ERROR, cut, started=True, kind=Kind.READS)
+    for result in (answer, failed):
+        assert key[:MIN_LENGTH] not in scrubbed(result, [key]).content
+
+
+async def test_an_answer_capped_inside_a_key_keeps_no_part_of_it(autojump_clock: Any) -> None:
+    """A tool whose output is cut mid-key by max_output_chars: the answer holds no part of it."""
+    key = "zQ-cut-in-two-0123456789"
+    async with (
+        serve_echo() as server,
+        client_for(LIBRARIES["httpx"], "x-api-key", key, server.url) as client,
+    ):
+        reg = Registry()
+
+        output = "a" * 70 + key + "b" * 100
+        assert key[:10] in truncate(output, 123)  # the cap falls inside the key
+
+        @reg.tool(kind=Kind.READS)
+        async def fetch() -> str:
+            await client.get("/echo/1")
+            return output
+
+        turn = await Runner(reg, max_output_chars=123).run_turn([ToolCall("c", "fetch", {})])
+    (result,) = turn.results
+    assert "truncated by fanout" in result.content
+    assert key[:MIN_LENGTH] not in result.content
+
+
+async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -> None:
+    """The Anthropic SDK (built on httpx2) given fanout's client: its requests go through
+    fanout, and the key it sends, echoed back, is scrubbed from the answer. Real time: the
+    SDK reads its platform in a worker thread, which a mock clock would jump past."""
+    anthropic = pytest.importorskip("anthropic")
+    key = "sk-ant-sdk-0123456789abcdef"
+    async with serve_echo() as server:
+        client = anthropic.AsyncAnthropic(
+            api_key=key, base_url=server.url, http_client=fanout.httpx2.http_client(), max_retries=0
+        )
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["anthropic"])
+        async def ask() -> str:
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}]
+            )
+            return str(raw.http_response.text)
+
+        with trio.fail_after(10):
+            turn = await Runner(reg).run_turn([ToolCall("a", "ask", {})])
+    (result,) = turn.results
+    assert result.status is fanout.Status.OK
+    assert '"target": "/v1/messages"' in result.content
+    assert [e.kind for e in turn.trace].count(fanout.EventKind.REQUEST_SENT) == 1
+    assert key in repr(server.seen)
+    assert key not in result.content + repr(turn.trace)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Bearer abcdefgh123", "Bearer REDACTED"),
+        ("Authorization: Basic YWxpY2U6c2VjcmV0", "Authorization: Basic REDACTED"),
+        ('["x-api-key", "abc123xyz"]', '["x-api-key", "REDACTED"]'),
+        ('{"authorization": "Token zzz999"}', '{"authorization": "Token REDACTED"}'),
+        ("{'X-Auth-Token': 'tok-1'}", "{'X-Auth-Token': 'REDACTED'}"),
+        ("http://alice:pw@h/x?api_key=1&q=2", "http://REDACTED@h/x?api_key=REDACTED&q=2"),
+        ("key sk-abcdefghijkl here", "key REDACTED here"),
+        # Prose that merely names a credential keeps its words.
+        ("token verification failed", "token verification failed"),
+        ("a basic understanding", "a basic understanding"),
+        ("the api-key, which is set", "the api-key, which is set"),
+        ("status code=404 for /x?q=key", "status code=404 for /x?q=key"),
+        ("mail alice@example.com", "mail alice@example.com"),
+    ],
+)
+def test_credentials_by_shape_are_redacted_and_prose_is_not(text: str, expected: str) -> None:
+    """Text shaped like a credential fanout never saw is redacted; ordinary words are kept."""
+    assert redact_text(text) == expected
