@@ -19,8 +19,9 @@ from typing import Any
 
 __all__ = ["canonical_json", "idempotency_key", "safe_text", "truncate"]
 
-MAX_DEPTH = 100
-"""Levels of nesting written out; deeper output is no answer a model can use."""
+MAX_DEPTH = 200
+"""Levels of nesting fanout reads or writes; deeper values are no use to a model or a tool,
+and serialising them would exhaust Python's recursion limit."""
 
 
 class NotSerialisableError(ValueError):

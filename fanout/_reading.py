@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ._canonical import MAX_DEPTH
 from ._exceptions import InvalidTurnError
 
 __all__ = [
@@ -108,11 +109,6 @@ def decode_arguments(value: Any) -> Mapping[str, Any] | str:
     if not isinstance(decoded, dict) or _deeper_than(decoded, MAX_DEPTH):
         return value
     return decoded
-
-
-# Deeper arguments are kept as text: serialising them (for idempotency keys,
-# answers, logs) would exhaust Python's recursion limit, and no tool needs them.
-MAX_DEPTH = 200
 
 
 def _deeper_than(value: Any, limit: int) -> bool:

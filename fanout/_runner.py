@@ -15,7 +15,7 @@ closing a thousand hung connections) after the turn has returned, and the
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 import trio
@@ -27,16 +27,17 @@ from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
-from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
+from ._turn import MutatingPolicy, OnFailure, StreamingTurn, Turn, TurnCounts
 from ._validate import require_at_least, require_non_negative, require_positive
 from ._values import ToolCall
 
 if TYPE_CHECKING:
     import contextlib
-    from collections.abc import Iterable, Sequence
+    from collections.abc import AsyncIterable, Callable, Iterable, Sequence
     from types import TracebackType
 
     from ._registry import Registry
+    from ._streams import StreamDecoder
 
 __all__ = ["Runner", "RunnerStatistics"]
 
@@ -159,47 +160,85 @@ class Runner:
         per id: an id that is missing, empty or repeated. ``timeout``
         overrides the runner's ``turn_timeout`` for this turn.
         """
-        if timeout is not None:
-            require_positive("timeout", timeout)
         given = list(calls)
         _validate(given)
-        ordered = [
-            call if call.position == i else attrs.evolve(call, position=i)
-            for i, call in enumerate(given)
-        ]
+        state_for, options = self._turn_parts(run, timeout)
+        return Turn([state_for(call, i) for i, call in enumerate(given)], **options)
+
+    def stream_turn(
+        self,
+        events: AsyncIterable[Any],
+        decoder: StreamDecoder,
+        *,
+        run: Run | None = None,
+        timeout: float | None = None,
+    ) -> StreamingTurn:
+        """Build a turn fed by a model's stream (not yet running).
+
+        ``events`` is the SDK's stream (or any async iterable of its events),
+        ``decoder`` the matching reader (``AnthropicStream()``,
+        ``ChatCompletionsStream()``, ``ResponsesStream()``). When run, the
+        turn reads the stream itself and starts each read the moment its
+        block is complete; its deadline covers the stream.
+        """
+        state_for, options = self._turn_parts(run, timeout)
+        return StreamingTurn(events, decoder, state_for, **options)
+
+    def _turn_parts(
+        self, run: Run | None, timeout: float | None
+    ) -> tuple[Callable[[ToolCall, int], CallState], dict[str, Any]]:
+        """What every turn is built from: how a call becomes its state, and the turn's options."""
+        if timeout is not None:
+            require_positive("timeout", timeout)
         run = run if run is not None else Run()
         turn_seed = self._rng.getrandbits(64)
         self._turn_serial += 1
-        states = []
-        for call in ordered:
+
+        def state_for(call: ToolCall, position: int) -> CallState:
+            if call.position != position:
+                call = attrs.evolve(call, position=position)
             spec = self.registry.get(call.name)
             scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
             valid = call.arguments_valid
             key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
             seed = f"{turn_seed}:{call.id}"
-            states.append(CallState(call, spec, scopes=scopes, idempotency_key=key, seed=seed))
-        return Turn(
-            states,
-            registry=self.registry,
-            timeout=self.turn_timeout if timeout is None else timeout,
-            run=run,
-            mutating=self.mutating,
-            on_failure=self.on_failure,
-            settings=self._settings,
-            recorder=Recorder(
+            return CallState(call, spec, scopes=scopes, idempotency_key=key, seed=seed)
+
+        options: dict[str, Any] = {
+            "registry": self.registry,
+            "timeout": self.turn_timeout if timeout is None else timeout,
+            "run": run,
+            "mutating": self.mutating,
+            "on_failure": self.on_failure,
+            "settings": self._settings,
+            "recorder": Recorder(
                 self.instruments,
                 [] if self._trace else None,
                 turn_id=f"turn-{self._turn_serial}",
             ),
-            counts=self._counts,
-            host=self._nursery,
-        )
+            "counts": self._counts,
+            "host": self._nursery,
+        }
+        return state_for, options
 
     async def run_turn(
         self, calls: Iterable[ToolCall], *, run: Run | None = None, timeout: float | None = None
     ) -> Turn:
         """Build and run a turn; return it with every call answered."""
         turn = self.turn(calls, run=run, timeout=timeout)
+        await turn.run()
+        return turn
+
+    async def run_stream(
+        self,
+        events: AsyncIterable[Any],
+        decoder: StreamDecoder,
+        *,
+        run: Run | None = None,
+        timeout: float | None = None,
+    ) -> StreamingTurn:
+        """Build and run a streaming turn; return it with every call answered."""
+        turn = self.stream_turn(events, decoder, run=run, timeout=timeout)
         await turn.run()
         return turn
 

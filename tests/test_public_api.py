@@ -28,6 +28,9 @@ EXPECTED = {
     "calls_from_anthropic", "anthropic_tool_results", "calls_from_openai",
     "openai_tool_messages", "FanoutTransport", "http_client", "RateLimitInfo",
     "parse_rate_limit_headers", "Secret", "register_secret",
+    # streaming turns (issue 16)
+    "StreamingTurn", "StreamDecoder", "AnthropicStream", "ChatCompletionsStream",
+    "ResponsesStream",
     # definitions and wire formats (issue 14)
     "ArgumentError", "ToolDefinition", "calls_from_responses", "responses_tool_outputs",
     "repair_anthropic_history", "repair_openai_history", "repair_responses_input",

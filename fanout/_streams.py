@@ -1,0 +1,201 @@
+"""Streamed messages: tool calls read from the SDKs' stream events as they complete.
+
+A model that emits eight tool calls streams them over seconds. Each decoder
+here reads one SDK's events (SDK objects or their dicts) and hands back each
+call the moment its block is complete, in the model's order, so a streaming
+turn can start it while the rest of the message is still being written:
+
+* ``AnthropicStream``: Messages streaming, a ``tool_use`` block from its
+  ``content_block_start`` through its ``input_json_delta`` pieces to its
+  ``content_block_stop`` (the SDK's ``messages.stream()`` helper events work
+  too: they carry the raw ones);
+* ``ChatCompletionsStream``: Chat Completions chunks, ``tool_calls`` deltas
+  gathered by index; a call is complete when the next one begins or the
+  choice finishes;
+* ``ResponsesStream``: Responses events, a ``function_call`` item from
+  ``response.output_item.added`` to ``response.output_item.done``.
+
+Whatever the stream holds, a decoder never raises: events it does not know
+are skipped, a call whose arguments are not valid JSON is handed back with
+its text (the turn answers it ``error``), and ``unfinished()`` names the
+calls that had begun but never completed (the turn answers those too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from ._reading import decode_arguments, plain, tool_name
+from ._values import ToolCall
+
+__all__ = [
+    "AnthropicStream",
+    "ChatCompletionsStream",
+    "ResponsesStream",
+    "StreamDecoder",
+    "Unfinished",
+]
+
+
+@attrs.frozen
+class Unfinished:
+    """A call whose block began but never completed: its id, name and the text that came."""
+
+    id: str
+    name: str
+    received: str
+
+
+class StreamDecoder(Protocol):
+    """Reads one SDK's stream events into tool calls as their blocks complete."""
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        """The calls this event completed, in the model's order (usually none or one)."""
+        ...
+
+    def unfinished(self) -> list[Unfinished]:
+        """The calls begun and not completed so far, in the model's order."""
+        ...
+
+
+def _field(value: Any, name: str) -> Any:
+    """``value[name]`` or ``value.name``, whichever the event is; None when absent."""
+    data = plain(value)
+    if isinstance(data, Mapping):
+        return data.get(name)
+    return getattr(data, name, None)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@attrs.define
+class _Pending:
+    """A call being streamed: what is known of it so far."""
+
+    id: str
+    name: str
+    pieces: list[str] = attrs.field(factory=list)
+    done: bool = False
+
+    def call(self, arguments: Any = None) -> ToolCall:
+        raw = arguments if arguments is not None else "".join(self.pieces)
+        return ToolCall(self.id, tool_name(self.name), decode_arguments(raw))
+
+    def unfinished(self) -> Unfinished:
+        return Unfinished(self.id, self.name, "".join(self.pieces))
+
+
+@attrs.define
+class _Calls:
+    """Calls in the order they began, each completed at most once."""
+
+    pending: dict[Any, _Pending] = attrs.field(factory=dict)
+
+    def begin(self, key: Any, call_id: Any, name: Any) -> None:
+        if key not in self.pending and isinstance(call_id, str):
+            self.pending[key] = _Pending(call_id, _text(name))
+
+    def add(self, key: Any, piece: Any) -> None:
+        pending = self.pending.get(key)
+        if pending is not None and not pending.done and isinstance(piece, str):
+            pending.pieces.append(piece)
+
+    def complete(self, key: Any, arguments: Any = None) -> list[ToolCall]:
+        pending = self.pending.get(key)
+        if pending is None or pending.done:
+            return []
+        pending.done = True
+        return [pending.call(arguments)]
+
+    def unfinished(self) -> list[Unfinished]:
+        return [p.unfinished() for p in self.pending.values() if not p.done]
+
+
+@attrs.define
+class AnthropicStream:
+    """Anthropic Messages stream events in, ``tool_use`` calls out as each block stops."""
+
+    _calls: _Calls = attrs.field(factory=_Calls, init=False)
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        kind, index = _field(event, "type"), _field(event, "index")
+        if kind == "content_block_start":
+            block = _field(event, "content_block")
+            if _field(block, "type") == "tool_use":
+                self._calls.begin(index, _field(block, "id"), _field(block, "name"))
+        elif kind == "content_block_delta":
+            delta = _field(event, "delta")
+            if _field(delta, "type") == "input_json_delta":
+                self._calls.add(index, _field(delta, "partial_json"))
+        elif kind == "content_block_stop":
+            # The SDK's helper stream attaches the finished block, input parsed.
+            block = _field(event, "content_block")
+            whole = _field(block, "input") if _field(block, "type") == "tool_use" else None
+            return self._calls.complete(index, whole if isinstance(whole, Mapping) else None)
+        return []
+
+    def unfinished(self) -> list[Unfinished]:
+        return self._calls.unfinished()
+
+
+@attrs.define
+class ChatCompletionsStream:
+    """Chat Completions chunks in; a call out when the next begins or the choice ends."""
+
+    _calls: _Calls = attrs.field(factory=_Calls, init=False)
+    _current: Any = attrs.field(default=None, init=False)
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        if _field(event, "type") == "chunk":  # the SDK's stream() helper wraps chunks
+            event = _field(event, "chunk")
+        completed: list[ToolCall] = []
+        for choice in _field(event, "choices") or ():
+            if _field(choice, "index") not in (0, None):
+                continue  # n > 1: the first choice is the message fanout answers
+            delta = _field(choice, "delta")
+            for item in _field(delta, "tool_calls") or ():
+                index = _field(item, "index")
+                function = _field(item, "function")
+                if index != self._current:
+                    completed += self._calls.complete(self._current)
+                    self._current = index
+                    self._calls.begin(index, _field(item, "id"), _field(function, "name"))
+                self._calls.add(index, _field(function, "arguments"))
+            if _field(choice, "finish_reason") is not None:
+                completed += self._calls.complete(self._current)
+        return completed
+
+    def unfinished(self) -> list[Unfinished]:
+        return self._calls.unfinished()
+
+
+@attrs.define
+class ResponsesStream:
+    """Responses stream events in; a ``function_call`` out when its item is done."""
+
+    _calls: _Calls = attrs.field(factory=_Calls, init=False)
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        kind = _field(event, "type")
+        if kind == "response.output_item.added":
+            item = _field(event, "item")
+            if _field(item, "type") == "function_call":
+                key = _field(item, "id") or _field(event, "output_index")
+                self._calls.begin(key, _field(item, "call_id"), _field(item, "name"))
+        elif kind == "response.function_call_arguments.delta":
+            self._calls.add(_field(event, "item_id"), _field(event, "delta"))
+        elif kind == "response.output_item.done":
+            item = _field(event, "item")
+            if _field(item, "type") == "function_call":
+                key = _field(item, "id") or _field(event, "output_index")
+                self._calls.begin(key, _field(item, "call_id"), _field(item, "name"))
+                return self._calls.complete(key, _field(item, "arguments"))
+        return []
+
+    def unfinished(self) -> list[Unfinished]:
+        return self._calls.unfinished()

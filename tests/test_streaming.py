@@ -1,0 +1,319 @@
+"""Streaming turns: each call starts the moment its block is complete, and answers are those
+of the finished message, whatever the stream does."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fanout
+from fanout import Kind, Registry, Runner, Status
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+Block = tuple[str, str, Any]  # id, tool name, arguments (a dict, or raw text)
+
+
+def registry(log: list[tuple[str, float]] | None = None) -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60)
+    async def lookup(key: str) -> str:
+        if log is not None:
+            log.append((key, trio.current_time()))
+        await trio.sleep(1)
+        return f"value of {key}"
+
+    @reg.tool(kind=Kind.PURE)
+    async def double(x: int) -> int:
+        return 2 * x
+
+    @reg.tool(kind=Kind.READS)
+    async def fails(why: str) -> str:
+        raise ValueError(why)
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def save(key: str) -> str:
+        if log is not None:
+            log.append((f"save {key}", trio.current_time()))
+        return f"saved {key}"
+
+    return reg
+
+
+def _raw(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def anthropic_events(blocks: list[Block], size: int = 4) -> list[dict[str, Any]]:
+    """The raw Messages stream of an assistant message holding ``blocks`` after some text."""
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 0},
+    ]
+    for i, (call_id, name, arguments) in enumerate(blocks, start=1):
+        start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        events.append({"type": "content_block_start", "index": i, "content_block": start})
+        for piece in _pieces(_raw(arguments), size):
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            events.append({"type": "content_block_delta", "index": i, "delta": delta})
+        events.append({"type": "content_block_stop", "index": i})
+    events += [
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
+        {"type": "message_stop"},
+    ]
+    return events
+
+
+def chat_events(blocks: list[Block], size: int = 4) -> list[dict[str, Any]]:
+    """Chat Completions chunks of a message holding ``blocks``."""
+    chunks: list[dict[str, Any]] = []
+    for i, (call_id, name, arguments) in enumerate(blocks):
+        for k, piece in enumerate(_pieces(_raw(arguments), size)):
+            call: dict[str, Any] = {"index": i, "function": {"arguments": piece}}
+            if k == 0:
+                call.update(id=call_id, type="function")
+                call["function"]["name"] = name
+            chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return chunks
+
+
+def responses_events(blocks: list[Block], size: int = 4) -> list[dict[str, Any]]:
+    """Responses stream events of a response holding ``blocks`` as function calls."""
+    events: list[dict[str, Any]] = []
+    for i, (call_id, name, arguments) in enumerate(blocks):
+        item = {"type": "function_call", "id": f"fc_{i}", "call_id": call_id, "name": name}
+        events.append({"type": "response.output_item.added", "output_index": i, "item": {
+            **item, "arguments": ""}})  # fmt: skip
+        raw = _raw(arguments)
+        for piece in _pieces(raw, size):
+            events.append({
+                "type": "response.function_call_arguments.delta", "item_id": f"fc_{i}",
+                "output_index": i, "delta": piece,
+            })  # fmt: skip
+        events.append({"type": "response.output_item.done", "output_index": i, "item": {
+            **item, "arguments": raw}})  # fmt: skip
+    events.append({"type": "response.completed", "response": {"id": "resp_1"}})
+    return events
+
+
+async def paced(events: list[Any], gap: float) -> AsyncIterator[Any]:
+    """The events as a stream, one every ``gap`` seconds."""
+    for event in events:
+        await trio.sleep(gap)
+        yield event
+
+
+def whole_message(blocks: list[Block]) -> dict[str, Any]:
+    content = [{"type": "text", "text": "Hi"}] + [
+        {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+        for call_id, name, arguments in blocks
+    ]
+    return {"role": "assistant", "content": content}
+
+
+FORMATS: dict[str, tuple[Callable[..., list[Any]], Callable[[], fanout.StreamDecoder]]] = {
+    "anthropic": (anthropic_events, fanout.AnthropicStream),
+    "chat": (chat_events, fanout.ChatCompletionsStream),
+    "responses": (responses_events, fanout.ResponsesStream),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+async def test_reads_start_as_their_blocks_complete_and_writes_at_the_end(
+    fmt: str, autojump_clock: Any
+) -> None:
+    """Each read starts when its block closes, mid-stream; the write waits for the message."""
+    log: list[tuple[str, float]] = []
+    blocks: list[Block] = [
+        ("c1", "lookup", {"key": "a"}),
+        ("c2", "save", {"key": "b"}),
+        ("c3", "lookup", {"key": "c"}),
+    ]
+    make_events, decoder = FORMATS[fmt]
+    events = make_events(blocks, size=100)  # one piece per call: exact timings below
+    turn = await Runner(registry(log)).run_stream(paced(events, 0.25), decoder())
+    assert [r.status for r in turn.results] == [Status.OK] * 3
+    starts = dict(log)
+    end_of_stream = 0.25 * len(events)
+    assert starts["save b"] == max(end_of_stream, starts["c"] + 1)  # after the reads end
+    assert starts["a"] < starts["c"] <= end_of_stream
+    closes = [i for i, e in enumerate(events) if _closes_a_call(fmt, e)]
+    assert [starts["a"], starts["c"]] == [0.25 * (closes[0] + 1), 0.25 * (closes[2] + 1)]
+
+
+def _closes_a_call(fmt: str, event: dict[str, Any]) -> bool:
+    """Whether ``event`` completes a call: its block's end, or (Chat Completions, which
+    has none) the start of the next call or the end of the choice."""
+    if fmt == "anthropic":
+        return event["type"] == "content_block_stop" and event["index"] > 0
+    if fmt == "responses":
+        return bool(event["type"] == "response.output_item.done")
+    choice = event["choices"][0]
+    calls = choice["delta"].get("tool_calls", [])
+    next_call = bool(calls and "id" in calls[0] and calls[0]["index"] > 0)
+    return choice.get("finish_reason") is not None or next_call
+
+
+blocks_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["lookup", "double", "fails", "save", "nope"]),
+        st.one_of(
+            st.fixed_dictionaries({"key": st.sampled_from(["a", "b"])}),
+            st.fixed_dictionaries({"x": st.integers(-3, 3)}),
+            st.fixed_dictionaries({"why": st.text(max_size=5)}),
+            st.just('{"key": "a"'),  # malformed: never closed
+        ),
+    ),
+    max_size=7,
+)
+
+
+@settings(max_examples=int(os.environ.get("FANOUT_EXAMPLES", "150")), deadline=None)
+@given(
+    spec=blocks_strategy,
+    fmt=st.sampled_from(sorted(FORMATS)),
+    mutating=st.sampled_from(["one", "serial", "parallel"]),
+    size=st.integers(1, 12),
+    gap=st.sampled_from([0.0, 0.1, 0.7]),
+    seed=st.integers(0, 2**32),
+)
+def test_a_streamed_message_gets_the_answers_of_the_whole_message(
+    spec: list[tuple[str, Any]], fmt: str, mutating: str, size: int, gap: float, seed: int
+) -> None:
+    """The same message, streamed in any pieces or given whole: byte-identical answers."""
+    blocks = [(f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(spec)]
+    make_events, decoder = FORMATS[fmt]
+
+    async def main() -> tuple[str, str]:
+        options: dict[str, Any] = {"mutating": mutating, "turn_timeout": 10_000}
+        runner = Runner(registry(), rng=random.Random(seed), **options)
+        streamed = await runner.run_stream(paced(make_events(blocks, size), gap), decoder())
+        calls = [fanout.ToolCall(call_id, name, arguments) for call_id, name, arguments in blocks]
+        whole = await Runner(registry(), rng=random.Random(seed), **options).run_turn(calls)
+        return (
+            json.dumps(fanout.anthropic_tool_results(streamed)),
+            json.dumps(fanout.anthropic_tool_results(whole)),
+        )
+
+    streamed, whole = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert streamed == whole
+
+
+async def test_a_stream_that_breaks_off_answers_what_arrived_then_raises(
+    autojump_clock: Any,
+) -> None:
+    """Complete reads run, the half-written call is answered error, writes refused, then
+    the stream's error is raised."""
+    blocks: list[Block] = [
+        ("c1", "lookup", {"key": "a"}),
+        ("c2", "save", {"key": "b"}),
+        ("c3", "lookup", {"key": "c"}),
+    ]
+    events = anthropic_events(blocks)
+    cut = next(i for i, e in enumerate(events) if e.get("index") == 3 and "delta" in e)
+
+    async def broken() -> AsyncIterator[Any]:
+        for event in events[: cut + 1]:
+            yield event
+        raise ConnectionError("the connection dropped")
+
+    turn = Runner(registry()).stream_turn(broken(), fanout.AnthropicStream())
+    with pytest.raises(ConnectionError):
+        await turn.run()
+    read, write, partial = turn.results
+    assert read.status is Status.OK
+    assert write.status is Status.REFUSED
+    assert "broke off" in json.loads(write.content)["message"]
+    assert partial.status is Status.ERROR
+    assert "the stream broke off (ConnectionError" in json.loads(partial.content)["message"]
+
+
+async def test_a_message_that_ends_mid_call_answers_it_error(autojump_clock: Any) -> None:
+    """A tool_use block never stopped: answered error, never lost; the rest runs."""
+    events = anthropic_events([("c1", "double", {"x": 2}), ("c2", "double", {"x": 3})])
+    events = [e for e in events if not (e["type"] == "content_block_stop" and e["index"] == 2)]
+    turn = await Runner(registry()).run_stream(paced(events, 0.0), fanout.AnthropicStream())
+    done, unfinished = turn.results
+    assert (done.status, done.content) == (Status.OK, "4")
+    assert unfinished.status is Status.ERROR
+    assert "ended before this call's arguments were complete" in unfinished.content
+
+
+async def test_the_deadline_covers_the_stream(autojump_clock: Any) -> None:
+    """A stream slower than the turn's deadline: the running read and the half-written call
+    are both answered timed_out at the deadline."""
+    events = anthropic_events([("c1", "lookup", {"key": "a"}), ("c2", "lookup", {"key": "b"})])
+    turn = await Runner(registry(), turn_timeout=2).run_stream(
+        paced(events, 0.15), fanout.AnthropicStream()
+    )
+    assert trio.current_time() == 2.0
+    running, half_written = turn.results
+    assert (running.tool_use_id, running.status) == ("c1", Status.TIMED_OUT)
+    assert json.loads(running.content)["started"] is True
+    assert (half_written.tool_use_id, half_written.status) == ("c2", Status.TIMED_OUT)
+    assert json.loads(half_written.content)["started"] is False
+
+
+async def test_a_caller_cancelling_mid_stream_gets_every_id_seen_answered(
+    autojump_clock: Any,
+) -> None:
+    """Cancelled mid-stream: the finished read's answer, the rest cancelled, none lost."""
+    events = anthropic_events([("c1", "double", {"x": 1}), ("c2", "lookup", {"key": "b"})])
+    turn = Runner(registry()).stream_turn(paced(events, 0.5), fanout.AnthropicStream())
+    with trio.move_on_after(len(events) * 0.5 - 0.75):
+        await turn.run()
+    first, second = turn.results
+    assert first.status is Status.OK
+    assert second.status is Status.CANCELLED
+    assert json.loads(second.content)["message"] == "the caller cancelled the turn"
+
+
+async def test_a_repeated_id_in_a_stream_raises_after_answering(autojump_clock: Any) -> None:
+    """Two blocks with one id: InvalidTurnError, raised once the first is answered."""
+    events = anthropic_events([("c1", "double", {"x": 1}), ("c1", "double", {"x": 2})])
+    turn = Runner(registry()).stream_turn(paced(events, 0.0), fanout.AnthropicStream())
+    with pytest.raises(fanout.InvalidTurnError):
+        await turn.run()
+    assert [(r.tool_use_id, r.content) for r in turn.results] == [("c1", "2")]
+
+
+async def test_a_repeat_arriving_after_its_leader_finished_shares_its_answer(
+    autojump_clock: Any,
+) -> None:
+    """Single-flight across arrivals: the later identical read runs zero more times."""
+    log: list[tuple[str, float]] = []
+    blocks: list[Block] = [("c1", "lookup", {"key": "a"}), ("c2", "lookup", {"key": "a"})]
+    events = anthropic_events(blocks, size=100)
+    turn = await Runner(registry(log)).run_stream(paced(events, 1.0), fanout.AnthropicStream())
+    assert [key for key, _ in log] == ["a"]
+    assert [r.content for r in turn.results] == ["value of a", "value of a"]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [None, 42, "text", {"type": "content_block_delta"}, {"type": "content_block_stop", "index": 9},
+     {"choices": "x"}, {"type": "response.output_item.done", "item": None}],
+)  # fmt: skip
+def test_decoders_skip_events_they_cannot_read(event: Any) -> None:
+    """Hostile or unknown events are skipped, never raised."""
+    for _, decoder in FORMATS.values():
+        reader = decoder()
+        assert reader.feed(event) == []
+        assert reader.unfinished() == []
