@@ -33,6 +33,7 @@ class FanoutTransport(TransportBase[httpx.Request, httpx.Response], httpx.AsyncB
         not_sent=(httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout),
         body=_Body,
         pool=httpx.AsyncHTTPTransport,
+        limits=httpx.Limits,
     )
 
 

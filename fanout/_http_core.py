@@ -135,6 +135,7 @@ class Seam:
     not_sent: tuple[type[Exception], ...]
     body: type[GuardedBody]
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
+    limits: Callable[..., Any]  # the library's pool limits class
 
 
 class TransportBase(Generic[RequestT, ResponseT]):
@@ -143,7 +144,12 @@ class TransportBase(Generic[RequestT, ResponseT]):
     Wraps ``transport``, or without one spreads calls over ``pools`` of the
     library's connection pools (``pool_options`` configure each): a pool
     gets slower as many concurrent requests share it, and at 200 concurrent
-    calls four pools beat one (``benchmarks/bench_http.py``).
+    calls four pools beat one (``benchmarks/bench_http.py``). The pools do
+    not cap connections unless ``limits=`` says so: a scope's
+    ``max_concurrency`` is where calls queue, charged to their budgets, and
+    a second queue inside the library would hide those waits (and, at a
+    thousand hung calls, take over a second to unwind at the deadline
+    against a fifth of that uncapped: ``benchmarks/bench_deadline.py``).
     ``secret_headers`` and ``secret_params`` name request headers and query
     parameters that carry credentials, besides the built-in ones.
     ``wall_clock`` is only for reading HTTP-dates and epoch resets; every
@@ -167,6 +173,7 @@ class TransportBase(Generic[RequestT, ResponseT]):
         if transport is not None:
             transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
         else:
+            pool_options.setdefault("limits", self.seam.limits(max_connections=None))
             transports = tuple(self.seam.pool(**pool_options) for _ in range(pools))
         self._core = HttpCore(
             self.seam, transports, wall_clock=wall_clock,

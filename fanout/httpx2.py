@@ -36,6 +36,7 @@ class FanoutTransport(TransportBase[httpx2.Request, httpx2.Response], httpx2.Asy
         not_sent=(httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout),
         body=_Body,
         pool=httpx2.AsyncHTTPTransport,
+        limits=httpx2.Limits,
     )
 
 
