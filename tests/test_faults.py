@@ -2,7 +2,8 @@
 
 Hypothesis generates what can go wrong (outputs of every shape, exceptions
 whose ``__str__`` raises, signals with absurd waits, scopes, stores and
-instruments that raise, hang or return garbage) and each example asserts the
+instruments that raise, hang or return garbage, a transport that refuses,
+resets mid-body, hangs or answers with garbage headers) and each example asserts the
 promise itself: the turn returns by its deadline, nothing escapes it, every
 id gets exactly one answer in order, each answer is valid and says what
 really happened (never "the caller cancelled" when nobody did), and no
@@ -11,12 +12,14 @@ answer is written after its call's deadline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import httpx
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -24,6 +27,9 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
 EXAMPLES = int(os.environ.get("FANOUT_EXAMPLES", "150"))
 
@@ -195,8 +201,46 @@ class FaultyInstrument:
             raise UnprintableError()
 
 
-def _registry(behaviours: list[tuple[str, Any]]) -> Registry:
+class _BrokenBody(httpx.AsyncByteStream):
+    """A response body whose connection resets after its first chunk."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'{"partial": '
+        raise httpx.ReadError("connection reset by peer")
+
+
+def _http_handler(answers: list[str]) -> Callable[[httpx.Request], Awaitable[httpx.Response]]:
+    """A transport that answers each request with the next outcome of ``answers``."""
+    served = itertools.count()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        outcome = answers[next(served) % len(answers)] if answers else "ok"
+        if outcome == "hang":
+            await trio.sleep_forever()
+        if outcome == "connect_error":
+            raise httpx.ConnectError("connection refused", request=request)
+        if outcome == "read_error":
+            raise httpx.ReadError("connection reset", request=request)
+        if outcome == "body_reset":
+            return httpx.Response(200, stream=_BrokenBody())
+        statuses = {"429_garbage": 429, "429_huge": 429, "503": 503, "500": 500}
+        headers = {
+            "429_garbage": {"retry-after": "-5", "x-ratelimit-reset": "nan", "ratelimit": ";;"},
+            "429_huge": {"retry-after": "1e308", "x-ratelimit-scope": "api"},
+            "503": {"retry-after": "0.5"},
+        }.get(outcome, {"ratelimit-remaining": "0", "ratelimit-reset": "1"})
+        return httpx.Response(statuses.get(outcome, 200), headers=headers, text="ok")
+
+    return handle
+
+
+def _registry(behaviours: list[tuple[str, Any]], answers: list[str] | None = None) -> Registry:
     reg = Registry()
+    client = fanout.http_client(transport=httpx.MockTransport(_http_handler(answers or [])))
+
+    async def fetch(n: int) -> str:
+        response = await client.get(f"https://api.test/items/{n}", headers={"x-api-key": "k-123"})
+        return response.text
 
     async def act(n: int) -> Any:
         what, detail = behaviours[n]
@@ -219,6 +263,8 @@ def _registry(behaviours: list[tuple[str, Any]]) -> Registry:
         reg.add(act, name=f"{kind.value}_scoped", kind=kind, timeout=3, scopes=["api"])
         reg.add(act, name=f"{kind.value}_free", kind=kind, timeout=None)
     reg.add(act_sync, name="sync_tool", kind=Kind.READS, timeout=2)
+    reg.add(fetch, name="http_read", kind=Kind.READS, timeout=3, scopes=["api"])
+    reg.add(fetch, name="http_write", kind=Kind.MUTATING, timeout=3, scopes=["api"])
     return reg
 
 
@@ -238,8 +284,16 @@ seams = st.fixed_dictionaries(
     }
 )
 tool_names = st.sampled_from(
-    [f"{kind.value}_{how}" for kind in Kind for how in ("scoped", "free")] + ["sync_tool"]
+    [f"{kind.value}_{how}" for kind in Kind for how in ("scoped", "free")]
+    + ["sync_tool", "http_read", "http_write"]
 )
+transport_answers = st.lists(
+    st.sampled_from(
+        ["ok", "hang", "connect_error", "read_error", "body_reset", "429_garbage", "429_huge",
+         "503", "500"]
+    ),
+    max_size=6,
+)  # fmt: skip
 
 
 def _play(
@@ -249,6 +303,7 @@ def _play(
     broken_events: frozenset[str],
     seed: int,
     hosted: bool,
+    answers: list[str],
 ) -> tuple[list[ToolCall], fanout.Turn, float, bool]:
     behaviours = [behaviour for _, behaviour in calls_spec]
     calls = [ToolCall(f"toolu_{i:02d}", name, {"n": i}) for i, (name, _) in enumerate(calls_spec)]
@@ -258,7 +313,7 @@ def _play(
     store = FaultyStore()
     store.faults = faults
     runner = Runner(
-        _registry(behaviours),
+        _registry(behaviours, answers),
         scopes=[scope],
         rng=random.Random(seed),
         instruments=[FaultyInstrument(broken_events)],
@@ -301,6 +356,7 @@ def _play(
     broken_events=st.frozensets(st.sampled_from([k.value for k in fanout.EventKind])),
     seed=st.integers(0, 2**32),
     hosted=st.booleans(),
+    answers=transport_answers,
 )
 def test_every_call_answered_truthfully_whatever_fails(
     calls_spec: list[tuple[str, tuple[str, Any]]],
@@ -309,9 +365,12 @@ def test_every_call_answered_truthfully_whatever_fails(
     broken_events: frozenset[str],
     seed: int,
     hosted: bool,
+    answers: list[str],
 ) -> None:
     """Hostile tools and faults at every seam: the turn returns on time, every id answered."""
-    calls, turn, returned, escaped = _play(calls_spec, plan, policy, broken_events, seed, hosted)
+    calls, turn, returned, escaped = _play(
+        calls_spec, plan, policy, broken_events, seed, hosted, answers
+    )
     assert not escaped
     assert returned <= turn.deadline
     assert [r.tool_use_id for r in turn.results] == [c.id for c in calls]
