@@ -62,11 +62,11 @@ from ._scope import ScopeStatistics as ScopeStatistics
 from ._scope import concurrency_for as concurrency_for
 from ._secrets import Secret as Secret
 from ._secrets import register_secret as register_secret
+from ._streaming import StreamingTurn as StreamingTurn
 from ._streams import AnthropicStream as AnthropicStream
 from ._streams import ChatCompletionsStream as ChatCompletionsStream
 from ._streams import ResponsesStream as ResponsesStream
 from ._streams import StreamDecoder as StreamDecoder
-from ._turn import StreamingTurn as StreamingTurn
 from ._turn import Turn as Turn
 from ._values import Kind as Kind
 from ._values import Status as Status

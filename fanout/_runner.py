@@ -27,7 +27,8 @@ from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
-from ._turn import MutatingPolicy, OnFailure, StreamingTurn, Turn, TurnCounts
+from ._streaming import StreamingTurn
+from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
 from ._validate import require_at_least, require_non_negative, require_positive
 from ._values import ToolCall
 

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import heapq
-import itertools
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
@@ -33,8 +31,9 @@ from ._answers import failure
 from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
+from ._deadlines import Deadlines
 from ._events import Event, EventKind, Recorder
-from ._exceptions import InvalidTurnError, UsageError
+from ._exceptions import UsageError
 from ._redact import scrubbed
 from ._repeats import (
     cached_answer,
@@ -51,8 +50,6 @@ from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from collections.abc import (
-        AsyncIterable,
-        AsyncIterator,
         Awaitable,
         Callable,
         Iterator,
@@ -61,9 +58,8 @@ if TYPE_CHECKING:
 
     from ._registry import Registry
     from ._run import Run
-    from ._streams import StreamDecoder
 
-__all__ = ["MutatingPolicy", "OnFailure", "StreamingTurn", "Turn", "TurnCounts"]
+__all__ = ["MutatingPolicy", "OnFailure", "Turn", "TurnCounts"]
 
 _log = logging.getLogger("fanout")
 
@@ -127,9 +123,7 @@ class Turn:
         self._stopping = False  # set once the turn has stopped its calls
         self._internal = ""  # what failed, when fanout itself did
         self._scope = trio.CancelScope()
-        self._deadlines: list[tuple[float, int, CallState, trio.CancelScope]] = []
-        self._serial = itertools.count()
-        self._deadlines_changed = trio.Event()
+        self._deadlines = Deadlines()
         # Every running call's own cancel scope, so the turn can stop calls
         # that run in the runner's nursery rather than under its own scope.
         self._running: dict[CallState, trio.CancelScope] = {}
@@ -445,36 +439,24 @@ class Turn:
     # -- deadlines ------------------------------------------------------------
 
     def _watch(self, state: CallState, deadline: float, scope: trio.CancelScope) -> None:
-        """Have the watcher end ``state`` at ``deadline`` (its own, before the turn's)."""
-        heapq.heappush(self._deadlines, (deadline, next(self._serial), state, scope))
-        self._deadlines_changed.set()
+        """At ``deadline`` (the call's own, before the turn's): answer ``state``, then cancel it."""
+
+        def expire() -> None:
+            if state.result is None:
+                self._answer(state, self._timed_out(state))
+            scope.cancel()
+
+        self._deadlines.add(deadline, expire)
 
     async def _watch_deadlines(self) -> None:
-        """Answer each call at its deadline, then cancel it; the turn's last of all."""
+        """Answer each call at its deadline, then cancel it; at the turn's, all that are left."""
         with self._noting_crashes():
-            await self._watch_each_deadline()
-
-    async def _watch_each_deadline(self) -> None:
-        while True:
-            due = self._deadlines[0][0] if self._deadlines else self._deadline
-            due = min(due, self._deadline)
-            with trio.move_on_at(due):
-                await self._deadlines_changed.wait()
-                self._deadlines_changed = trio.Event()
-                continue
-            now = trio.current_time()
-            while self._deadlines and self._deadlines[0][0] <= now:
-                _, _, state, scope = heapq.heappop(self._deadlines)
+            await self._deadlines.watch(self._deadline)
+            self._deadline_reached = True
+            for state in self._states:
                 if state.result is None:
-                    self._answer(state, self._timed_out(state))
-                scope.cancel()
-            if now >= self._deadline:
-                self._deadline_reached = True
-                for state in self._states:
-                    if state.result is None:
-                        self._answer(state, self._interrupted(state))
-                self._scope.cancel()
-                return
+                    self._answer(state, self._interrupted(state))
+            self._scope.cancel()
 
     def _stop_calls(self) -> None:
         """Cancel every call still running, wherever its task lives.
@@ -564,120 +546,6 @@ class Turn:
             state.call, Status.CANCELLED, "the turn has not finished running this call",
             started=state.started, kind=state.kind,
         )  # fmt: skip
-
-
-class StreamingTurn(Turn):
-    """A turn fed by a model's stream: each read starts the moment its block is complete.
-
-    Build it with ``Runner.stream_turn(events, decoder)``. Running it reads
-    the stream; every call is checked as it arrives (single-flight and the
-    run's cache apply to calls that arrive later too), reads start in the
-    model's order while the message is still being written, and writes wait
-    for its end, since the mutating policy needs the whole set. The turn's
-    deadline covers the stream. A call whose block had begun when the
-    stream ended, broke off, or was cut off is answered too (``error``,
-    ``timed_out`` or ``cancelled``), never lost; writes of a message that
-    broke off are refused. The answers are those a turn built from the
-    finished message would give.
-
-    The stream's own error (a dropped connection, two calls with one id) is
-    raised from ``run()`` once every call seen is answered.
-    """
-
-    def __init__(
-        self,
-        events: AsyncIterable[Any],
-        decoder: StreamDecoder,
-        state_for: Callable[[ToolCall, int], CallState],
-        **options: Any,
-    ) -> None:
-        super().__init__([], **options)
-        self._events = events
-        self._decoder = decoder
-        self._state_for = state_for
-        self._iterator: AsyncIterator[Any] | None = None
-        self._ended = False
-        self._stream_error: Exception | None = None
-
-    async def run(self) -> None:
-        """Read the stream and run every call to its answer under the turn's deadline."""
-        await self._run_to_the_end()
-        if self._stream_error is not None:
-            raise self._stream_error
-
-    async def _arrivals(self) -> list[CallState] | None:
-        if self._ended:
-            await trio.lowlevel.checkpoint()
-            return None
-        if self._iterator is None:
-            self._iterator = self._events.__aiter__()
-        while True:
-            try:
-                event = await self._iterator.__anext__()
-            except StopAsyncIteration:
-                return self._end("the message ended before this call's arguments were complete")
-            except Exception as exc:
-                self._stream_error = exc
-                return self._end(
-                    f"the stream broke off ({describe(exc)}) before this call's arguments "
-                    "were complete"
-                )
-            arrived = [self._add(call) for call in self._decoded(event)]
-            if self._stream_error is not None:
-                return self._end("the stream was invalid before this call was complete")
-            if arrived:
-                return [state for state in arrived if state is not None]
-
-    def _decoded(self, event: Any) -> list[ToolCall]:
-        try:
-            return self._decoder.feed(event)
-        except Exception as exc:
-            self._stream_error = exc
-            return []
-
-    def _add(self, call: ToolCall, problem: str | None = None) -> CallState | None:
-        """A call that arrived, as the turn's next state; a repeated id spoils the stream."""
-        if any(state.call.id == call.id for state in self._states):
-            self._stream_error = InvalidTurnError(
-                f"two calls in the stream share the id {call.id!r}; each id needs one answer"
-            )
-            return None
-        state = self._state_for(call, len(self._states))
-        state.problem = problem
-        self._states.append(state)
-        return state
-
-    def _end(self, why: str) -> list[CallState]:
-        """The stream is over: its unfinished calls arrive, to be answered ``error``."""
-        self._ended = True
-        arrived = [self._add(call, why) for call in self._unfinished()]
-        return [state for state in arrived if state is not None]
-
-    def _unfinished(self) -> list[ToolCall]:
-        try:
-            begun = self._decoder.unfinished()
-        except Exception:
-            _log.exception("fanout: a stream decoder failed to list its unfinished calls")
-            return []
-        return [ToolCall(u.id, u.name or "<no tool name>", u.received or "") for u in begun]
-
-    def _arrivals_cut_off(self) -> None:
-        if not self._ended:
-            self._ended = True
-            for call in self._unfinished():
-                self._add(call)
-
-    async def _mutating_phase(self, writes: list[CallState]) -> None:
-        if self._stream_error is None:
-            await super()._mutating_phase(writes)
-            return
-        await trio.lowlevel.checkpoint()
-        for state in writes:
-            self._refuse(
-                state,
-                "the message broke off before it was complete; a write from an incomplete "
-                "message is not run. Re-request it if still needed",
-            )
 
 
 def _only_cancelled(exc: BaseException) -> bool:

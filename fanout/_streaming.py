@@ -1,0 +1,144 @@
+"""A turn fed by a model's stream: each read starts the moment its block is complete.
+
+For deadline-focused agents the latency of a turn should be the longer of
+generating the message and running its tools, not their sum. The turn
+machinery (``Turn``) admits calls as they arrive; this module supplies them
+from a stream, through a decoder of the SDK's events (``_streams``), and
+answers what a stream leaves unfinished.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._call import describe
+from ._exceptions import InvalidTurnError
+from ._turn import Turn
+from ._values import ToolCall
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterable, AsyncIterator, Callable
+
+    from ._call import CallState
+    from ._streams import StreamDecoder
+
+__all__ = ["StreamingTurn"]
+
+_log = logging.getLogger("fanout")
+
+
+class StreamingTurn(Turn):
+    """A turn fed by a model's stream: each read starts the moment its block is complete.
+
+    Build it with ``Runner.stream_turn(events, decoder)``. Running it reads
+    the stream; every call is checked as it arrives (single-flight and the
+    run's cache apply to calls that arrive later too), reads start in the
+    model's order while the message is still being written, and writes wait
+    for its end, since the mutating policy needs the whole set. The turn's
+    deadline covers the stream. A call whose block had begun when the
+    stream ended, broke off, or was cut off is answered too (``error``,
+    ``timed_out`` or ``cancelled``), never lost; writes of a message that
+    broke off are refused. The answers are those a turn built from the
+    finished message would give.
+
+    The stream's own error (a dropped connection, two calls with one id) is
+    raised from ``run()`` once every call seen is answered.
+    """
+
+    def __init__(
+        self,
+        events: AsyncIterable[Any],
+        decoder: StreamDecoder,
+        state_for: Callable[[ToolCall, int], CallState],
+        **options: Any,
+    ) -> None:
+        super().__init__([], **options)
+        self._events = events
+        self._decoder = decoder
+        self._state_for = state_for
+        self._iterator: AsyncIterator[Any] | None = None
+        self._ended = False
+        self._stream_error: Exception | None = None
+
+    async def run(self) -> None:
+        """Read the stream and run every call to its answer under the turn's deadline."""
+        await self._run_to_the_end()
+        if self._stream_error is not None:
+            raise self._stream_error
+
+    async def _arrivals(self) -> list[CallState] | None:
+        if self._ended:
+            await trio.lowlevel.checkpoint()
+            return None
+        if self._iterator is None:
+            self._iterator = self._events.__aiter__()
+        while True:
+            try:
+                event = await self._iterator.__anext__()
+            except StopAsyncIteration:
+                return self._end("the message ended before this call's arguments were complete")
+            except Exception as exc:
+                self._stream_error = exc
+                return self._end(
+                    f"the stream broke off ({describe(exc)}) before this call's arguments "
+                    "were complete"
+                )
+            arrived = [self._add(call) for call in self._decoded(event)]
+            if self._stream_error is not None:
+                return self._end("the stream was invalid before this call was complete")
+            if arrived:
+                return [state for state in arrived if state is not None]
+
+    def _decoded(self, event: Any) -> list[ToolCall]:
+        try:
+            return self._decoder.feed(event)
+        except Exception as exc:
+            self._stream_error = exc
+            return []
+
+    def _add(self, call: ToolCall, problem: str | None = None) -> CallState | None:
+        """A call that arrived, as the turn's next state; a repeated id spoils the stream."""
+        if any(state.call.id == call.id for state in self._states):
+            self._stream_error = InvalidTurnError(
+                f"two calls in the stream share the id {call.id!r}; each id needs one answer"
+            )
+            return None
+        state = self._state_for(call, len(self._states))
+        state.problem = problem
+        self._states.append(state)
+        return state
+
+    def _end(self, why: str) -> list[CallState]:
+        """The stream is over: its unfinished calls arrive, to be answered ``error``."""
+        self._ended = True
+        arrived = [self._add(call, why) for call in self._unfinished()]
+        return [state for state in arrived if state is not None]
+
+    def _unfinished(self) -> list[ToolCall]:
+        try:
+            begun = self._decoder.unfinished()
+        except Exception:
+            _log.exception("fanout: a stream decoder failed to list its unfinished calls")
+            return []
+        return [ToolCall(u.id, u.name or "<no tool name>", u.received or "") for u in begun]
+
+    def _arrivals_cut_off(self) -> None:
+        if not self._ended:
+            self._ended = True
+            for call in self._unfinished():
+                self._add(call)
+
+    async def _mutating_phase(self, writes: list[CallState]) -> None:
+        if self._stream_error is None:
+            await super()._mutating_phase(writes)
+            return
+        await trio.lowlevel.checkpoint()
+        for state in writes:
+            self._refuse(
+                state,
+                "the message broke off before it was complete; a write from an incomplete "
+                "message is not run. Re-request it if still needed",
+            )

@@ -1,0 +1,34 @@
+"""The deadline watcher: each action at its time, in order, and a late addition wakes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from fanout._deadlines import Deadlines
+
+
+async def test_each_action_runs_at_its_time_and_watch_returns_at_the_last(
+    autojump_clock: Any,
+) -> None:
+    """Actions run at their exact times, ties in the order added; watch ends at ``last``."""
+    deadlines = Deadlines()
+    ran: list[tuple[str, float]] = []
+    for name, when in (("b", 2.0), ("a", 1.0), ("c", 2.0), ("late", 9.0)):
+        deadlines.add(when, lambda name=name: ran.append((name, trio.current_time())))
+    await deadlines.watch(5.0)
+    assert ran == [("a", 1.0), ("b", 2.0), ("c", 2.0)]
+    assert trio.current_time() == 5.0
+
+
+async def test_a_deadline_added_while_watching_wakes_the_watcher(autojump_clock: Any) -> None:
+    """An earlier deadline added mid-sleep is acted on at its time, not at the later one."""
+    deadlines = Deadlines()
+    ran: list[float] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.watch, 10.0)
+        await trio.sleep(1)
+        deadlines.add(3.0, lambda: ran.append(trio.current_time()))
+    assert ran == [3.0]
+    assert trio.current_time() == 10.0
