@@ -89,6 +89,8 @@ class CallState:
     claimed: bool = False  # holds its idempotency key in the run's store
     # Why the arguments are unusable, when a stream said more than "not JSON".
     problem: str | None = None
+    # The arguments structured into the tool's annotated types (set when checked).
+    bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
     # Single-flight: an identical earlier call of the turn answers this one.
     leader: CallState | None = attrs.field(default=None, eq=False, repr=False)
     followers: list[CallState] = attrs.field(factory=list, eq=False, repr=False)
@@ -98,6 +100,13 @@ class CallState:
         if self._rng is None:
             self._rng = random.Random(self.seed)
         return self._rng
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments to call the tool with: bound if checked, else as sent."""
+        if self.bound is not None:
+            return self.bound
+        assert isinstance(self.call.arguments, dict)
+        return self.call.arguments
 
     @property
     def kind(self) -> Kind:
@@ -218,7 +227,7 @@ async def _run_tool(
     # a tool's own error still says the rate was acceptable.
     went_fine = False
     try:
-        value = await _invoke(spec, context, settings.threads)
+        value = await _invoke(spec, state.arguments(), context, settings.threads)
         went_fine = True
         # A write whose request broke mid-answer has an unknown effect, even
         # when the tool swallowed the error: its answer is not kept for replay.
@@ -264,18 +273,16 @@ def _signal_within(exc: BaseException) -> ToolSignal | None:
     return None
 
 
-async def _invoke(spec: ToolSpec, context: CallContext, threads: trio.CapacityLimiter) -> Any:
+async def _invoke(
+    spec: ToolSpec, arguments: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
+) -> Any:
     """Call the tool; anything it raises that is not a cancellation becomes an ``Exception``.
 
     A tool may raise a ``BaseException`` (``SystemExit``, a group mixing a
     cancellation with an error). Cancellation and ``KeyboardInterrupt``
     propagate, as trio requires; the rest is the tool's error, not the turn's.
     """
-    arguments = context.call.arguments
-    assert isinstance(arguments, dict)
     token = set_current_call(context)
-    bound = spec.bind(arguments)  # the turn answered the calls that do not fit
-    arguments = bound if isinstance(bound, dict) else arguments
     try:
         if spec.idle_timeout is None:
             return await _call_fn(spec, arguments, threads)

@@ -223,9 +223,12 @@ class Turn:
         try:
             yield
         except BaseException as exc:
-            if not _only_cancelled(exc) and not self._internal:
-                self._internal = describe(exc)
+            self._note_crash(exc)
             raise
+
+    def _note_crash(self, exc: BaseException) -> None:
+        if not _only_cancelled(exc) and not self._internal:
+            self._internal = describe(exc)
 
     def _fail_internally(self, exc: BaseException) -> None:
         """fanout itself failed: answer what is left ``error``, never crash the caller.
@@ -270,7 +273,9 @@ class Turn:
                 ),
             )  # fmt: skip
             return False
-        if isinstance(unfit := state.spec.bind(call.arguments), ArgumentError):
+        bound = state.spec.bind(call.arguments)
+        if isinstance(bound, ArgumentError):
+            unfit = bound
             self._answer(
                 state,
                 failure(
@@ -280,6 +285,7 @@ class Turn:
                 ),
             )  # fmt: skip
             return False
+        state.bound = bound
         if self._failed is not None:
             self._answer(state, self._interrupted(state))
             return False
@@ -311,11 +317,14 @@ class Turn:
     ) -> None:
         """Run arriving calls concurrently, each admitted in the model's order.
 
-        Every call is started with ``nursery.start``, which returns once the
-        call has queued or begun: which call goes first, and whether a call
-        had started when a sibling failed, never depends on how trio happened
-        to schedule the tasks. With ``register``, each batch is checked first
-        (``_register``); the mutating phase's writes were checked on arrival.
+        A call is started with ``nursery.start``, which returns once the call
+        has queued or begun, wherever order shows in the answers: on scopes
+        (who gets the next token) and under ``cancel_siblings`` (whether a
+        call had started when a sibling failed, and which failure came
+        first). Elsewhere each answer is the call's own, whatever order trio
+        runs the tasks in, and ``start_soon`` saves a scheduler round trip.
+        With ``register``, each batch is checked first (``_register``); the
+        mutating phase's writes were checked on arrival.
 
         In the turn's own nursery, this ends when the calls' tasks have ended.
         In the runner's nursery (a runner used with ``async with``), it ends
@@ -347,7 +356,10 @@ class Turn:
                 if state.result is None:
                     if self._host is not None:
                         self._phase_left.add(state)
-                    await nursery.start(run_one, state)
+                    if state.scopes or self._on_failure == "cancel_siblings":
+                        await nursery.start(run_one, state)
+                    else:
+                        nursery.start_soon(run_one, state)
 
     async def _run_hosted(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -391,18 +403,18 @@ class Turn:
 
         state.queued = queued
         try:
-            with self._noting_crashes(), trio.CancelScope() as own:
-                own.deadline = self._deadline + _BACKSTOP
-                self._running[state] = own
-                if self._stopping:
-                    own.cancel()
-                if budget.deadline < self._deadline:
-                    self._watch(state, budget.deadline, own)
-                try:
-                    await self._execute(state, budget)
-                except Exception as exc:
-                    _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
-                    self._answer(state, self._broken(state, describe(exc)))
+            if self._host is None and budget.deadline >= self._deadline:
+                # Under the turn's own scope, with no deadline of its own: the
+                # turn's scope and watcher are all this call needs.
+                await self._execute_answering(state, budget)
+            else:
+                with trio.CancelScope(deadline=self._deadline + _BACKSTOP) as own:
+                    self._running[state] = own
+                    if self._stopping:
+                        own.cancel()
+                    if budget.deadline < self._deadline:
+                        self._watch(state, budget.deadline, own)
+                    await self._execute_answering(state, budget)
         finally:
             self._running.pop(state, None)
             if state.result is None:
@@ -410,6 +422,17 @@ class Turn:
             queued()
             if state.claimed:
                 await settle(self._run, state, budget)
+
+    async def _execute_answering(self, state: CallState, budget: Budget) -> None:
+        """``_execute``, with a failure of fanout's own answered instead of raised."""
+        try:
+            await self._execute(state, budget)
+        except Exception as exc:
+            _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
+            self._answer(state, self._broken(state, describe(exc)))
+        except BaseException as exc:
+            self._note_crash(exc)
+            raise
 
     async def _execute(self, state: CallState, budget: Budget) -> None:
         """Answer one call: a replay of a write already done, or a run of it."""
