@@ -12,6 +12,8 @@ from typing import Any
 
 import attrs
 
+from ._output import Part, parts_of
+
 __all__ = ["Kind", "Status", "ToolCall", "ToolResult"]
 
 
@@ -74,7 +76,10 @@ class ToolResult:
 
     ``content`` is the text the model will read; timings and reasons for
     operators live in the trace, never here, so the transcript is a function
-    of the calls and their outcomes alone.
+    of the calls and their outcomes alone. A tool that returned content
+    blocks (``Text``, ``Image``, ``Document``) has them encoded in
+    ``content``, so that every path an answer takes (coalescing, the cache,
+    the idempotency store) carries them intact; ``parts`` reads them back.
     """
 
     tool_use_id: str
@@ -87,3 +92,8 @@ class ToolResult:
     def is_error(self) -> bool:
         """Everything but ``ok`` is an error to the model's SDKs."""
         return self.status is not Status.OK
+
+    @property
+    def parts(self) -> list[Part] | None:
+        """The content blocks of this answer, or None when its content is plain text."""
+        return parts_of(self.content)
