@@ -9,6 +9,7 @@ limiter-computed ``retry_after_ms``, which is itself a function of the clock.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -72,9 +73,29 @@ def failure(
     finish: ``effect_unknown``) says its effect is unknown.
     """
     retry_after_ms = milliseconds(retry_after)
+    cut_off = status in (Status.CANCELLED, Status.TIMED_OUT) or effect_unknown
+    unknown_effect = started and kind is Kind.MUTATING and cut_off
+    content = _failure_text(
+        status, call.name, message, started, scope, retry_after_ms, hint, unknown_effect
+    )
+    return ToolResult(call.id, status, content, retry_after_ms=retry_after_ms, scope=scope)
+
+
+@functools.lru_cache(maxsize=1024)
+def _failure_text(
+    status: Status,
+    tool: str,
+    message: str,
+    started: bool,
+    scope: str | None,
+    retry_after_ms: int | None,
+    hint: str | None,
+    unknown_effect: bool,
+) -> str:
+    """The canonical JSON of a non-ok answer; remembered, since a deadline ends many alike."""
     body: dict[str, Any] = {
         "status": status.value,
-        "tool": call.name,
+        "tool": tool,
         "message": truncate(clean_text(message), _MAX_MESSAGE),
         "started": started,
     }
@@ -85,12 +106,9 @@ def failure(
     chosen_hint = hint or _HINTS.get(status)
     if chosen_hint:
         body["hint"] = chosen_hint
-    cut_off = status in (Status.CANCELLED, Status.TIMED_OUT) or effect_unknown
-    if started and kind is Kind.MUTATING and cut_off:
+    if unknown_effect:
         body["effect"] = _UNKNOWN_EFFECT
-    return ToolResult(
-        call.id, status, canonical_json(body), retry_after_ms=retry_after_ms, scope=scope
-    )
+    return canonical_json(body)
 
 
 def milliseconds(seconds: object) -> int | None:

@@ -11,6 +11,7 @@ was never shown.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -77,7 +78,12 @@ def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
 def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """Free text with known secrets (``secrets`` and every registered one) and
     credential-shaped tokens replaced."""
-    text = scrub_secrets(text, secrets)
+    return _redact_shapes(scrub_secrets(text, secrets))
+
+
+@functools.lru_cache(maxsize=1024)
+def _redact_shapes(text: str) -> str:
+    """``text`` with credential-shaped tokens replaced; remembered, since answers repeat."""
     for shape, replacement in _SHAPES:
         text = shape.sub(replacement, text)
     return text
