@@ -9,6 +9,7 @@ from ._adapters import anthropic_tool_results as anthropic_tool_results
 from ._adapters import calls_from_anthropic as calls_from_anthropic
 from ._adapters import calls_from_openai as calls_from_openai
 from ._adapters import openai_tool_messages as openai_tool_messages
+from ._bucket import Booking as Booking
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
@@ -55,6 +56,7 @@ from ._values import ToolCall as ToolCall
 from ._values import ToolResult as ToolResult
 
 __all__ = [
+    "Booking",
     "BucketStatistics",
     "Budget",
     "CallContext",

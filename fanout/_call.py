@@ -234,9 +234,10 @@ async def _absorb_signal(
             scope=_signal_scope(state, signal), retry_after=reset,
         )  # fmt: skip
     if isinstance(signal, RateLimitedError):
-        if signal.retry_after is not None:
-            for scope in targets:
-                await scope.on_throttled(signal.retry_after)
+        for scope in targets:
+            # A bare 429 (no wait stated) still drains the bucket and drives AIMD.
+            await scope.on_throttled(signal.retry_after)
+            if signal.retry_after is not None:
                 recorder.emit(
                     EventKind.SCOPE_BLOCKED, call_id=call.id, tool=call.name,
                     scope=scope.name, wait=signal.retry_after,

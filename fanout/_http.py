@@ -93,6 +93,7 @@ class FanoutTransport(httpx.AsyncBaseTransport):
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+        sent_at = trio.current_time()
         try:
             response = await transport.handle_async_request(request)
         except httpx.TransportError as exc:
@@ -100,7 +101,7 @@ class FanoutTransport(httpx.AsyncBaseTransport):
             raise TransientError(redact_text(f"{type(exc).__name__}: {exc}")) from None
         info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
         for scope in scopes_named(context.scopes, info.scope):
-            await scope.observe_headers(info)
+            await scope.observe_headers(info, sent_at=sent_at)
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
         )

@@ -179,13 +179,16 @@ async def test_reserve_refuses_without_consuming(
 ) -> None:
     """A reservation whose wait exceeds max_wait is refused and takes no tokens."""
     async with RedisScope.from_url(redis_url, name="api", prefix=prefix, rate=10, burst=2) as scope:
-        assert [await scope.reserve(1, 0.0), await scope.reserve(1, 0.0)] == [0.0, 0.0]
+        first, second = await scope.reserve(1, 0.0), await scope.reserve(1, 0.0)
+        assert first is not None
+        assert second is not None
+        assert (first.wait, second.wait) == (0.0, 0.0)
         assert await scope.reserve(1, 0.05) is None
         peek = await scope.wait_for(1)
         assert 0.1 - SLACK <= peek <= 0.1
-        wait = await scope.reserve(1, 1.0)
-        assert wait is not None
-        assert 0.1 - SLACK <= wait <= 0.1  # not 0.2: the refusal consumed nothing
+        booking = await scope.reserve(1, 1.0)
+        assert booking is not None
+        assert 0.1 - SLACK <= booking.wait <= 0.1  # not 0.2: the refusal consumed nothing
         stats = scope.statistics().bucket
         assert (stats.reserved, stats.refused) == (3, 1)
         # An idle bucket's key expires once it would be full again (1 s margin).
@@ -199,28 +202,30 @@ async def test_refund_and_throttle_reach_every_process(redis_url: str, prefix: s
         RedisScope.from_url(redis_url, **options) as one,
         RedisScope.from_url(redis_url, **options) as other,
     ):
-        await one.reserve(2, 0.0)
+        booking = await one.reserve(2, 0.0)
+        assert booking is not None
         assert 0.1 - SLACK <= await other.wait_for(1) <= 0.1
-        await one.refund(1)
+        await one.refund(booking)
         assert await other.wait_for(1) == 0.0
         await one.on_throttled(0.5)
         assert await other.reserve(1, 0.3) is None
-        wait = await other.reserve(1, 1.0)
-        assert wait is not None
-        assert 0.5 - SLACK <= wait <= 0.5
+        again = await other.reserve(1, 1.0)
+        assert again is not None
+        assert 0.5 - SLACK <= again.wait <= 0.5
         blocked = other.statistics().bucket.blocked_until
         assert trio.current_time() + 0.5 - SLACK <= blocked <= trio.current_time() + 0.5
 
 
 async def test_headers_and_exhaustion_are_shared(redis_url: str, prefix: str) -> None:
-    """A spent window (headers) and a spent quota seen by one client hold back another."""
+    """A spent bucket (headers) and a spent quota seen by one client hold back another."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
     async with (
         RedisScope.from_url(redis_url, **options) as one,
         RedisScope.from_url(redis_url, **options) as other,
     ):
+        # Remaining 0 with a known rate: the next token is 1/rate away, not a reset away.
         await one.observe_headers(RateLimitInfo(remaining=0, reset_after=0.4))
-        assert 0.4 - SLACK <= await other.wait_for(1) <= 0.4
+        assert 0.1 - SLACK <= await other.wait_for(1) <= 0.1
         until = trio.current_time() + 2.0
         one.exhaust(until)
         assert one.exhausted_until() == until
@@ -236,10 +241,11 @@ async def test_slots_are_capped_across_clients(
     redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
     """Two clients share the cap: the third holder waits to its deadline, then gets a freed slot."""
+    # learn=False: no probe, so slots alone are at stake.
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "max_concurrency": 2}
     async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
+        RedisScope(client, **options, learn=False) as one,
+        RedisScope(client, **options, learn=False) as other,
     ):
         first, second, third = object(), object(), object()
         assert await one.acquire_slot(first, trio.current_time() + 1)
@@ -403,6 +409,8 @@ async def test_dead_redis_fails_closed_at_once(private_redis: RedisServer) -> No
     ) as scope:  # fmt: skip
         holder = object()
         assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        booking = await scope.reserve(1, 1.0)
+        assert booking is not None
         private_redis.stop()
         began = trio.current_time()
         with pytest.raises(fanout.LimiterUnavailableError, match=r"Redis failed \(ConnectionError"):
@@ -413,7 +421,7 @@ async def test_dead_redis_fails_closed_at_once(private_redis: RedisServer) -> No
             await scope.acquire_slot(object(), trio.current_time() + 1)
         with pytest.raises(fanout.LimiterUnavailableError):
             await scope.wait_for(1)
-        await scope.refund(1)
+        await scope.refund(booking)
         await scope.on_throttled(1.0)
         await scope.release_slot(holder)
         assert trio.current_time() - began <= SLACK  # Redis is left alone after it failed
@@ -465,13 +473,15 @@ async def test_fallback_limits_locally_at_its_share_and_warns_once(
         private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=4,
         max_concurrency=4, fallback=LocalFallback(share=0.25), recheck_after=0.1,
     ) as scope:  # fmt: skip
-        assert await scope.reserve(1, 0.0) == 0.0
+        booking = await scope.reserve(1, 0.0)
+        assert booking is not None
+        assert booking.wait == 0.0
         private_redis.stop()
-        waits = [await scope.reserve(1, math.inf) for _ in range(6)]
+        bookings = [await scope.reserve(1, math.inf) for _ in range(6)]
         # The local share: 5/s with a burst of 1, so starts 0.2 s apart.
-        for k, wait in enumerate(waits):
-            assert wait is not None
-            assert k * 0.2 - 0.05 <= wait <= k * 0.2
+        for k, booked in enumerate(bookings):
+            assert booked is not None
+            assert k * 0.2 - 0.05 <= booked.wait <= k * 0.2
         assert await scope.acquire_slot(object(), trio.current_time() + 1)  # 1 of 4 slots
         assert not await scope.acquire_slot(object(), trio.current_time() + 0.1)
         await trio.sleep(0.15)  # past recheck_after: Redis is asked again, still down
