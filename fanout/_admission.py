@@ -189,12 +189,17 @@ async def take_tokens(
         try:
             longest = max((booking.wait for _, booking in booked), default=0.0)
             if longest > 0:
-                slowest = next(s.name for s, b in booked if b.wait == longest)
-                on_wait(longest, slowest)
+                slowest = next(s for s, b in booked if b.wait == longest)
+                voided = slowest.voided()  # the server said otherwise: wake to book again
+                on_wait(longest, slowest.name)
                 for scope in scopes:
                     scope.note_waiting(+1)
                 try:
-                    await trio.sleep(longest)
+                    with trio.move_on_after(longest):
+                        if voided is None:
+                            await trio.sleep_forever()
+                        else:
+                            await voided.wait()
                 finally:
                     for scope in scopes:
                         scope.note_waiting(-1)

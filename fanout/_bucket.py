@@ -85,6 +85,8 @@ class TokenBucket:
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     _epoch: int = attrs.field(init=False, default=0)
     _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
+    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # booked, not due
+    _voided: trio.Event | None = attrs.field(init=False, default=None)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
@@ -116,6 +118,8 @@ class TokenBucket:
             self._refused += 1
             return None
         self._reserved += 1
+        if start > now:
+            self._ahead.append((start, cost))
         if hole is not None:
             self._fill(hole, cost)
             return Booking(start, start - now, cost, self._epoch)
@@ -143,6 +147,8 @@ class TokenBucket:
         if booking.epoch != self._epoch or self.rate is None:
             return  # void already, or nothing was counted
         self._refunded += 1
+        if (booking.start, booking.cost) in self._ahead:
+            self._ahead.remove((booking.start, booking.cost))
         if booking.after == self._full_at:
             self._full_at, self._paused_until = booking.before
         elif booking.start > trio.current_time() and len(self._holes) < _HOLES:
@@ -169,7 +175,13 @@ class TokenBucket:
         """
         check_limits(rate, burst)
         now = trio.current_time()
-        balance = self._tokens(now)
+        faster = rate is None or (self.rate is not None and rate > self.rate)
+        if faster and self._due_after(now):
+            # Faster now: what is booked ahead could start sooner; let it book again.
+            balance = self._present(now)
+            self._void()
+        else:
+            balance = self._tokens(now)
         if tokens is not None and math.isfinite(tokens):
             balance = tokens if self.rate is None else min(balance, tokens)
         self.rate, self.burst = rate, burst
@@ -177,24 +189,43 @@ class TokenBucket:
         if rate is not None:
             self._set_balance(now, min(balance, burst))
 
-    def sync(self, remaining: float, *, started_since: float = 0.0, elapsed: float = 0.0) -> bool:
+    def sync(
+        self,
+        remaining: float,
+        *,
+        started_since: float = 0.0,
+        ties: float = 0.0,
+        elapsed: float = 0.0,
+    ) -> bool:
         """The server said ``remaining`` tokens were left ``elapsed`` s ago.
 
-        ``started_since`` is what this process started since then. When that
-        leaves fewer tokens than the bucket thinks, the bucket adopts the
-        server's count (refilled at the rate since) and voids future bookings,
-        which book again against it. True when it did.
+        ``started_since`` is what this process started after that request
+        was sent; ``ties``, what else started at the very same instant (the
+        server may or may not have counted those). The server's count,
+        refilled at the rate since (less the slack) and less those starts,
+        replaces the bucket's own when it is lower (bookings not yet due are
+        void, and book again against it); counting every tie as unseen, a
+        surplus of a token or more is added (the bucket could not see the
+        server refill). True when the bucket changed.
         """
         if self.rate is None or not math.isfinite(remaining):
             return False
         now = trio.current_time()
         refilled = max(0.0, elapsed - self.slack) * self.rate
         server = min(self.burst, remaining + refilled) - started_since
-        if server >= self._tokens(now) - 1e-9:
-            return False
-        self._void()
-        self._set_balance(now, server)
-        return True
+        present = self._present(now)
+        if server < present - 1e-9:
+            self._void()
+            self._set_balance(now, server)
+            return True
+        adopt = min(server - ties, self.burst)
+        if adopt >= present + 1.0:
+            # The bucket could not see the server refill: bookings ahead may
+            # start sooner, so they are void and book again (``voided`` wakes them).
+            self._void()
+            self._set_balance(now, adopt)
+            return True
+        return False
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """The server said we went too fast: no tokens now, nothing starts for ``blocked_for`` s."""
@@ -206,10 +237,18 @@ class TokenBucket:
         self._drained += 1
 
     def block_until(self, when: float) -> None:
-        """Start nothing before ``when`` (a window's reset), without draining."""
-        if when > self._blocked_until and when > trio.current_time():
-            self._void()
-            self._blocked_until = when
+        """Start nothing before ``when`` (a window's reset), without draining.
+
+        Every booking not yet due is void, and its tokens come back: each
+        books again, after the block, against the same balance.
+        """
+        now = trio.current_time()
+        if not (when > self._blocked_until and when > now):
+            return
+        if self.rate is not None:
+            self._set_balance(now, self._present(now))
+        self._void()
+        self._blocked_until = when
 
     @property
     def blocked_until(self) -> float:
@@ -259,9 +298,28 @@ class TokenBucket:
         self._full_at = now + (self.burst - tokens) / self.rate
         self._paused_until = -math.inf
 
+    def voided(self) -> trio.Event:
+        """An event set when bookings made until now are void (wake and book again)."""
+        if self._voided is None:
+            self._voided = trio.Event()
+        return self._voided
+
     def _void(self) -> None:
         self._epoch += 1
         self._holes.clear()
+        self._ahead.clear()
+        if self._voided is not None:
+            self._voided.set()
+            self._voided = None
+
+    def _due_after(self, now: float) -> list[tuple[float, float]]:
+        self._ahead = [booked for booked in self._ahead if booked[0] > now]
+        return self._ahead
+
+    def _present(self, now: float) -> float:
+        """Tokens now as if nothing booked ahead existed (never more than exactly)."""
+        ahead = sum(cost for _, cost in self._due_after(now))
+        return min(self.burst, self._tokens(now) + ahead)
 
     def _check_cost(self, cost: float) -> None:
         if not (cost > 0 and math.isfinite(cost)):

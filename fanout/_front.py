@@ -94,11 +94,14 @@ class Backend(Protocol):
     async def wait_for(self, cost: float) -> float: ...
     async def drain(self, blocked_for: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
-    async def sync(self, remaining: float, *, started_since: float, elapsed: float) -> None: ...
+    async def sync(
+        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+    ) -> None: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
     def set_slack(self, slack: float) -> None: ...
+    def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
     def share_exhaustion(self, until: float) -> None: ...
     def bucket_statistics(self) -> BucketStatistics: ...
@@ -364,6 +367,11 @@ class ScopeFront:
         """Whether a booking still holds now it is due (nothing voided it meanwhile)."""
         return await self._backend.confirm(booking)
 
+    def voided(self) -> trio.Event | None:
+        """An event set when bookings made until now are void, or None if this
+        process cannot tell (a shared bucket): a waiter wakes early to book again."""
+        return self._backend.voided()
+
     async def wait_for(self, cost: float) -> float:
         """Seconds until ``cost`` tokens would be available, consuming nothing."""
         self.check_cost(cost)
@@ -433,8 +441,12 @@ class ScopeFront:
                 return
             self._window_open_until = now + reset if reset > 0 else None
         if remaining is not None and rate is not None:
+            ties = sum(cost for start, cost in self._recent if start == sent)
             await self._backend.sync(
-                remaining, started_since=self._started_between(sent, now), elapsed=now - sent
+                remaining,
+                started_since=self._started_between(sent, now),
+                ties=max(0.0, ties - 1.0),  # one of them is the request itself
+                elapsed=now - sent,
             )
         else:
             await trio.lowlevel.checkpoint()

@@ -290,7 +290,11 @@ class RedisBackend:
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("block", extra=delay)
 
-    async def sync(self, remaining: float, *, started_since: float, elapsed: float) -> None:
+    async def sync(
+        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+    ) -> None:
+        """Only ever lowers the shared bucket: other processes' starts since are unknown here."""
+        del ties
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return
@@ -312,6 +316,10 @@ class RedisBackend:
 
     def set_slack(self, slack: float) -> None:
         self.slack = slack
+
+    def voided(self) -> trio.Event | None:
+        """Other processes' changes are not heard of here: waiters confirm on waking."""
+        return None
 
     def estimated_wait(self, cost: float) -> float:
         """From the bucket as last seen, refilled to now on trio's clock."""

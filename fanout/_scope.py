@@ -85,6 +85,7 @@ class ScopeLike(Protocol):
     async def reserve(self, cost: float, max_wait: float) -> Booking | None: ...
     async def refund(self, booking: Booking) -> None: ...
     async def confirm(self, booking: Booking) -> bool: ...
+    def voided(self) -> trio.Event | None: ...
     async def wait_for(self, cost: float) -> float: ...
     async def on_throttled(self, wait: float | None) -> None: ...
     async def block_until(self, when: float) -> None: ...
@@ -158,8 +159,10 @@ class LocalBackend:
         self.bucket.block_until(when)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
-    async def sync(self, remaining: float, *, started_since: float, elapsed: float) -> None:
-        self.bucket.sync(remaining, started_since=started_since, elapsed=elapsed)
+    async def sync(
+        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+    ) -> None:
+        self.bucket.sync(remaining, started_since=started_since, ties=ties, elapsed=elapsed)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
@@ -167,6 +170,9 @@ class LocalBackend:
 
     def set_slack(self, slack: float) -> None:
         self.bucket.set_slack(slack)
+
+    def voided(self) -> trio.Event | None:
+        return self.bucket.voided()
 
     def estimated_wait(self, cost: float) -> float:
         return self.bucket.wait_for(min(cost, self.bucket.burst))

@@ -114,12 +114,23 @@ def test_impossible_limits_are_rejected(rate: float, burst: float) -> None:
 
 
 async def test_set_limits_keeps_what_is_owed(autojump_clock: Any) -> None:
-    """Learning a new rate does not forgive reservations already promised."""
+    """A faster rate lets bookings ahead start sooner; nothing already spent is forgiven."""
     bucket = TokenBucket(rate=1, burst=2)
+    booked = [bucket.reserve() for _ in range(4)]
+    woken = bucket.voided()
+    bucket.set_limits(2, 2)
+    assert woken.is_set()
+    assert not any(bucket.confirm(b) for b in booked[2:] if b is not None)
+    assert waits([bucket.reserve() for _ in range(3)]) == [0.5, 1.0, 1.5]
+
+
+async def test_a_slower_rate_keeps_what_is_owed(autojump_clock: Any) -> None:
+    """Learning a slower rate does not forgive reservations already promised."""
+    bucket = TokenBucket(rate=2, burst=2)
     for _ in range(4):
         bucket.reserve()
-    bucket.set_limits(2, 2)
-    assert bucket.wait_for() == 1.5
+    bucket.set_limits(1, 2)
+    assert bucket.wait_for() == 3.0  # two tokens owed at 1/s, then one to spend
 
 
 async def test_slack_delays_the_refill_after_a_burst_begins(autojump_clock: Any) -> None:
@@ -176,10 +187,13 @@ async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
     autojump_clock: Any,
 ) -> None:
     """Remaining: 0 with a known rate means the next token is 1/rate away, not a reset away."""
-    bucket = TokenBucket(rate=10, burst=10)
+    bucket = TokenBucket(rate=8, burst=8)
     assert bucket.sync(0.0)
-    assert bucket.wait_for() == pytest.approx(0.1)
-    assert not bucket.sync(5.0)  # a higher count never raises what the bucket holds
+    assert bucket.wait_for() == 0.125
+    assert not bucket.sync(0.5)  # less than a token more: not worth voiding bookings
+    assert not bucket.sync(2.0, ties=2.0)  # what started with it may not be counted yet
+    assert bucket.sync(2.0)  # the server refilled where this bucket could not see
+    assert bucket.wait_for() == 0
 
 
 # -- the model: any interleaving, and the promise -----------------------------------
@@ -267,7 +281,8 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
                 bucket.block_until(now + args[0])
                 blocks.append((next(counter), now + args[0]))
             elif name == "sync":
-                bucket.sync(args[0], elapsed=args[1])
+                # The model cannot vouch for an arbitrary count: it may only lower.
+                bucket.sync(args[0], elapsed=args[1], ties=bucket.burst)
             elif name == "limits":
                 bucket.set_limits(args[0], args[1])
                 limits.append((next(counter), args[0], args[1]))
