@@ -269,9 +269,15 @@ class SharedLeases:
         self._orphaned.set()
 
     async def renew_forever(self) -> None:
-        """Keep the held leases alive: one round trip per third of the TTL."""
+        """Keep the held leases alive: one round trip per third of the TTL.
+
+        After a failure the held leases may be gone from Redis (a restart),
+        so they are registered again as soon as Redis answers: retried every
+        ``recheck_after`` until then, not only once per third of the TTL.
+        """
         while True:
-            await trio.sleep(self.ttl / 3)
+            behind = self.held and self._registered_at != self.link.failures
+            await trio.sleep(min(self.ttl / 3, self.link.recheck_after) if behind else self.ttl / 3)
             await self.renew()
 
     async def renew(self) -> None:

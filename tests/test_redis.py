@@ -27,6 +27,7 @@ import trio
 import fanout
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
+from fanout._redis import RedisLink
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from tests.redis_support import (
     ENV_URL,
@@ -585,3 +586,133 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
         await store.abandon("k")
         await store.finish("k", StoredAnswer(fanout.Status.OK, "x"), ttl=5)
         assert trio.current_time() - began <= 3 * (0.2 + SLACK)
+
+
+# -- faults at the seams of the leases (issue 11) ------------------------------------
+
+
+async def test_link_reports_a_recent_failure_even_when_redis_returns_meanwhile() -> None:
+    """The fast-fail path never reads a state another task cleared during its checkpoint."""
+    link = RedisLink(cast("Any", None), "api", 0.1, 1.0, None)
+    outcomes: set[str] = set()
+
+    async def ask() -> None:
+        try:
+            await link.run("reserve", trio.lowlevel.checkpoint)
+        except fanout.LimiterUnavailableError as exc:
+            outcomes.add(str(exc).rpartition(": ")[2].split(" in ")[0])
+        else:
+            outcomes.add("ran")
+
+    async def clear() -> None:
+        link._down_until = None  # Redis answered another task meanwhile
+
+    for _ in range(40):  # trio orders each batch of tasks at random: both orders occur
+        link._down_until = trio.current_time() + 1.0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(clear)
+    assert "Redis failed recently; fanout asks it again" in outcomes
+
+
+async def test_slot_held_elsewhere_with_no_inline_limit_is_answered_at_the_deadline(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Runner(inline_wait=None): a call that never gets a shared slot is timed_out, not a crash."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=0.3)
+    async def hit(i: int) -> str:
+        return f"hit {i}"
+
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "max_concurrency": 1}
+    async with (
+        RedisScope(client, **options, learn=False) as elsewhere,
+        RedisScope(client, **options, learn=False) as here,
+    ):
+        assert await elsewhere.acquire_slot(object(), trio.current_time() + 1)
+        runner = fanout.Runner(registry, scopes=[here], inline_wait=None)
+        began = trio.current_time()
+        turn = await runner.run_turn(calls(1))
+        took = trio.current_time() - began
+    (result,) = turn.results
+    assert result.status is fanout.Status.TIMED_OUT
+    assert json.loads(result.content)["started"] is False
+    assert took <= 0.3 + SLACK  # the poll ends by the deadline, never after
+
+
+async def test_a_lease_taken_by_a_timed_out_script_is_released_once_redis_answers(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """CLIENT PAUSE: the script runs after its caller gave up; its lease does not linger."""
+    key = leases_key(prefix, "api")
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "max_concurrency": 2, "op_timeout": 0.1,
+        "lease_ttl": 30.0, "learn": False,
+    }  # fmt: skip
+    pauser: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    async with RedisScope(client, **options) as scope, pauser:
+        await scope.wait_for(1)  # connected before the pause
+        await pauser.client_pause(500)
+        with pytest.raises(fanout.LimiterUnavailableError):
+            await scope.acquire_slot(object(), trio.current_time() + 1)
+        await trio.sleep(0.5 + scope.recheck_after)  # the pause ends; the script has run
+        await trio.sleep(0.5)  # a few sweeps
+        assert (await live_leases(client, key))[1] == {}
+        # Both slots are usable again, long before the 30 s lease TTL.
+        assert await scope.acquire_slot(object(), trio.current_time() + 1)
+        assert await scope.acquire_slot(object(), trio.current_time() + 1)
+
+
+async def test_leases_of_calls_in_flight_come_back_when_redis_loses_them(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Redis lost its leases (a restart): calls still in flight are registered again."""
+    key = leases_key(prefix, "api")
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "max_concurrency": 2, "lease_ttl": 0.6,
+        "learn": False,
+    }  # fmt: skip
+    async with (
+        RedisScope(client, **options) as holder,
+        RedisScope(client, **options) as other,
+    ):
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        await client.delete([key])  # what a restart without persistence leaves
+        await trio.sleep(0.6 / 3 + SLACK)  # one renewal
+        assert len((await live_leases(client, key))[1]) == 2
+        assert not await other.acquire_slot(object(), trio.current_time() + 0.1)
+
+
+async def test_fallback_counts_calls_still_holding_redis_leases(
+    private_redis: RedisServer,
+) -> None:
+    """Cap 8, fallback share 1/2: with 6 calls in flight on Redis leases, none more starts."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=100, max_concurrency=8,
+        fallback=LocalFallback(share=0.5), recheck_after=0.1, op_timeout=0.1,
+    ) as scope:  # fmt: skip
+        holders = [object() for _ in range(6)]
+        for holder in holders:
+            assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        private_redis.stop()
+        assert not await scope.acquire_slot(object(), trio.current_time() + 0.3)
+        for holder in holders[:3]:
+            await scope.release_slot(holder)
+        assert await scope.acquire_slot(object(), trio.current_time() + 0.3)  # 4 of 4
+        assert not await scope.acquire_slot(object(), trio.current_time() + 0.3)
+        assert scope.in_flight == 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"lease_ttl": 0}, {"op_timeout": math.nan}, {"recheck_after": -1}, {"prefix": 3},
+     {"fallback": 0.5}, {"quota_horizon": -1}, {"name": ""}],
+)  # fmt: skip
+async def test_bad_redis_scope_configuration_fails_closed(
+    client: coredis.Redis[str], options: dict[str, Any]
+) -> None:
+    """Every argument of RedisScope is validated: ConfigurationError, never accepted."""
+    with pytest.raises(fanout.ConfigurationError):
+        RedisScope(client, **{"name": "api", **options})
