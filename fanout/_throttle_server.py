@@ -19,7 +19,7 @@ The limiter is one of the models real APIs use (``model``), each allowing
 * ``"bucket"``: a token bucket of ``burst`` refilled continuously at ``rate``
   (Anthropic, Envoy local, Traefik);
 * ``"fixed"``: ``burst`` requests per fixed window of ``burst / rate`` s,
-  aligned to multiples of the window on the server's clock (Kong, Envoy's RLS);
+  the first starting at the key's first request (express-rate-limit);
 * ``"sliding"``: at most ``burst`` requests in any ``burst / rate`` s (a log).
 
 A concurrency-only server is ``rate=None`` with ``max_in_flight`` (503s).
@@ -203,10 +203,11 @@ class _TokenBucket:
 
 @attrs.define
 class _FixedWindow:
-    """``burst`` requests per window of ``burst / rate`` s, aligned to multiples of it."""
+    """``burst`` requests per window of ``burst / rate`` s; windows start at the first request."""
 
     rate: float
     burst: int
+    _origin: float | None = None
     _start: float = -math.inf
     _count: int = 0
 
@@ -219,7 +220,9 @@ class _FixedWindow:
         return self.burst / self.rate
 
     def _roll(self, now: float) -> None:
-        start = math.floor(now / self.window + _EPS) * self.window
+        if self._origin is None:
+            self._origin = now
+        start = self._origin + math.floor((now - self._origin) / self.window + _EPS) * self.window
         if start > self._start + _EPS:
             self._start, self._count = start, 0
 
