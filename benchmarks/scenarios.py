@@ -257,13 +257,15 @@ FULL: tuple[Scenario, ...] = (
         why="Envoy's local limiter: X-RateLimit-Reset is the time to the next refill.",
     ),
     Scenario(
-        "fixed", "fixed window", **_SHAPE, model="fixed",  # type: ignore[arg-type]
-        why="Kong, express-rate-limit: B per window of B/R s from the first request; "
+        "fixed", "fixed window, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
+        model="fixed",
+        why="Kong, express-rate-limit: 10 per window of 1 s from the first request; "
         "Remaining 0 does mean 'wait for Reset'.",
     ),
     Scenario(
-        "sliding", "sliding log", **_SHAPE, model="sliding",  # type: ignore[arg-type]
-        why="At most B in any B/R s.",
+        "sliding", "sliding log, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
+        model="sliding",
+        why="At most 10 in any second.",
     ),
     Scenario(
         "concurrency", "concurrency only, 503", calls=40, rate=20, burst=10, latency=0.2,

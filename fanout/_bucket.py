@@ -160,9 +160,14 @@ class TokenBucket:
             raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
         now = trio.current_time()
         if slack > self.slack and self._full_at > now:
+            # Busy: the refill counts from later, and bookings ahead book again.
             self._full_at += slack - self.slack
             if self._paused_until > now:
                 self._paused_until += slack - self.slack
+            if self._due_after(now):
+                present = self._present(now)
+                self._void()
+                self._set_balance(now, present)
         self.slack = slack
 
     # -- what the server said ----------------------------------------------
@@ -194,19 +199,20 @@ class TokenBucket:
         remaining: float,
         *,
         started_since: float = 0.0,
-        ties: float = 0.0,
+        unsure: float = 0.0,
         elapsed: float = 0.0,
     ) -> bool:
         """The server said ``remaining`` tokens were left ``elapsed`` s ago.
 
-        ``started_since`` is what this process started after that request
-        was sent; ``ties``, what else started at the very same instant (the
-        server may or may not have counted those). The server's count,
-        refilled at the rate since (less the slack) and less those starts,
-        replaces the bucket's own when it is lower (bookings not yet due are
-        void, and book again against it); counting every tie as unseen, a
-        surplus of a token or more is added (the bucket could not see the
-        server refill). True when the bucket changed.
+        ``started_since`` is what this process surely started after the
+        server counted; ``unsure``, what else it started that the server may
+        not have counted yet (requests that started before this one was sent
+        but reached the server after it). The server's count, refilled at the
+        rate since (less the slack) and less ``started_since``, replaces the
+        bucket's own when it is lower (bookings not yet due are void, and book
+        again against it); less ``unsure`` too, a surplus of a token or more
+        is added (the bucket could not see the server refill). True when the
+        bucket changed.
         """
         if self.rate is None or not math.isfinite(remaining):
             return False
@@ -218,7 +224,7 @@ class TokenBucket:
             self._void()
             self._set_balance(now, server)
             return True
-        adopt = min(server - ties, self.burst)
+        adopt = min(server - unsure, self.burst)
         if adopt >= present + 1.0:
             # The bucket could not see the server refill: bookings ahead may
             # start sooner, so they are void and book again (``voided`` wakes them).

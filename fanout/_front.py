@@ -95,7 +95,7 @@ class Backend(Protocol):
     async def drain(self, blocked_for: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
     async def sync(
-        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
     ) -> None: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
@@ -441,11 +441,15 @@ class ScopeFront:
                 return
             self._window_open_until = now + reset if reset > 0 else None
         if remaining is not None and rate is not None:
-            ties = sum(cost for start, cost in self._recent if start == sent)
+            surely = self._started_between(sent, now)
+            # Anything that started within the slowest latency seen before this
+            # request was sent may have reached the server after it.
+            since = sent - self._ledger.slowest()
+            maybe = sum(cost for start, cost in self._recent if since <= start <= sent)
             await self._backend.sync(
                 remaining,
-                started_since=self._started_between(sent, now),
-                ties=max(0.0, ties - 1.0),  # one of them is the request itself
+                started_since=surely,
+                unsure=max(0.0, maybe - 1.0),  # one of them is the request itself
                 elapsed=now - sent,
             )
         else:

@@ -55,6 +55,10 @@ class Ledger:
             return 0.0
         return max(self._samples) - min(self._samples)
 
+    def slowest(self) -> float:
+        """The longest recent call duration (zero before any finished)."""
+        return max(self._samples, default=0.0)
+
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.
 

@@ -291,10 +291,10 @@ class RedisBackend:
             await self._shared("block", extra=delay)
 
     async def sync(
-        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
     ) -> None:
         """Only ever lowers the shared bucket: other processes' starts since are unknown here."""
-        del ties
+        del unsure
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return

@@ -160,9 +160,9 @@ class LocalBackend:
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def sync(
-        self, remaining: float, *, started_since: float, ties: float, elapsed: float
+        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
     ) -> None:
-        self.bucket.sync(remaining, started_since=started_since, ties=ties, elapsed=elapsed)
+        self.bucket.sync(remaining, started_since=started_since, unsure=unsure, elapsed=elapsed)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:

@@ -191,7 +191,7 @@ async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
     assert bucket.sync(0.0)
     assert bucket.wait_for() == 0.125
     assert not bucket.sync(0.5)  # less than a token more: not worth voiding bookings
-    assert not bucket.sync(2.0, ties=2.0)  # what started with it may not be counted yet
+    assert not bucket.sync(2.0, unsure=2.0)  # what started with it may not be counted yet
     assert bucket.sync(2.0)  # the server refilled where this bucket could not see
     assert bucket.wait_for() == 0
 
@@ -282,7 +282,7 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
                 blocks.append((next(counter), now + args[0]))
             elif name == "sync":
                 # The model cannot vouch for an arbitrary count: it may only lower.
-                bucket.sync(args[0], elapsed=args[1], ties=bucket.burst)
+                bucket.sync(args[0], elapsed=args[1], unsure=bucket.burst)
             elif name == "limits":
                 bucket.set_limits(args[0], args[1])
                 limits.append((next(counter), args[0], args[1]))
