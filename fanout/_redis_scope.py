@@ -367,7 +367,7 @@ class RedisScope(ScopeFront):
     """
 
     client: coredis.Redis[Any] = attrs.field(repr=False)
-    name: str = attrs.field(kw_only=True)
+    name: str
     prefix: str = attrs.field(default="fanout:", kw_only=True, validator=_prefix)
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, validator=_positive)
     op_timeout: float = attrs.field(default=0.25, kw_only=True, validator=_positive)
