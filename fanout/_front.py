@@ -284,11 +284,17 @@ class ScopeFront:
         return self._estimate(guess=True)
 
     def _estimate(self, *, guess: bool) -> float:
+        """``guess``: a hint may use a guessed rate; a decision to shed may not."""
         rate, _ = self._limits
         by_rate = self._backend.estimated_wait(1.0)
-        if rate is not None:
+        if rate is not None and (guess or self._rate_is_evidence()):
             by_rate += (self._ledger.waiting - self._ledger.booked) / rate
         return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
+
+    def _rate_is_evidence(self) -> bool:
+        """Whether the rate was configured, stated by the server, or measured (not guessed)."""
+        learner = self._learner
+        return learner is None or learner.ceiling is not None or learner.measured is not None
 
     def note_waiting(self, delta: int) -> None:
         """Count a call that sleeps on its booked tokens, so shedding sees the whole queue."""
@@ -384,9 +390,9 @@ class ScopeFront:
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
 
-    def _started_from(self, when: float) -> float:
-        """Tokens of bookings that start at or after ``when`` (conservatively, ties count)."""
-        return sum(cost for start, cost in self._recent if start >= when)
+    def _started_by(self, when: float) -> float:
+        """The running total of tokens booked to start at or before ``when``."""
+        return self._started - sum(cost for start, cost in self._recent if start > when)
 
     def _started_between(self, since: float, now: float) -> float:
         """Tokens of bookings that started after the request sent at ``since``, up to ``now``.
@@ -458,7 +464,7 @@ class ScopeFront:
     def _adopt_stated(self, info: RateLimitInfo, sent: float) -> None:
         if self._learner is not None:
             first = self._limits[0] is None
-            started = self._started - self._started_from(sent) + self._started_at(sent)
+            started = self._started_by(sent)
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after, at=sent, started=started
             ):
@@ -481,10 +487,6 @@ class ScopeFront:
         if (rate, burst) != self._limits:
             self._set(rate, burst)
 
-    def _started_at(self, when: float) -> float:
-        """Tokens of bookings that start exactly at ``when`` (the request itself, and ties)."""
-        return sum(cost for start, cost in self._recent if start == when)
-
     def exhaust(self, until: float) -> None:
         """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
         self._ledger.exhaust(until)
@@ -498,7 +500,7 @@ class ScopeFront:
         """One attempt finished: its duration, the probe's end, the slack, and learning."""
         self._ledger.observe_latency(seconds)
         self._probe.finished()
-        if self.slack is None:
+        if self.slack is None and self._ledger.samples >= 2:
             self._backend.set_slack(self._ledger.spread())
         if ok and self._learner is not None:
             self._learner.on_success()

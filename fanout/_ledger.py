@@ -55,6 +55,11 @@ class Ledger:
             return 0.0
         return max(self._samples) - min(self._samples)
 
+    @property
+    def samples(self) -> int:
+        """How many recent durations the spread is taken from."""
+        return len(self._samples)
+
     def slowest(self) -> float:
         """The longest recent call duration (zero before any finished)."""
         return max(self._samples, default=0.0)
