@@ -12,8 +12,8 @@ Three sources, in order of trust:
    t1)``. That bound holds whatever the server's burst, and whether or not its
    bucket was full on the way; the learner keeps the best bound seen, so the
    estimate only ever rises with evidence. The stated limit is the burst.
-   Until a bound exists, ``(limit - remaining) / reset`` is a first guess
-   that cannot overrun a bucket whose reset means "until full".
+   Until a bound exists, a burst's worth per reset (at least a second) is
+   the first guess: 429s correct it downward (AIMD), the refill upward.
 3. **Bare 429s.** Without numbers, the rate is found the way TCP finds a
    link's capacity: additive increase, multiplicative decrease. A 429 halves
    the rate (from the rate we were actually sending at); each success adds a
@@ -36,6 +36,7 @@ _DECREASE = 0.5  # multiplicative decrease on a 429 when the server gave no numb
 _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
 _MIN_RATE = 0.1  # requests a second: never learn a rate of zero
 _STEP = 0.05  # additive increase per success, as a share of the reference rate
+_BASELINE = 0.5  # seconds: the shortest span a refill is measured over
 
 
 @attrs.define
@@ -83,8 +84,8 @@ class RateLearner:
             return changed
         changed |= self._measure(remaining, at, started)
         if self.rate is None and reset_after:
-            used = (limit - remaining) if limit is not None else remaining
-            guess = max(used, 1.0) / reset_after
+            # A burst's worth per reset (at least a second: resets are rounded up).
+            guess = (limit if limit is not None else max(remaining, 1.0)) / max(reset_after, 1.0)
             if math.isfinite(guess) and guess > 0:
                 self.rate = self._reference = max(guess, _MIN_RATE)
                 changed = True
@@ -96,8 +97,8 @@ class RateLearner:
             self._anchor = (at, remaining, started)
             return False
         then, before, started_then = anchor
-        if at - then <= 0:
-            return False
+        if at - then < _BASELINE:
+            return False  # over a shorter span the floored counts are mostly noise
         bound = (remaining - before + (started - started_then) - 1) / (at - then)
         if not (math.isfinite(bound) and bound > max(self.measured or 0.0, _MIN_RATE)):
             return False
