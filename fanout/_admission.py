@@ -1,11 +1,12 @@
 """Admission: what a call must get from its scopes before it may start.
 
-In order: no scope's quota is spent; no scope's queue is full (else the call
-is shed at once with a drain estimate); a slot on each scope, taken in one
-global order (by name) so two calls can never hold one each and wait for the
-other's; then tokens on each scope. Every wait is bounded by the call's
-budget and by the inline threshold; a call that cannot be admitted in time is
-denied, never sent, and nothing it reserved stays consumed.
+In order: no scope's quota is spent; no scope's queue is too long for the
+call's budget (else the call is shed at once with a drain estimate); a slot
+on each scope, taken in one global order (by name) so two calls can never
+hold one each and wait for the other's; then tokens on each scope, booked,
+slept, and confirmed (a booking the server overruled meanwhile is booked
+again). The budget judges every wait; a call that cannot be admitted in time
+is denied, never sent, and nothing it booked stays consumed.
 
 Order: a turn admits its calls in the model's order. It starts the next call
 only once this one calls ``queued()``: when it is admitted or denied, or just
@@ -66,7 +67,8 @@ async def admit(
 
     Slots taken are appended to ``held``; the caller releases them in a
     ``finally`` whatever happens, including cancellation during this function.
-    ``inline_wait`` is the budget's own; every wait is judged by ``budget``.
+    Every wait is judged by ``budget`` (which holds the inline threshold);
+    ``inline_wait`` is accepted for the caller's sake and not read.
     """
     if not scopes:
         return None

@@ -15,8 +15,8 @@ refilled at the rate since the request was sent, minus what this process
 started since; it never blocks until ``Reset``, because on a token bucket
 ``Reset`` is "until full" and the next token is ``1/rate`` away. Only a
 fixed window makes ``Remaining: 0`` mean "wait for the reset": that is
-configured (``window="fixed"``), or learned from a 429 that follows such a
-sync while the window it reported is still open, once per scope.
+configured (``window="fixed"``), or learned from two 429s that each follow
+such a sync while the window it reported is still open.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 
 _RECENT = 4096  # bookings remembered, to count what started since a request was sent
 _RECENT_FOR = 60.0  # seconds a booking is remembered
+_FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
 
 
 class SlotHolder(Protocol):
@@ -229,6 +230,7 @@ class ScopeFront:
     )
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     _fixed: bool = attrs.field(init=False, default=False, repr=False)
+    _fixed_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
 
     if TYPE_CHECKING:
@@ -410,14 +412,20 @@ class ScopeFront:
 
         A 429 without a wait still drains the bucket and, when learning,
         slows the rate down (AIMD). A 429 inside a window that a response
-        reported as exhausted shows a fixed window: from then on
-        ``Remaining: 0`` blocks until its reset.
+        reported as exhausted waits for that window's end; the second such
+        429 shows a fixed window, and from then on ``Remaining: 0`` blocks
+        until its reset. (One is not enough: requests that reach a token
+        bucket out of step, after a burst's slow first connection or with
+        jitter, can draw a stray 429 there too, and reading a bucket as a
+        fixed window would wait a whole reset at every ``Remaining: 0``.)
         """
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
         if opened is not None and now < opened and self.window == "auto" and not self._fixed:
-            self._fixed = True
+            self._window_open_until = None  # one vote per reported window
+            self._fixed_votes += 1
+            self._fixed = self._fixed_votes >= _FIXED_VOTES
             blocked_for = max(blocked_for, opened - now)
         await self._backend.drain(blocked_for)
         if self._learner is not None:
