@@ -243,6 +243,11 @@ class RedisBackend:
     async def refund(self, booking: Booking) -> None:
         """Undo a booking; never raises, safe in ``finally``."""
         self._counts["refunded"] += 1
+        if not isinstance(booking.before, float):  # booked on the local fallback
+            if self._fallback_bucket is not None:
+                self._fallback_bucket.refund(booking)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
         with trio.CancelScope(shield=True):
             try:
                 await self._shared(

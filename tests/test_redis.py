@@ -591,6 +591,20 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
 # -- faults at the seams of the leases (issue 11) ------------------------------------
 
 
+def restart_on(port: int) -> subprocess.Popen[bytes]:
+    """A fresh redis-server on the port a stopped one used: a restart, data lost."""
+    return subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.kill()
+    process.wait()
+
+
 async def test_link_reports_a_recent_failure_even_when_redis_returns_meanwhile() -> None:
     """The fast-fail path never reads a state another task cleared during its checkpoint."""
     link = RedisLink(cast("Any", None), "api", 0.1, 1.0, None)
@@ -716,3 +730,48 @@ async def test_bad_redis_scope_configuration_fails_closed(
     """Every argument of RedisScope is validated: ConfigurationError, never accepted."""
     with pytest.raises(fanout.ConfigurationError):
         RedisScope(client, **{"name": "api", **options})
+
+
+async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
+    private_redis: RedisServer,
+) -> None:
+    """A booking made on the local fallback is handed back locally, even once Redis answers."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
+        fallback=LocalFallback(share=0.5), recheck_after=0.05, op_timeout=0.1,
+    ) as scope:  # fmt: skip
+        await scope.wait_for(1)
+        private_redis.stop()
+        first, second = await scope.reserve(1, 1.0), await scope.reserve(1, 1.0)
+        assert first is not None
+        assert second is not None
+        assert second.wait > 0  # the fallback's share: 10/s, burst 1
+        restarted = restart_on(private_redis.port)
+        try:
+            await trio.sleep(0.3)  # Redis answers again
+            await scope.refund(second)  # never raises, whatever answers now
+            again = await scope.reserve(1, 1.0)
+            assert again is not None  # and Redis serves bookings again
+        finally:
+            stop(restarted)
+
+
+async def test_after_a_real_restart_calls_in_flight_hold_their_slots_again(
+    private_redis: RedisServer,
+) -> None:
+    """redis-server killed and started again: the holder's leases come back; the cap holds."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": unique_prefix(), "rate": 100, "max_concurrency": 2,
+        "lease_ttl": 0.6, "recheck_after": 0.1, "op_timeout": 0.1,
+    }  # fmt: skip
+    async with RedisScope.from_url(private_redis.url, **options) as holder:
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        private_redis.stop()
+        restarted = restart_on(private_redis.port)
+        try:
+            await trio.sleep(0.6)  # the holder's renewals notice, then re-register
+            async with RedisScope.from_url(private_redis.url, **options) as other:
+                assert not await other.acquire_slot(object(), trio.current_time() + 0.2)
+        finally:
+            stop(restarted)
