@@ -32,6 +32,7 @@ from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from tests.redis_support import (
     ENV_URL,
     RedisServer,
+    answers_ping,
     have_redis_server,
     shared_redis_url,
     unique_prefix,
@@ -593,11 +594,16 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
 
 def restart_on(port: int) -> subprocess.Popen[bytes]:
     """A fresh redis-server on the port a stopped one used: a restart, data lost."""
-    return subprocess.Popen(
+    process = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    for _ in range(500):  # up to 10 s
+        if answers_ping(port):
+            break
+        time.sleep(0.02)
+    return process
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
