@@ -202,14 +202,11 @@ class _TokenBucket:
 
 
 @attrs.define
-class _FixedWindow:
-    """``burst`` requests per window of ``burst / rate`` s; windows start at the first request."""
+class _Window:
+    """``burst`` requests per window of ``burst / rate`` s: what both window models share."""
 
     rate: float
     burst: int
-    _origin: float | None = None
-    _start: float = -math.inf
-    _count: int = 0
 
     @property
     def limit(self) -> int:
@@ -218,6 +215,15 @@ class _FixedWindow:
     @property
     def window(self) -> float:
         return self.burst / self.rate
+
+
+@attrs.define
+class _FixedWindow(_Window):
+    """Windows start at the first request and follow each other."""
+
+    _origin: float | None = None
+    _start: float = -math.inf
+    _count: int = 0
 
     def _roll(self, now: float) -> None:
         if self._origin is None:
@@ -243,20 +249,10 @@ class _FixedWindow:
 
 
 @attrs.define
-class _SlidingLog:
-    """At most ``burst`` requests in any ``burst / rate`` s, kept as a log of admissions."""
+class _SlidingLog(_Window):
+    """At most ``burst`` requests in any window, kept as a log of admissions."""
 
-    rate: float
-    burst: int
     _log: list[float] = attrs.Factory(list)
-
-    @property
-    def limit(self) -> int:
-        return self.burst
-
-    @property
-    def window(self) -> float:
-        return self.burst / self.rate
 
     def _forget(self, now: float) -> None:
         self._log = [t for t in self._log if t > now - self.window + _EPS]
