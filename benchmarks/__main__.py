@@ -54,11 +54,16 @@ NOTES = (
     "ceiling above shows the harness is not the limit.",
     "Retry-After is sent in whole seconds, as most APIs do, so every 429 costs a client that "
     "obeys it up to a second (HTTP-date: up to two, against the response's Date).",
-    "fanout runs as a batch would: inline_wait=None (wait as long as the budget allows) and "
-    "max_waiters=None (queue without shedding). Every peer answers every id: exceptions are "
+    "fanout runs as a batch would: inline_wait=None (wait as long as the budget allows); "
+    "everything else is as the README tells a user (no slack, no max_waiters: both are "
+    "measured or decided by the budget). Every peer answers every id: exceptions are "
     "caught per call, so no strategy loses answers to a sibling's failure.",
     "The learning strategy is given no rate and no burst; where the API documents an in-flight "
-    "cap (the 400 ms scenario) it is given that, since no header can state one.",
+    "cap it is given that, since no header can state one.",
+    "Each server model is fanout/_throttle_server.py's: a token bucket (Reset until full, or "
+    "until the next token), a fixed window from the first request, a sliding log, or only an "
+    "in-flight cap (503). The minimum for a window is L + floor((N - 1)/B) * W; for the "
+    "concurrency-only server, ceil(N/C) * L; with jitter, the least latency (a lower bound).",
 )
 RESULTS = Path(__file__).parent / "results"
 

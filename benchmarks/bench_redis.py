@@ -143,12 +143,13 @@ async def worker(url: str, prefix: str, start_at: float) -> None:
 
         async def loop() -> None:
             while trio.current_time() < end:
-                wait = await scope.reserve(1.0, 1.0)
-                if wait is None:
+                booking = await scope.reserve(1.0, 1.0)
+                if booking is None:
                     await trio.sleep(0.01)
                     continue
-                await trio.sleep(wait)
-                stamps.append(time.time())
+                await trio.sleep(booking.wait)
+                if await scope.confirm(booking):  # else a 429 voided it: book again
+                    stamps.append(time.time())
 
         async with trio.open_nursery() as nursery:
             for _ in range(TASKS):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "deadline_table",
     "headline_table",
+    "matrix_table",
     "overhead_tables",
     "scenario_markdown",
     "summary_markdown",
@@ -216,6 +217,82 @@ def headline_table(scenarios: Sequence[Scenario], results: Sequence[RunResult]) 
     return _table(header, [*rows, minimum], "l" * (len(scenarios) + 1))
 
 
+_FANOUT = ("fanout_configured", "fanout_learned")
+
+
+def _matrix_cell(scenario: Scenario, result: RunResult) -> str:
+    if scenario.deadline is not None:
+        return f"{result.ok_in_time}/{scenario.max_ok} ok, {result.past_deadline} late"
+    text = f"{_ratio(result)}, {result.throttled} {X} 429"
+    if result.overloaded:
+        text += f", {result.overloaded} {X} 503"
+    if result.failed:
+        text += f", {result.failed} failed"
+    return text
+
+
+def _best_alternative(scenario: Scenario, runs: Sequence[RunResult]) -> RunResult | None:
+    """The alternative a user would pick here: most answered ok, then fastest."""
+    others = [r for r in runs if r.strategy not in _FANOUT]
+    if not others:
+        return None
+    if scenario.deadline is not None:
+        return max(others, key=lambda r: (r.ok_in_time or 0, -(r.past_deadline or 0)))
+    return min(others, key=lambda r: (r.failed, r.ratio))
+
+
+def _targets(scenario: Scenario, told: RunResult, learned: RunResult, best: RunResult) -> str:
+    """Issue 13's targets for one cell row: told, learning, ahead of the best alternative."""
+    if scenario.deadline is not None:
+        goal = 0.95 * scenario.max_ok
+        met = [
+            (told.ok_in_time or 0) >= goal and told.past_deadline == 0,
+            (learned.ok_in_time or 0) >= goal and learned.past_deadline == 0,
+            min(told.ok_in_time or 0, learned.ok_in_time or 0) >= (best.ok_in_time or 0),
+        ]
+    else:
+        allowed = 1 if scenario.model == "fixed" else 0
+        met = [
+            told.ratio <= 1.05 and told.throttled <= allowed and not told.failed,
+            learned.ratio <= 1.20 and learned.throttled <= 3 and not learned.failed,
+            max(told.ratio, learned.ratio) <= best.ratio or bool(best.failed),
+        ]
+    return " / ".join("yes" if flag else "**no**" for flag in met)
+
+
+def matrix_table(scenarios: Sequence[Scenario], results: Sequence[RunResult]) -> str:
+    """The server matrix: one row per server model; fanout told, learning, the best peer.
+
+    Cells: makespan over the theoretical minimum and the 429s (and 503s)
+    caused; for the deadline row, calls answered ok in time out of the most
+    that can finish, and calls answered late. The last column says which of
+    issue 13's targets the row meets: told (<= 1.05, no 429, a fixed window
+    one), learning (<= 1.20, <= 3 429s), ahead of the best alternative.
+    """
+    rows = []
+    for scenario in scenarios:
+        runs = [r for r in results if r.scenario == scenario.name]
+        by_strategy = {r.strategy: r for r in runs}
+        told, learned = by_strategy.get("fanout_configured"), by_strategy.get("fanout_learned")
+        best = _best_alternative(scenario, runs)
+        if told is None or learned is None or best is None:
+            continue
+        minimum = (
+            f"{scenario.max_ok}/{scenario.calls} can finish"
+            if scenario.deadline is not None
+            else f"{scenario.min_makespan:.2f} s"
+        )
+        rows.append([
+            scenario.title, minimum, _matrix_cell(scenario, told),
+            _matrix_cell(scenario, learned),
+            f"{best.label}: {_matrix_cell(scenario, best)}",
+            _targets(scenario, told, learned, best),
+        ])  # fmt: skip
+    header = ["server", "minimum", "fanout, limits told", "fanout, learning",
+              "best alternative", "targets met (told / learning / ahead)"]  # fmt: skip
+    return _table(header, rows, "llllll")
+
+
 def overhead_tables(report: OverheadReport) -> str:
     """The headline size in every configuration, then the growth curve."""
     from .bench_overhead import CONFIGS
@@ -312,6 +389,16 @@ def summary_markdown(
         ]
     if results:
         lines += [
+            "## The server matrix",
+            "",
+            "One row per server model (see `fanout/_throttle_server.py`), the same calls run by "
+            "every strategy. Cells: makespan as a multiple of the theoretical minimum and the "
+            "429s (503s) it caused; the deadline row counts calls answered ok in time and calls "
+            "answered late. The best alternative is the peer with the fewest failures, then the "
+            "fastest.",
+            "",
+            matrix_table(scenarios, results),
+            "",
             "## Strategies",
             "",
             "Each cell: makespan as a multiple of the theoretical minimum (deadline scenario: "

@@ -108,13 +108,24 @@ def max_ok_by(
     return sum(1 for start in schedule if start + latency <= deadline + 1e-9)
 
 
+Model = Literal["bucket", "fixed", "sliding", "concurrency"]
+
+
 @attrs.frozen
 class Scenario:
     """One workload: the calls, the server's true limits, and what peers are told.
 
-    ``max_in_flight`` is the server's in-flight cap (503 beyond it), None for
-    none. ``deadline`` is each call's deadline in seconds from the start of
-    the turn (None: no deadline). ``fixed_delay`` is the naive retry's sleep;
+    ``model`` is how the server limits (``fanout._throttle_server``): a token
+    bucket, a fixed window or a sliding log of ``burst`` per ``burst/rate``
+    s, or only an in-flight cap (``concurrency``: the server has no rate,
+    and ``rate`` is what peers are told, ``max_in_flight / latency``).
+    ``reset`` is what a bucket's Reset header means (until full, or until
+    the next token); ``headers`` the header style (``none``: no state
+    headers, only 429s). ``max_in_flight`` is the server's in-flight cap
+    (503 beyond it), None for none. ``deadline`` is each call's deadline in
+    seconds from the start of the turn (None: no deadline). ``jitter`` adds
+    uniform latency; ``connect_delay`` holds back the first request of each
+    connection. ``fixed_delay`` is the naive retry's sleep;
     ``retry_after_precise`` makes the server send fractional Retry-After
     seconds instead of whole ones (the quick run uses it to stay quick).
     """
@@ -126,21 +137,39 @@ class Scenario:
     burst: int
     latency: float
     max_in_flight: int | None = None
-    retry_after: Literal["seconds", "http-date"] = "seconds"
+    retry_after: Literal["seconds", "http-date", "ms", "absent"] = "seconds"
     retry_after_precise: bool = False
     deadline: float | None = None
     fixed_delay: float = 1.0
+    model: Model = "bucket"
+    reset: Literal["full", "next"] = "full"
+    headers: Literal["draft", "x", "ietf", "none"] = "draft"
+    jitter: float = 0.0
+    connect_delay: float = 0.0
     why: str = ""
 
     @property
     def min_makespan(self) -> float:
-        return min_makespan(
+        """The fastest any client could finish (a lower bound with jitter: its least latency)."""
+        if self.model == "concurrency":
+            assert self.max_in_flight is not None
+            return self.connect_delay + math.ceil(self.calls / self.max_in_flight) * self.latency
+        if self.model in ("fixed", "sliding"):
+            # burst requests per window, windows starting at the first request.
+            window = self.burst / self.rate
+            return self.connect_delay + self.latency + (self.calls - 1) // self.burst * window
+        return self.connect_delay + min_makespan(
             self.calls,
             rate=self.rate,
             burst=self.burst,
             latency=self.latency,
             concurrency=self.max_in_flight,
         )
+
+    @property
+    def told_rate(self) -> float | None:
+        """The rate a user configures: none for an API limited only by concurrency."""
+        return None if self.model == "concurrency" else self.rate
 
     @property
     def max_ok(self) -> int:
@@ -166,7 +195,12 @@ class Scenario:
 
     def limits_text(self) -> str:
         """The true limits in words, for tables."""
-        text = f"{self.rate:g}/s, burst {self.burst}, latency {self.latency * 1000:g} ms"
+        if self.model == "concurrency":
+            text = f"no rate, latency {self.latency * 1000:g} ms"
+        else:
+            text = f"{self.rate:g}/s, burst {self.burst}, latency {self.latency * 1000:g} ms"
+        if self.jitter:
+            text += f" + up to {self.jitter * 1000:g} ms"
         if self.max_in_flight is not None:
             text += f", at most {self.max_in_flight} in flight (503 beyond)"
         if self.deadline is not None:
@@ -185,12 +219,17 @@ class Scenario:
 
     def server_args(self) -> list[str]:
         """The throttling server's command-line flags for these limits."""
+        rate = "none" if self.model == "concurrency" else f"{self.rate:g}"
         args = [
-            "--rate", f"{self.rate:g}",
+            "--rate", rate,
             "--burst", str(self.burst),
             "--latency", f"{self.latency:g}",
+            "--jitter", f"{self.jitter:g}",
+            "--connect-delay", f"{self.connect_delay:g}",
             "--retry-after", self.retry_after,
-            "--headers", "ietf",
+            "--headers", self.headers,
+            "--model", "bucket" if self.model == "concurrency" else self.model,
+            "--reset", self.reset,
         ]  # fmt: skip
         if self.max_in_flight is not None:
             args += ["--max-in-flight", str(self.max_in_flight)]
@@ -199,60 +238,77 @@ class Scenario:
         return args
 
 
+# The server matrix: the semantics real APIs use (``fanout._throttle_server``),
+# each a column of the README's headline table. The shared shape: 60 calls,
+# 20/s with a burst of 10, 50 ms latency, Retry-After in whole seconds rounded
+# up, and the draft headers an independent server sends (RateLimit-Limit: B,
+# RateLimit-Remaining, RateLimit-Reset in whole seconds).
+_SHAPE: dict[str, object] = {"calls": 60, "rate": 20, "burst": 10, "latency": 0.05}
+
 FULL: tuple[Scenario, ...] = (
     Scenario(
-        "eight-at-5ps",
-        "8 calls vs 5/s",
-        calls=8,
-        rate=5,
-        burst=5,
-        latency=0.05,
-        why="The seeds' example: a turn of eight calls against an API rated 5/s. "
-        "Burst 5 (one second's worth, as most APIs allow).",
+        "bucket-full", "token bucket, Reset = until full", **_SHAPE,  # type: ignore[arg-type]
+        why="Anthropic, OpenAI: Reset is when the bucket is full again; Remaining 0 means "
+        "the next token is 1/R away, not a Reset away.",
     ),
     Scenario(
-        "forty-at-10ps-400ms",
-        "40 calls vs 10/s, 400 ms latency",
-        calls=40,
-        rate=10,
-        burst=10,
-        latency=0.4,
-        max_in_flight=4,
-        why="Little's law: 10/s at 0.4 s keeps concurrency_for(10, 0.4) = 4 in flight; the "
-        "server enforces 4 (503 beyond), so more slots only earn 503s.",
+        "bucket-next", "token bucket, Reset = next token", **_SHAPE,  # type: ignore[arg-type]
+        reset="next", headers="x",
+        why="Envoy's local limiter: X-RateLimit-Reset is the time to the next refill.",
     ),
     Scenario(
-        "two-hundred-at-50ps",
-        "200 calls vs 50/s",
-        calls=200,
-        rate=50,
-        burst=50,
-        latency=0.05,
-        why="A large turn (or a batch): rate, not latency, decides. Burst 50.",
+        "fixed", "fixed window, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
+        model="fixed",
+        why="Kong, express-rate-limit: 10 per window of 1 s from the first request; "
+        "Remaining 0 does mean 'wait for Reset'.",
     ),
     Scenario(
-        "http-date",
-        "Retry-After as an HTTP-date",
-        calls=20,
-        rate=5,
-        burst=5,
-        latency=0.05,
-        retry_after="http-date",
-        why="The server states Retry-After as an absolute HTTP-date (whole seconds); "
-        "clients must parse a date, not a number.",
+        "sliding", "sliding log, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
+        model="sliding",
+        why="At most 10 in any second.",
     ),
     Scenario(
-        "deadline-2s",
-        "every call under a 2 s deadline",
-        calls=40,
-        rate=10,
-        burst=10,
-        latency=0.1,
-        deadline=2.0,
+        "concurrency", "concurrency only, 503", calls=40, rate=20, burst=10, latency=0.2,
+        max_in_flight=4, model="concurrency",
+        why="No rate at all: 4 in flight, 503 beyond with Retry-After until a slot frees.",
+    ),
+    Scenario(
+        "retry-ms", "Retry-After in ms, no state headers", **_SHAPE,  # type: ignore[arg-type]
+        retry_after="ms", headers="none",
+        why="Azure's retry-after-ms; nothing else to learn from.",
+    ),
+    Scenario(
+        "http-date", "Retry-After as an HTTP-date", **_SHAPE,  # type: ignore[arg-type]
+        retry_after="http-date", headers="none",
+        why="An absolute HTTP-date (whole seconds), read against the response's Date.",
+    ),
+    Scenario(
+        "bare-429", "bare 429s (no Retry-After, no headers)", **_SHAPE,  # type: ignore[arg-type]
+        retry_after="absent", headers="none",
+        why="Stripe, nginx: only the status says 'too fast'.",
+    ),
+    Scenario(
+        "jitter", "latency jitter 0-100 ms", **_SHAPE, jitter=0.1,  # type: ignore[arg-type]
+        why="Requests that left in order arrive out of step.",
+    ),
+    Scenario(
+        "slow-connect", "slow first connection (+100 ms)", **_SHAPE,  # type: ignore[arg-type]
+        connect_delay=0.1,
+        why="A TLS handshake: the first request of each connection arrives late, so the "
+        "server's bucket refills later than the client thinks.",
+    ),
+    Scenario(
+        "two-hundred", "200 calls, 50/s, B=20, C=16", calls=200, rate=50, burst=20,
+        latency=0.1, max_in_flight=16,
+        why="Issue 13's large turn: rate and concurrency both bind.",
+    ),
+    Scenario(
+        "deadline-2s", "every call under a 2 s deadline", calls=40, rate=10, burst=10,
+        latency=0.1, deadline=2.0,
         why="More calls than 2 s of rate can carry: at most B + ⌊(D - L)·R⌋ = 29 can "
         "finish in time; the rest must be answered by their deadline, not after it.",
     ),
-)
+)  # fmt: skip
 
 # The quick run: the same shapes in miniature, with fractional Retry-After. Burst
 # equals rate because the server states its window in whole seconds: a smaller

@@ -305,32 +305,21 @@ async def _fanout(setting: Setting, scope: fanout.Scope) -> list[CallOutcome]:
 
 
 async def fanout_configured(setting: Setting) -> list[CallOutcome]:
-    """fanout told the true limits: rate, burst and (where the API has one) the in-flight cap.
-
-    ``slack=0.02``: the first request of a burst opens a connection and reaches
-    the server last, up to ~20 ms after the rest of the burst here; without
-    the slack the first request after the burst can arrive before its token.
-    """
+    """fanout told the true limits, as the README says: rate, burst, and the in-flight cap
+    where the API has one. Nothing else: slack is measured, shedding is by budget."""
     s = setting.scenario
-    scope = fanout.Scope(
-        "api",
-        rate=s.rate,
-        burst=s.burst,
-        max_concurrency=s.max_in_flight,
-        max_waiters=None,
-        slack=0.02,
-    )
+    scope = fanout.Scope("api", rate=s.told_rate, burst=s.burst, max_concurrency=s.max_in_flight)
     return await _fanout(setting, scope)
 
 
 async def fanout_learned(setting: Setting) -> list[CallOutcome]:
-    """fanout told no rate and no burst: it probes once, then takes the headers' numbers.
+    """fanout told no rate and no burst: it probes once, then learns from what the server does.
 
     Headers cannot state a concurrency cap, so where the API documents one
-    (the 400 ms scenario) the scope is given it, as a user reading the docs would.
+    the scope is given it, as a user reading the docs would.
     """
     s = setting.scenario
-    scope = fanout.Scope("api", max_concurrency=s.max_in_flight, max_waiters=None)
+    scope = fanout.Scope("api", max_concurrency=s.max_in_flight)
     return await _fanout(setting, scope)
 
 
@@ -363,13 +352,13 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "fanout_configured",
         "fanout (limits configured)",
-        "Scope(rate, burst, max_concurrency) = true limits, slack=0.02",
+        "Scope(rate, burst, max_concurrency) = true limits",
         fanout_configured,
     ),
     Strategy(
         "fanout_learned",
         "fanout (learning from headers)",
-        "Scope() with no rate: probe, then the server's stated limit",
+        "Scope() with no rate: probe, then learn from headers and 429s",
         fanout_learned,
     ),
 )

@@ -10,6 +10,7 @@ from ._adapters import calls_from_anthropic as calls_from_anthropic
 from ._adapters import calls_from_openai as calls_from_openai
 from ._adapters import openai_tool_messages as openai_tool_messages
 from ._binding import ArgumentError as ArgumentError
+from ._bucket import Booking as Booking
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
@@ -76,6 +77,7 @@ from ._values import ToolResult as ToolResult
 __all__ = [
     "AnthropicStream",
     "ArgumentError",
+    "Booking",
     "BucketStatistics",
     "Budget",
     "CallContext",

@@ -1,11 +1,12 @@
 """Admission: what a call must get from its scopes before it may start.
 
-In order: no scope's quota is spent; no scope's queue is full (else the call
-is shed at once with a drain estimate); a slot on each scope, taken in one
-global order (by name) so two calls can never hold one each and wait for the
-other's; then tokens on each scope. Every wait is bounded by the call's
-budget and by the inline threshold; a call that cannot be admitted in time is
-denied, never sent, and nothing it reserved stays consumed.
+In order: no scope's quota is spent; no scope's queue is too long for the
+call's budget (else the call is shed at once with a drain estimate); a slot
+on each scope, taken in one global order (by name) so two calls can never
+hold one each and wait for the other's; then tokens on each scope, booked,
+slept, and confirmed (a booking the server overruled meanwhile is booked
+again). The budget judges every wait; a call that cannot be admitted in time
+is denied, never sent, and nothing it booked stays consumed.
 
 Order: a turn admits its calls in the model's order. It starts the next call
 only once this one calls ``queued()``: when it is admitted or denied, or just
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ._budget import Verdict
 from ._events import EventKind, Recorder
 from ._exceptions import ConfigurationError
 from ._values import Status, ToolCall
@@ -29,10 +31,13 @@ from ._values import Status, ToolCall
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from ._bucket import Booking
     from ._budget import Budget
     from ._scope import ScopeLike, SlotHolder
 
 __all__ = ["Denial", "Shortfall", "admit", "take_tokens"]
+
+_TRIES = 3  # bookings tried while the wait keeps changing under a call
 
 
 @attrs.frozen
@@ -62,19 +67,19 @@ async def admit(
 
     Slots taken are appended to ``held``; the caller releases them in a
     ``finally`` whatever happens, including cancellation during this function.
+    Every wait is judged by ``budget`` (which holds the inline threshold);
+    ``inline_wait`` is accepted for the caller's sake and not read.
     """
     if not scopes:
         return None
-    denial = _check_open(call, scopes, recorder)
+    denial = _check_open(call, scopes, budget, recorder)
     if denial is not None:
         return denial
-    now = trio.current_time()
-    patience = budget.deadline if inline_wait is None else min(budget.deadline, now + inline_wait)
     for scope in scopes:
         if not scope.has_free_slot():
             queued()
-        if not await scope.acquire_slot(holder, patience):
-            return _slot_denial(scope, budget, inline_wait)
+        if not await scope.acquire_slot(holder, budget.patience()):
+            return _slot_denial(scope, budget)
         held.append(scope)
         if scope.max_concurrency is not None:
             recorder.emit(
@@ -89,11 +94,15 @@ async def admit(
         )  # fmt: skip
         queued()
 
-    shortfall = await take_tokens(scopes, cost, budget=budget, patience=patience, on_wait=waiting)
-    return None if shortfall is None else _token_denial(shortfall, budget, inline_wait)
+    shortfall = await take_tokens(
+        scopes, cost, budget=budget, patience=budget.patience(), on_wait=waiting
+    )
+    return None if shortfall is None else _token_denial(shortfall, budget)
 
 
-def _check_open(call: ToolCall, scopes: Sequence[ScopeLike], recorder: Recorder) -> Denial | None:
+def _check_open(
+    call: ToolCall, scopes: Sequence[ScopeLike], budget: Budget, recorder: Recorder
+) -> Denial | None:
     now = trio.current_time()
     for scope in scopes:
         until = scope.exhausted_until()
@@ -106,24 +115,31 @@ def _check_open(call: ToolCall, scopes: Sequence[ScopeLike], recorder: Recorder)
                 until - now,
             )
     for scope in scopes:
-        if scope.should_shed():
-            scope.count_shed()
-            estimate = scope.drain_estimate()
-            recorder.emit(
-                EventKind.SHED, call_id=call.id, tool=call.name, scope=scope.name, wait=estimate
-            )
-            return Denial(
-                Status.RATE_LIMITED,
-                f"scope {scope.name!r} already has a full queue of waiting calls; "
-                "this one was answered at once instead of queueing, and was not sent",
-                scope.name,
-                estimate,
-            )
+        full = scope.queue_full()
+        estimate = scope.shed(budget)
+        if estimate is None:
+            continue
+        recorder.emit(
+            EventKind.SHED, call_id=call.id, tool=call.name, scope=scope.name, wait=estimate
+        )
+        if full:
+            why = "already has a full queue of waiting calls"
+        else:
+            verdict = budget.judge(estimate, latency=scope.expected_latency())
+            explained = budget.explain(verdict, latency=scope.expected_latency())
+            why = f"has a queue that needs about {estimate:.3f}s to drain, {explained}"
+        return Denial(
+            Status.RATE_LIMITED,
+            f"scope {scope.name!r} {why}; this call was answered at once instead of "
+            "queueing, and was not sent",
+            scope.name,
+            estimate,
+        )
     return None
 
 
-def _slot_denial(scope: ScopeLike, budget: Budget, inline_wait: float | None) -> Denial:
-    if trio.current_time() >= budget.deadline:
+def _slot_denial(scope: ScopeLike, budget: Budget) -> Denial:
+    if trio.current_time() >= budget.deadline or budget.inline_wait is None:
         return Denial(
             Status.TIMED_OUT,
             f"no slot on scope {scope.name!r} came free before the call's deadline; "
@@ -132,7 +148,8 @@ def _slot_denial(scope: ScopeLike, budget: Budget, inline_wait: float | None) ->
         )
     return Denial(
         Status.RATE_LIMITED,
-        f"no slot on scope {scope.name!r} came free within {inline_wait:g}s; the call was not sent",
+        f"no slot on scope {scope.name!r} came free within {budget.inline_wait:g}s; "
+        "the call was not sent",
         scope.name,
         scope.drain_estimate(),
     )
@@ -140,12 +157,13 @@ def _slot_denial(scope: ScopeLike, budget: Budget, inline_wait: float | None) ->
 
 @attrs.frozen
 class Shortfall:
-    """Tokens a scope could not give in time: how long they would take, or why never."""
+    """Tokens a scope could not give in time: how long they would take, and why not."""
 
     scope: str
     needed: float
+    verdict: Verdict = Verdict.PAST_DEADLINE
     never: str | None = None
-    late: float | None = None  # the expected duration that would end past the deadline
+    latency: float | None = None  # the scope's usual latency, when it decided
 
 
 async def take_tokens(
@@ -156,73 +174,93 @@ async def take_tokens(
     patience: float,
     on_wait: Callable[[float, str | None], None],
 ) -> Shortfall | None:
-    """Reserve ``cost`` on every scope and sleep the longest wait, or say what fell short.
+    """Book ``cost`` on every scope and sleep the longest wait, or say what fell short.
 
-    ``patience`` is the absolute time the caller may wait until. Reservations
+    ``patience`` is the absolute time the caller may wait until; the budget
+    judges every wait. After the sleep each booking is confirmed: a drain or
+    block since it was made voids it (the server said otherwise meanwhile),
+    and the call books again, within the same budget, or is denied. Bookings
     are refunded if any scope falls short or the sleep is cancelled, so the
-    buckets never keep tokens for a request that was not sent. ``on_wait``
-    hears of a wait (seconds, slowest scope) just before it is slept.
+    buckets never keep tokens for a request that was not sent.
     """
-    reserved: list[ScopeLike] = []
-    taken = False
-    try:
-        longest, slowest = 0.0, None
-        for scope in scopes:
-            try:
-                wait = await scope.reserve(cost, max(0.0, patience - trio.current_time()))
-            except ConfigurationError as exc:
-                return Shortfall(scope.name, math.inf, never=str(exc))
-            if wait is not None:
-                reserved.append(scope)
-            if wait is None or not budget.fits(wait):
-                needed = await scope.wait_for(cost) if wait is None else wait
-                return Shortfall(scope.name, needed)
-            expected = scope.expected_latency()
-            if wait > 0 and expected is not None and not budget.fits(wait + expected):
-                # Waiting only to be cut off would waste the request (and, for a
-                # write, leave its effect unknown): answer now instead.
-                return Shortfall(scope.name, wait, late=expected)
-            if wait > longest:
-                longest, slowest = wait, scope.name
-        if longest > 0:
-            on_wait(longest, slowest)
-            for scope in scopes:
-                scope.note_waiting(+1)
-            try:
-                await trio.sleep(longest)
-            finally:
+    while True:
+        booked = await _book_all(scopes, cost, budget, patience)
+        if isinstance(booked, Shortfall):
+            return booked
+        confirmed = False
+        try:
+            longest = max((booking.wait for _, booking in booked), default=0.0)
+            if longest > 0:
+                slowest = next(s for s, b in booked if b.wait == longest)
+                voided = slowest.voided()  # the server said otherwise: wake to book again
+                on_wait(longest, slowest.name)
                 for scope in scopes:
-                    scope.note_waiting(-1)
-        taken = True
-        return None
+                    scope.note_waiting(+1)
+                try:
+                    with trio.move_on_after(longest):
+                        if voided is None:
+                            await trio.sleep_forever()
+                        else:
+                            await voided.wait()
+                finally:
+                    for scope in scopes:
+                        scope.note_waiting(-1)
+            confirmed = True
+            for scope, booking in booked:
+                confirmed = confirmed and await scope.confirm(booking)
+        finally:
+            if not confirmed:
+                for scope, booking in booked:
+                    await scope.refund(booking)
+        if confirmed:
+            return None
+
+
+async def _book_all(
+    scopes: Sequence[ScopeLike], cost: float, budget: Budget, patience: float
+) -> list[tuple[ScopeLike, Booking]] | Shortfall:
+    """One booking on each scope, each judged by the budget; all or none."""
+    booked: list[tuple[ScopeLike, Booking]] = []
+    done = False
+    try:
+        for scope in scopes:
+            latency = scope.expected_latency()
+            for _ in range(_TRIES):
+                try:
+                    booking = await scope.reserve(cost, max(0.0, patience - trio.current_time()))
+                except ConfigurationError as exc:
+                    return Shortfall(scope.name, math.inf, never=str(exc))
+                if booking is not None:
+                    break
+                needed = await scope.wait_for(cost)
+                verdict = budget.judge(needed, latency=latency)
+                if verdict is not Verdict.SLEEP:
+                    return Shortfall(scope.name, needed, verdict, latency=latency)
+                # The wait shrank meanwhile (a refund, a hole): book again.
+            else:
+                return Shortfall(scope.name, needed, Verdict.TOO_LONG, latency=latency)
+            booked.append((scope, booking))
+            verdict = budget.judge(booking.wait, latency=latency)
+            if verdict is not Verdict.SLEEP:
+                return Shortfall(scope.name, booking.wait, verdict, latency=latency)
+        done = True
+        return booked
     finally:
-        if not taken:
-            for scope in reserved:
-                await scope.refund(cost)
+        if not done:
+            for scope, booking in booked:
+                await scope.refund(booking)
 
 
-def _token_denial(shortfall: Shortfall, budget: Budget, inline_wait: float | None) -> Denial:
+def _token_denial(shortfall: Shortfall, budget: Budget) -> Denial:
     name, needed = shortfall.scope, shortfall.needed
     if shortfall.never is not None:
         return Denial(Status.REFUSED, shortfall.never, name)
     if not math.isfinite(needed):
         return Denial(Status.TIMED_OUT, f"scope {name!r} has no capacity in sight", name)
-    if shortfall.late is not None:
-        return Denial(
-            Status.RATE_LIMITED,
-            f"scope {name!r} allows this call in {needed:.3f}s, but calls there take about "
-            f"{shortfall.late:.3f}s and it would end past its deadline; the call was not sent",
-            name,
-            needed,
-        )
-    where = (
-        "past the call's deadline"
-        if not budget.fits(needed)
-        else f"longer than fanout waits inline ({inline_wait:g}s)"
-    )
+    why = budget.explain(shortfall.verdict, latency=shortfall.latency)
     return Denial(
         Status.RATE_LIMITED,
-        f"scope {name!r} allows this call in {needed:.3f}s, {where}; the call was not sent",
+        f"scope {name!r} allows this call in {needed:.3f}s, {why}; the call was not sent",
         name,
         needed,
     )

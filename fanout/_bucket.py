@@ -1,28 +1,37 @@
-"""A token bucket that reserves with a maximum wait, on trio's clock.
+"""A token bucket that books start times with a maximum wait, on trio's clock.
 
-Algorithm: the classic token bucket kept as (tokens, updated), where tokens
-may go negative. A negative balance is a queue of reservations already
-promised to callers that are sleeping until their start time, which makes
-this equivalent to GCRA's virtual scheduling: the wait a caller gets is when
-the balance it leaves behind will have refilled.
+Algorithm: GCRA's virtual scheduling, kept as ``full_at``, the time at which
+the bucket would be full again given every start already booked. A booking
+for ``cost`` tokens may start once ``cost`` tokens exist at that time:
+``start = max(now, blocked_until, full_at - (burst - cost) / rate)``, and it
+moves ``full_at`` to ``max(full_at, start) + cost / rate``. A booking takes
+its tokens *at its start*, so reservations made while the bucket is blocked
+are owed from the tokens that accrue during the block: when the block ends,
+those calls start and the bucket is not also full again (no second burst).
 
-Its one primitive is ``reserve(cost, max_wait)``: the wait before the caller
-may start, or a refusal *that consumes nothing* when the wait is more than the
-caller can afford. A caller that gives up during its wait hands the tokens
-back with ``refund``. After a 429 the bucket ``drain``s: its tokens go to zero
-and nothing starts before the server's "blocked until".
+A booking is a promise made on what was known then. When the server later
+says otherwise (a 429 drains the bucket, a reset blocks it, a response says
+fewer tokens remain), the bucket starts a new *epoch*: bookings of an older
+epoch that have not started yet are void, and their holders must ``confirm``
+before starting, then book again. A holder that gives up ``refund``s: the
+latest booking is undone exactly; an earlier one leaves a *hole* that a later
+booking of no greater cost may fill, since that start time was already
+proven safe.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import attrs
 import trio
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["BucketStatistics", "TokenBucket"]
+__all__ = ["Booking", "BucketStatistics", "TokenBucket"]
+
+_HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-admits)
 
 
 @attrs.frozen
@@ -39,6 +48,22 @@ class BucketStatistics:
     drained: int
 
 
+@attrs.frozen
+class Booking:
+    """One reservation: its absolute ``start``, the ``wait`` until it, and its ``cost``.
+
+    ``epoch`` and ``after`` let the bucket tell, on refund and confirmation,
+    whether this booking is still the latest and still valid.
+    """
+
+    start: float
+    wait: float
+    cost: float
+    epoch: int
+    before: Any = attrs.field(repr=False, default=None)  # the schedule before it
+    after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
+
+
 @attrs.define
 class TokenBucket:
     """``rate`` tokens a second up to ``burst``; ``rate=None`` means no rate limit.
@@ -49,102 +74,200 @@ class TokenBucket:
     ``slack`` allows for the network. A server's bucket starts refilling when
     the first request of a burst *arrives*, and that one is often the slowest
     to arrive (it opens the connection). So when a burst starts from a full
-    bucket, refilling is counted from ``slack`` seconds later, and the first
-    request after the burst cannot reach the server before its token exists.
+    bucket, refilling is counted from ``slack`` seconds later.
     """
 
     rate: float | None
     burst: float = attrs.field(default=1.0)
     slack: float = attrs.field(default=0.0)
-    _tokens: float = attrs.field(init=False)
-    _updated: float | None = attrs.field(init=False, default=None)
+    _full_at: float = attrs.field(init=False, default=-math.inf)
+    _paused_until: float = attrs.field(init=False, default=-math.inf)  # refill starts then
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
+    _epoch: int = attrs.field(init=False, default=0)
+    _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
+    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # booked, not due
+    _voided: trio.Event | None = attrs.field(init=False, default=None)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
     _drained: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
-        _check_limits(self.rate, self.burst)
+        check_limits(self.rate, self.burst)
         if not (self.slack >= 0 and math.isfinite(self.slack)):
             raise ConfigurationError(f"slack must be a finite number >= 0, not {self.slack!r}")
-        self._tokens = self.burst
+
+    # -- booking -------------------------------------------------------------
+
+    def wait_for(self, cost: float = 1.0) -> float:
+        """Seconds until ``cost`` tokens could be booked to start, consuming nothing."""
+        self._check_cost(cost)
+        now = trio.current_time()
+        start, _ = self._slot(cost, now)
+        return start - now
+
+    def reserve(self, cost: float = 1.0, *, max_wait: float = math.inf) -> Booking | None:
+        """Book ``cost`` tokens; the booking, or None when its wait exceeds ``max_wait``.
+
+        None consumes nothing.
+        """
+        self._check_cost(cost)
+        now = trio.current_time()
+        start, hole = self._slot(cost, now)
+        if start - now > max_wait:
+            self._refused += 1
+            return None
+        self._reserved += 1
+        if start > now:
+            self._ahead.append((start, cost))
+        if hole is not None:
+            self._fill(hole, cost)
+            return Booking(start, start - now, cost, self._epoch)
+        before = (self._full_at, self._paused_until)
+        if self.rate is not None:
+            idle = self._full_at < start
+            self._full_at = max(self._full_at, start) + cost / self.rate
+            if idle and self.slack:
+                # A burst begins: the server starts refilling when this request
+                # arrives, so this bucket counts its refill from slack later.
+                self._full_at += self.slack
+                self._paused_until = start + self.slack
+        return Booking(start, start - now, cost, self._epoch, before, self._full_at)
+
+    def confirm(self, booking: Booking) -> bool:
+        """Whether ``booking`` may start now: it was not voided since it was made.
+
+        A voided booking (the server drained or blocked the bucket after it
+        was made) must be booked again; its tokens are not handed back.
+        """
+        return booking.epoch == self._epoch and trio.current_time() >= self._blocked_until
+
+    def refund(self, booking: Booking) -> None:
+        """Give back a booking whose holder gave up before starting."""
+        if booking.epoch != self._epoch or self.rate is None:
+            return  # void already, or nothing was counted
+        self._refunded += 1
+        if (booking.start, booking.cost) in self._ahead:
+            self._ahead.remove((booking.start, booking.cost))
+        if booking.after == self._full_at:
+            self._full_at, self._paused_until = booking.before
+        elif booking.start > trio.current_time() and len(self._holes) < _HOLES:
+            self._holes.append((booking.start, booking.cost))
+
+    def set_slack(self, slack: float) -> None:
+        """Use ``slack`` from now on; a busy bucket also defers its refill by the increase."""
+        if not (slack >= 0 and math.isfinite(slack)):
+            raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
+        if slack <= self.slack or self._full_at == -math.inf:
+            self.slack = slack  # nothing booked yet (and perhaps no trio running)
+            return
+        now = trio.current_time()
+        if self._full_at > now:
+            # Busy: the refill counts from later, and bookings ahead book again.
+            self._full_at += slack - self.slack
+            if self._paused_until > now:
+                self._paused_until += slack - self.slack
+            if self._due_after(now):
+                present = self._present(now)
+                self._void()
+                self._set_balance(now, present)
+        self.slack = slack
+
+    # -- what the server said ----------------------------------------------
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """Change the rate and burst (learned limits), keeping what is owed.
 
-        ``tokens`` sets the balance outright, for a bucket adopting limits for
-        the first time from a server that also said how many requests remain.
+        ``tokens`` lowers the balance to what the server said remains (never
+        raises it while anything is booked).
         """
-        _check_limits(rate, burst)
-        self._refill()
-        self.rate, self.burst = rate, burst
-        if tokens is not None and math.isfinite(tokens):
-            self._tokens = tokens
-        self._tokens = min(self._tokens, burst)
-
-    def wait_for(self, cost: float = 1.0) -> float:
-        """Seconds until ``cost`` tokens could be reserved, consuming nothing."""
-        self._check_cost(cost)
-        self._refill()
+        check_limits(rate, burst)
         now = trio.current_time()
-        if self.rate is None:
-            return max(0.0, self._blocked_until - now)
-        # Tokens accrue from ``_updated`` on, through any block; the call may
-        # start once enough have accrued and the block is over.
-        assert self._updated is not None
-        shortfall = cost - self._tokens
-        ready = self._blocked_until
-        if shortfall > 0:
-            ready = max(ready, self._updated + shortfall / self.rate)
-        return max(0.0, ready - now)
+        faster = rate is None or (self.rate is not None and rate > self.rate)
+        if faster and self._due_after(now):
+            # Faster now: what is booked ahead could start sooner; let it book again.
+            balance = self._present(now)
+            self._void()
+        else:
+            balance = self._tokens(now)
+        if tokens is not None and math.isfinite(tokens):
+            balance = tokens if self.rate is None else min(balance, tokens)
+        self.rate, self.burst = rate, burst
+        self._holes.clear()
+        if rate is not None:
+            self._set_balance(now, min(balance, burst))
 
-    def reserve(self, cost: float = 1.0, *, max_wait: float = math.inf) -> float | None:
-        """Reserve ``cost`` tokens; return the wait before starting, or None.
+    def sync(
+        self,
+        remaining: float,
+        *,
+        started_since: float = 0.0,
+        unsure: float = 0.0,
+        elapsed: float = 0.0,
+    ) -> bool:
+        """The server said ``remaining`` tokens were left ``elapsed`` s ago.
 
-        None means the wait would exceed ``max_wait``; nothing was consumed.
+        ``started_since`` is what this process surely started after the
+        server counted; ``unsure``, what else it started that the server may
+        not have counted yet (requests that started before this one was sent
+        but reached the server after it). The server's count, refilled at the
+        rate since (less the slack) and less ``started_since``, replaces the
+        bucket's own when it is lower (bookings not yet due are void, and book
+        again against it); less ``unsure`` too, a surplus of a token or more
+        is added (the bucket could not see the server refill). True when the
+        bucket changed.
         """
-        wait = self.wait_for(cost)
-        if wait > max_wait:
-            self._refused += 1
-            return None
-        if self.rate is not None:
-            starts_burst = self._tokens >= self.burst
-            self._tokens -= cost
-            if starts_burst and self.slack:
-                assert self._updated is not None
-                self._updated = max(self._updated, trio.current_time()) + self.slack
-        self._reserved += 1
-        return wait
-
-    def refund(self, cost: float = 1.0) -> None:
-        """Give back a reservation whose caller gave up before starting."""
-        self._refill()
-        if self.rate is not None:
-            self._tokens = min(self.burst, self._tokens + cost)
-        self._refunded += 1
+        if self.rate is None or not math.isfinite(remaining):
+            return False
+        now = trio.current_time()
+        refilled = max(0.0, elapsed - self.slack) * self.rate
+        server = min(self.burst, remaining + refilled) - started_since
+        present = self._present(now)
+        if server < present - 1e-9:
+            self._void()
+            self._set_balance(now, server)
+            return True
+        adopt = min(server - unsure, self.burst)
+        if adopt >= present + 1.0:
+            # The bucket could not see the server refill: bookings ahead may
+            # start sooner, so they are void and book again (``voided`` wakes them).
+            self._void()
+            self._set_balance(now, adopt)
+            return True
+        return False
 
     def drain(self, blocked_for: float = 0.0) -> None:
-        """The server said we went too fast: empty the bucket, block ``blocked_for`` s."""
-        self._refill()
-        self._tokens = min(self._tokens, 0.0)
-        self._blocked_until = max(self._blocked_until, trio.current_time() + blocked_for)
+        """The server said we went too fast: no tokens now, nothing starts for ``blocked_for`` s."""
+        now = trio.current_time()
+        self._void()
+        if self.rate is not None:
+            self._set_balance(now, 0.0)
+        self._blocked_until = max(self._blocked_until, now + max(0.0, blocked_for))
         self._drained += 1
 
     def block_until(self, when: float) -> None:
-        """Start nothing before ``when`` (the server's reset), without draining."""
-        self._blocked_until = max(self._blocked_until, when)
+        """Start nothing before ``when`` (a window's reset), without draining.
+
+        Every booking not yet due is void, and its tokens come back: each
+        books again, after the block, against the same balance.
+        """
+        now = trio.current_time()
+        if not (when > self._blocked_until and when > now):
+            return
+        if self.rate is not None:
+            self._set_balance(now, self._present(now))
+        self._void()
+        self._blocked_until = when
 
     @property
     def blocked_until(self) -> float:
         return self._blocked_until
 
     def statistics(self) -> BucketStatistics:
-        self._refill()
         return BucketStatistics(
             rate=self.rate,
             burst=self.burst,
-            tokens=self._tokens,
+            tokens=self._tokens(trio.current_time()),
             blocked_until=self._blocked_until,
             reserved=self._reserved,
             refused=self._refused,
@@ -152,17 +275,60 @@ class TokenBucket:
             drained=self._drained,
         )
 
-    def _refill(self) -> None:
-        # The clock is read on first use, not at construction, so buckets
-        # (and scopes) can be built before trio.run starts.
-        now = trio.current_time()
-        if self._updated is None:
-            self._updated = now
-        if now <= self._updated:
-            return  # refilling has not resumed yet (slack after a burst began)
-        if self.rate is not None:
-            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
-        self._updated = now
+    # -- the schedule --------------------------------------------------------
+
+    def _slot(self, cost: float, now: float) -> tuple[float, tuple[float, float] | None]:
+        """The earliest start for ``cost`` as of ``now``, and the hole it would fill (if any)."""
+        earliest = max(now, self._blocked_until)
+        if self.rate is None:
+            return earliest, None
+        enough = self._full_at - (self.burst - cost) / self.rate  # cost tokens exist from then
+        # While the refill is paused, the tokens of its start are all there are.
+        start = earliest if self._paused_until >= enough else max(earliest, enough)
+        self._holes = [hole for hole in self._holes if hole[0] >= now]
+        usable = [h for h in self._holes if h[0] >= earliest and h[1] >= cost and h[0] < start]
+        if usable:
+            hole = min(usable)
+            return hole[0], hole
+        return start, None
+
+    def _fill(self, hole: tuple[float, float], cost: float) -> None:
+        self._holes.remove(hole)
+        if hole[1] > cost:
+            self._holes.append((hole[0], hole[1] - cost))
+
+    def _tokens(self, now: float) -> float:
+        if self.rate is None:
+            return self.burst
+        return self.burst - max(0.0, self._full_at - max(now, self._paused_until)) * self.rate
+
+    def _set_balance(self, now: float, tokens: float) -> None:
+        assert self.rate is not None
+        self._full_at = now + (self.burst - tokens) / self.rate
+        self._paused_until = -math.inf
+
+    def voided(self) -> trio.Event:
+        """An event set when bookings made until now are void (wake and book again)."""
+        if self._voided is None:
+            self._voided = trio.Event()
+        return self._voided
+
+    def _void(self) -> None:
+        self._epoch += 1
+        self._holes.clear()
+        self._ahead.clear()
+        if self._voided is not None:
+            self._voided.set()
+            self._voided = None
+
+    def _due_after(self, now: float) -> list[tuple[float, float]]:
+        self._ahead = [booked for booked in self._ahead if booked[0] > now]
+        return self._ahead
+
+    def _present(self, now: float) -> float:
+        """Tokens now as if nothing booked ahead existed (never more than exactly)."""
+        ahead = sum(cost for _, cost in self._due_after(now))
+        return min(self.burst, self._tokens(now) + ahead)
 
     def _check_cost(self, cost: float) -> None:
         if not (cost > 0 and math.isfinite(cost)):
@@ -174,8 +340,9 @@ class TokenBucket:
             )
 
 
-def _check_limits(rate: float | None, burst: float) -> None:
+def check_limits(rate: float | None, burst: float) -> None:
+    """Refuse a rate that is not positive and finite, or a burst below one."""
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ConfigurationError(f"rate must be a positive number of tokens a second, not {rate!r}")
-    if not (burst >= 1 and math.isfinite(burst)):
+    if not (isinstance(burst, int | float) and burst >= 1 and math.isfinite(burst)):
         raise ConfigurationError(f"burst must be at least 1, not {burst!r}")

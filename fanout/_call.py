@@ -362,7 +362,8 @@ async def _decide(
         return answer(Status.QUOTA_EXHAUSTED, describe(signal), retry_after=reset)
     if isinstance(signal, RateLimitedError):
         for scope in targets:
-            await scope.on_throttled(wait if wait is not None else 0.0)
+            # A bare 429 (no wait stated) still drains the bucket and drives AIMD.
+            await scope.on_throttled(wait)
             if wait is not None:
                 recorder.emit(
                     EventKind.SCOPE_BLOCKED, call_id=call.id, tool=call.name,

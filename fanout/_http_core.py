@@ -42,6 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
+import trio
 
 from ._admission import take_tokens
 from ._context import maybe_current_call
@@ -221,6 +222,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url, context.secrets)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+        sent_at = trio.current_time()
         try:
             response = await transport.handle_async_request(request)
         except self._seam.transport_error as exc:
@@ -230,7 +232,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         for scope in scopes_named(context.scopes, info.scope):
-            await scope.observe_headers(info)
+            await scope.observe_headers(info, sent_at=sent_at)
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
         )

@@ -7,6 +7,7 @@ and its estimate), the latency observed here, and a spent quota's end.
 
 from __future__ import annotations
 
+import collections
 import math
 
 import attrs
@@ -14,33 +15,67 @@ import trio
 
 __all__ = ["Ledger"]
 
-_DEFAULT_LATENCY = 1.0  # seconds assumed per call before any has been observed
 _SMOOTHING = 0.2  # weight of the newest sample in the latency's moving average
+_SAMPLES = 32  # recent durations kept for their spread
+_GUESS = 1.0  # seconds a call is assumed to take, for a hint, before any has finished
 
 
 @attrs.define
 class Ledger:
     """Counts and estimates a scope keeps in-process."""
 
-    waiting: int = 0
+    waiting: int = 0  # calls queued here: for the probe, a slot, or their tokens
+    booked: int = 0  # of those, the calls already holding their tokens
     in_flight: int = 0
     shed: int = 0
     latency: float | None = None
+    _samples: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_samples"
+    )
     _exhausted_until: float | None = attrs.field(default=None, alias="_exhausted_until")
 
     def observe_latency(self, seconds: float) -> None:
-        """Fold one attempt's duration into the moving average."""
+        """Fold one attempt's duration into the moving average and the spread."""
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            return
+        self._samples.append(seconds)
         if self.latency is None:
             self.latency = seconds
         else:
             self.latency += _SMOOTHING * (seconds - self.latency)
 
-    def slots_estimate(self, max_concurrency: int | None) -> float:
-        """How long the calls waiting and in flight here hold the slots a new call needs."""
+    def spread(self) -> float:
+        """How much recent call durations differ (slowest minus fastest).
+
+        Requests that left in order may reach the server this much out of
+        step: the first of a burst opens its connection, others meet a
+        slower path. It is the margin a bucket needs, measured, not guessed.
+        """
+        if len(self._samples) < 2:
+            return 0.0
+        return max(self._samples) - min(self._samples)
+
+    @property
+    def samples(self) -> int:
+        """How many recent durations the spread is taken from."""
+        return len(self._samples)
+
+    def slowest(self) -> float:
+        """The longest recent call duration (zero before any finished)."""
+        return max(self._samples, default=0.0)
+
+    def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
+        """How long the calls waiting and in flight here hold the slots a new call needs.
+
+        Before any call has finished the latency is unknown: with ``guess``
+        (a hint for the model) a call is assumed to take a second; without
+        (deciding whether to shed) the estimate is zero, since the wait for a
+        slot is bounded by the budget anyway and work that fits is not shed.
+        """
+        latency = self.latency if self.latency is not None else (_GUESS if guess else 0.0)
         if max_concurrency is None:
             return 0.0
-        queued = self.waiting + self.in_flight + 1
-        latency = self.latency if self.latency is not None else _DEFAULT_LATENCY
+        queued = self.waiting - self.booked + self.in_flight + 1
         return math.ceil(queued / max_concurrency - 1) * latency
 
     def exhaust(self, until: float) -> None:

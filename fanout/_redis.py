@@ -12,7 +12,6 @@ statistics) is in ``_redis_scope``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
@@ -34,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["BucketReply", "LocalFallback", "RedisLink", "SharedBucket", "SharedLeases"]
 
 log = logging.getLogger("fanout.redis")
+
+_SWEEP = 0.1  # seconds between removals of orphaned leases
 
 
 @attrs.frozen
@@ -64,22 +65,32 @@ class RedisLink:
     fallback: LocalFallback | None
     _down_until: float | None = attrs.field(init=False, default=None)
     _outage_since: float | None = attrs.field(init=False, default=None)
+    failures: int = attrs.field(init=False, default=0)  # ops that failed, ever
+    recoveries: int = attrs.field(init=False, default=0)  # outages that ended, ever
+
+    @property
+    def down(self) -> bool:
+        """Whether an outage is going on (an op failed and none succeeded since)."""
+        return self._outage_since is not None
 
     async def run(self, op: str, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``operation`` or raise ``LimiterUnavailableError``, within ``op_timeout``."""
         what = f"the shared limiter of scope {self.scope!r}"
         now = trio.current_time()
-        if self._down_until is not None:
-            if now < self._down_until:
+        # Read once: another task may clear or move it while this one checkpoints.
+        down_until = self._down_until
+        if down_until is not None:
+            if now < down_until:
                 await trio.lowlevel.checkpoint()
                 raise LimiterUnavailableError(
                     f"{what} is unavailable: Redis failed recently; "
-                    f"fanout asks it again in {self._down_until - now:.2f}s"
+                    f"fanout asks it again in {down_until - now:.2f}s"
                 )
             self._down_until = now + self.recheck_after  # this call probes; others fail fast
         try:
             result = await bounded(what, self.op_timeout, operation)
         except LimiterUnavailableError as exc:
+            self.failures += 1
             self._down_until = trio.current_time() + self.recheck_after
             if self._outage_since is None:
                 self._outage_since = now
@@ -99,13 +110,18 @@ class RedisLink:
                 self.scope, trio.current_time() - self._outage_since,
             )  # fmt: skip
             self._outage_since = None
+            self.recoveries += 1
         self._down_until = None
         return result
 
-    async def run_quietly(self, op: str, operation: Callable[[], Awaitable[Any]]) -> None:
-        """For cleanup in ``finally``: shielded, bounded, and never raising."""
-        with trio.CancelScope(shield=True), contextlib.suppress(LimiterUnavailableError):
-            await self.run(op, operation)
+    async def run_quietly(self, op: str, operation: Callable[[], Awaitable[Any]]) -> bool:
+        """For cleanup in ``finally``: shielded, bounded, never raising; True if it ran."""
+        with trio.CancelScope(shield=True):
+            try:
+                await self.run(op, operation)
+            except LimiterUnavailableError:
+                return False
+        return True
 
 
 @attrs.frozen
@@ -117,6 +133,9 @@ class BucketReply:
     tokens: float
     blocked_for: float
     exhausted_for: float | None
+    epoch: int
+    before: float
+    after: float
 
 
 @attrs.define(eq=False)
@@ -132,19 +151,33 @@ class SharedBucket:
         self._script = self.link.client.register_script(BUCKET)
 
     async def run(
-        self, op: str, *, rate: float | None, burst: float, cost: float = 1.0, extra: float = 0.0
+        self,
+        op: str,
+        *,
+        rate: float | None,
+        burst: float,
+        cost: float = 1.0,
+        extra: float = 0.0,
+        slack: float = 0.0,
+        booking: tuple[int, float, float] = (0, 0.0, 0.0),
     ) -> BucketReply:
-        """One bucket op (see ``BUCKET``); ``rate=None`` is a bucket without a rate."""
-        args = [op, lua_number(rate or 0.0), lua_number(burst), lua_number(cost)]
-        call = functools.partial(
-            self._script, keys=[self.key, self.exhausted_key], args=[*args, lua_number(extra)]
-        )
+        """One bucket op (see ``BUCKET``); ``rate=None`` is a bucket without a rate.
+
+        ``booking`` is (epoch, before, after) of the booking a refund undoes.
+        """
+        epoch, before, after = booking
+        args = [
+            op, lua_number(rate or 0.0), lua_number(burst), lua_number(cost), lua_number(extra),
+            str(epoch), lua_number(before), lua_number(after), lua_number(slack),
+        ]  # fmt: skip
+        call = functools.partial(self._script, keys=[self.key, self.exhausted_key], args=args)
         raw = await self.link.run(op, call)
         exhausted_ms = int(raw[4])
         return BucketReply(
             granted=bool(int(raw[0])), wait=float(raw[1]), tokens=float(raw[2]),
             blocked_for=float(raw[3]),
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
+            epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]),
         )  # fmt: skip
 
     async def mark_exhausted(self, seconds: float) -> None:
@@ -159,11 +192,19 @@ class SharedBucket:
 
 @attrs.define(eq=False)
 class SharedLeases:
-    """Slots as leases in a sorted set scored by expiry; this process's are renewed.
+    """Slots as leases in a sorted set scored by expiry; this process's are kept registered.
 
-    ``held`` is the set of members this process holds. A member is added only
-    once Redis granted it, so renewal never resurrects a lease that was
-    refused or already released.
+    ``held`` is every member this process's calls hold (leases Redis granted,
+    and slots taken from the local fallback while Redis was away). Renewal
+    pushes their expiry and adds back any Redis lost (a restart), so calls
+    still in flight are always counted against the cap. After an outage the
+    first acquisition re-registers them in the same script, before it counts.
+
+    ``orphans`` are members that may exist without an owner: an acquisition
+    cut off mid-ask (its script may still run when Redis resumes, as after a
+    ``CLIENT PAUSE``), or a release Redis did not take. They are removed
+    repeatedly from the moment Redis answers again until they could no
+    longer appear.
     """
 
     link: RedisLink
@@ -171,8 +212,11 @@ class SharedLeases:
     cap: int
     ttl: float
     held: set[str] = attrs.field(init=False, factory=set)
+    orphans: dict[str, float] = attrs.field(init=False, factory=dict)  # member -> forget at
     _identity: str = attrs.field(init=False, factory=lambda: uuid.uuid4().hex)
     _serial: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
+    _registered_at: int = attrs.field(init=False, default=0)  # link.failures when last synced
+    _orphaned: trio.Event = attrs.field(init=False, factory=trio.Event)
     _acquire: Script[Any] = attrs.field(init=False)
     _renew: Script[Any] = attrs.field(init=False)
 
@@ -180,50 +224,112 @@ class SharedLeases:
         self._acquire = self.link.client.register_script(ACQUIRE_LEASE)
         self._renew = self.link.client.register_script(RENEW_LEASES)
 
+    def new_member(self) -> str:
+        """A fresh member name, unique to this process."""
+        return f"{self._identity}:{next(self._serial)}"
+
     async def try_acquire(self) -> str | None:
         """One attempt: a lease's member name, or None while the cap is taken."""
-        member = f"{self._identity}:{next(self._serial)}"
-        args = [str(self.cap), lua_number(self.ttl), member]
+        member = self.new_member()
+        failures = self.link.failures
+        # After a failure Redis may have lost this process's leases: add them back first.
+        again = sorted(self.held) if failures != self._registered_at else []
+        args = [str(self.cap), lua_number(self.ttl), member, *again]
         try:
             raw = await self.link.run(
                 "lease", functools.partial(self._acquire, keys=[self.key], args=args)
             )
         except BaseException:
-            await self.release(member)  # cut off mid-ask: the lease may exist
+            self.orphan(member)  # cut off mid-ask: the lease may exist, now or later
             raise
+        self._registered_at = failures
         if not int(raw[0]):
             return None
         self.held.add(member)
         return member
 
+    def hold(self, member: str) -> None:
+        """Count a slot taken without Redis (the fallback): registered once Redis answers."""
+        self.held.add(member)
+        self._registered_at = -1
+
     async def release(self, member: str) -> None:
-        """Remove a lease now if Redis answers in time; otherwise it expires by itself."""
+        """Remove a lease now if Redis answers; otherwise remove it once it does."""
         self.held.discard(member)
-        await self.link.run_quietly(
+        removed = await self.link.run_quietly(
             "release", functools.partial(self.link.client.zrem, self.key, [member])
         )
+        if not removed:
+            self.orphan(member)
+
+    def orphan(self, member: str) -> None:
+        """Remember a member that may exist without an owner, for removal."""
+        self.held.discard(member)
+        self.orphans[member] = math.inf  # the clock starts once Redis answers again
+        self._orphaned.set()
 
     async def renew_forever(self) -> None:
-        """Keep the held leases alive: one round trip per third of the TTL."""
+        """Keep the held leases alive: one round trip per third of the TTL.
+
+        After a failure the held leases may be gone from Redis (a restart),
+        so they are registered again as soon as Redis answers: retried every
+        ``recheck_after`` until then, not only once per third of the TTL.
+        """
         while True:
-            await trio.sleep(self.ttl / 3)
-            members = sorted(self.held)
-            if not members:
+            behind = self.held and self._registered_at != self.link.failures
+            await trio.sleep(min(self.ttl / 3, self.link.recheck_after) if behind else self.ttl / 3)
+            await self.renew()
+
+    async def renew(self) -> None:
+        """Push the expiry of every held member (adding back any Redis lost)."""
+        members = sorted(self.held)
+        if not members:
+            return
+        failures = self.link.failures
+        args = [lua_number(self.ttl), *members]
+        try:
+            missing = await self.link.run(
+                "renewal", functools.partial(self._renew, keys=[self.key], args=args)
+            )
+        except LimiterUnavailableError:
+            return
+        self._registered_at = failures
+        for member in set(members) - self.held:
+            self.orphan(member)  # released while this renewal was on its way: remove again
+        if missing:
+            log.warning(
+                "scope %r: %d lease(s) of calls still in flight were missing from Redis "
+                "(restarted, or away longer than lease_ttl); registered again",
+                self.link.scope, len(missing),
+            )  # fmt: skip
+
+    async def sweep_forever(self) -> None:
+        """Remove orphans, every ``_SWEEP`` s, until they could no longer appear.
+
+        A script Redis received before it paused runs when it resumes, up to
+        ``op_timeout`` after it answers again; a member it adds expires by
+        itself after ``ttl``. So each orphan is removed repeatedly from the
+        moment Redis answers until ``ttl`` past that.
+        """
+        while True:
+            if not self.orphans:
+                self._orphaned = trio.Event()
+                await self._orphaned.wait()
+            await trio.sleep(_SWEEP)
+            members = sorted(self.orphans)
+            if not await self.link.run_quietly(
+                "sweep", functools.partial(self.link.client.zrem, self.key, members)
+            ):
                 continue
-            args = [lua_number(self.ttl), *members]
-            try:
-                missing = await self.link.run(
-                    "renewal", functools.partial(self._renew, keys=[self.key], args=args)
-                )
-            except LimiterUnavailableError:
-                continue
-            lapsed = self.held.intersection(_text(member) for member in missing)
-            if lapsed:
-                log.warning(
-                    "scope %r: %d lease(s) lapsed (Redis was away longer than lease_ttl); "
-                    "those calls run on without a shared slot", self.link.scope, len(lapsed),
-                )  # fmt: skip
-                self.held -= lapsed
+            now = trio.current_time()
+            for member in members:
+                forget_at = self.orphans.get(member)
+                if forget_at is None:
+                    continue
+                if forget_at == math.inf:
+                    self.orphans[member] = now + self.ttl + self.link.op_timeout
+                elif now >= forget_at:
+                    del self.orphans[member]
 
 
 def _text(value: object) -> str:

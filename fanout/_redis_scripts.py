@@ -45,89 +45,123 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 """
 
-# The token bucket of ``_bucket.py``, kept in a hash {tokens, updated, blocked}.
-# Tokens may go negative: a negative balance is the queue of reservations
-# already promised (GCRA's virtual scheduling). Ops:
-#   reserve  wait for ARGV[4] tokens; refuse, writing nothing, if it exceeds ARGV[5]
+# The token bucket of ``_bucket.py`` (GCRA), kept in a hash {full, blocked,
+# epoch}: ``full`` is when the bucket would be full again given every start
+# booked, so a booking takes its tokens at its start, and bookings made
+# during a block are owed from the tokens that accrue during it. ``epoch``
+# changes whenever the server says otherwise (drain, block, sync): bookings
+# of an older epoch are void and their holders book again. A fresh hash
+# (first use, expiry, or a Redis restart) starts a new epoch from the clock.
+# ARGV: op, rate, burst, cost, extra, epoch, before, after, slack. Ops:
+#   reserve  book ARGV[4] tokens; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek     the wait for ARGV[4] tokens, consuming nothing
-#   refund   hand ARGV[4] tokens back (capped at the burst)
-#   drain    a 429: tokens to at most 0, and block for ARGV[5] seconds from now
-#   block    start nothing for ARGV[5] seconds from now, without draining
+#   refund   undo the latest booking (epoch ARGV[6], full ARGV[7] -> ARGV[8])
+#   drain    a 429: no tokens now, block for ARGV[5] seconds, new epoch
+#   block    start nothing for ARGV[5] seconds from now, new epoch
+#   sync     the server holds ARGV[5] tokens now: adopt it if fewer, new epoch
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
-# Reply: {granted, wait, tokens, blocked_for, exhausted_pttl} (KEYS[2] is the
-# shared "quota exhausted" marker; its PTTL is -2 when absent).
+# Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
+# after} (KEYS[2] is the shared "quota exhausted" marker; PTTL -2 when absent).
 BUCKET = (
     _PRELUDE
     + """
 local op = ARGV[1]
 local rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'updated', 'blocked')
-local tokens = tonumber(state[1]) or burst
-local updated = tonumber(state[2]) or now
-local blocked = tonumber(state[3]) or 0
-if rate > 0 then
-  tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
+local cost, extra, slack = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[9])
+local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch')
+local full = tonumber(state[1]) or 0
+local blocked = tonumber(state[2]) or 0
+local epoch = tonumber(state[3]) or math.floor(now * 1000000)
+local function tokens_now()
+  if rate <= 0 then return burst end
+  return burst - math.max(0, full - now) * rate
 end
-local function wait_for(c)
-  local blocked_for = math.max(0, blocked - now)
-  if rate <= 0 then return blocked_for end
-  local available = math.min(burst, tokens + blocked_for * rate)
-  return blocked_for + math.max(0, c - available) / rate
+local function slot(c)
+  local start = math.max(now, blocked)
+  if rate > 0 then start = math.max(start, full - (burst - c) / rate) end
+  return start
 end
 local granted, wait, write = 0, 0, true
+local before = full
 if op == 'reserve' then
-  wait = wait_for(cost)
+  local start = slot(cost)
+  wait = start - now
   if wait <= extra then
     granted = 1
-    if rate > 0 then tokens = tokens - cost end
+    if rate > 0 then
+      local was_full = full <= start
+      full = math.max(full, start) + cost / rate
+      if was_full then full = full + slack end
+    end
   else
     write = false
   end
 elseif op == 'peek' then
-  wait, write = wait_for(cost), false
+  wait, write = slot(cost) - now, false
 elseif op == 'refund' then
-  if rate > 0 then tokens = math.min(burst, tokens + cost) end
+  if tonumber(ARGV[6]) == epoch and rate > 0 and tonumber(ARGV[8]) == full then
+    full = tonumber(ARGV[7])
+  else
+    write = false
+  end
 elseif op == 'drain' then
-  tokens = math.min(tokens, 0)
+  epoch = epoch + 1
+  if rate > 0 then full = now + burst / rate end
   blocked = math.max(blocked, now + extra)
 elseif op == 'block' then
-  blocked = math.max(blocked, now + extra)
+  if now + extra > blocked then
+    epoch, blocked = epoch + 1, now + extra
+  else
+    write = false
+  end
+elseif op == 'sync' then
+  if rate > 0 and extra < tokens_now() - 1e-9 then
+    epoch, full = epoch + 1, now + (burst - extra) / rate
+  else
+    write = false
+  end
 else
   return redis.error_reply('unknown bucket op ' .. op)
 end
 if write then
-  redis.call('HSET', KEYS[1], 'tokens', num(tokens), 'updated', num(now), 'blocked', num(blocked))
-  local idle = math.max(0, blocked - now)
-  if rate > 0 then idle = math.max(idle, (burst - tokens) / rate) end
+  redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
+             'epoch', string.format('%d', epoch))
+  local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
-return {granted, num(wait), num(tokens), num(math.max(0, blocked - now)),
-        redis.call('PTTL', KEYS[2])}
+return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
+        redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full)}
 """
 )
 
 # Leases: a sorted set of members scored by their expiry (server time).
-# Purge the expired, then add ARGV[3] only while fewer than ARGV[1] are live.
+# Purge the expired; re-register ARGV[4..] (this process's calls still in
+# flight, after Redis lost them: a restart, or slots taken from the fallback
+# while it was away); then add ARGV[3] only while fewer than ARGV[1] are live.
 # A crashed holder never renews, so its members fall out by themselves.
 # Reply: {granted, live leases after the call}.
 ACQUIRE_LEASE = (
     _PRELUDE
     + """
 local cap, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local expiry = num(now + ttl)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now))
+for i = 4, #ARGV do
+  redis.call('ZADD', KEYS[1], expiry, ARGV[i])
+end
 local live = redis.call('ZCARD', KEYS[1])
-if live >= cap then return {0, live} end
-redis.call('ZADD', KEYS[1], num(now + ttl), ARGV[3])
 redis.call('PEXPIRE', KEYS[1], num(math.ceil(ttl * 1000) + 1000))
+if live >= cap then return {0, live} end
+redis.call('ZADD', KEYS[1], expiry, ARGV[3])
 return {1, live + 1}
 """
 )
 
-# Push the expiry of the leases ARGV[2..] to now + ARGV[1]. A lease no longer
-# there is never re-added (it may have just been released); the reply lists
-# those, and the caller warns about any it still believes it holds.
+# Push the expiry of the leases ARGV[2..] to now + ARGV[1], adding back any
+# that Redis lost (a restart): they are calls still in flight, and counting
+# them is what keeps every process under the cap. The reply lists the ones
+# that were missing.
 RENEW_LEASES = (
     _PRELUDE
     + """
@@ -135,10 +169,8 @@ local ttl = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now))
 local expiry, missing = num(now + ttl), {}
 for i = 2, #ARGV do
-  if redis.call('ZADD', KEYS[1], 'XX', 'CH', expiry, ARGV[i]) == 0
-     and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    table.insert(missing, ARGV[i])
-  end
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then table.insert(missing, ARGV[i]) end
+  redis.call('ZADD', KEYS[1], expiry, ARGV[i])
 end
 redis.call('PEXPIRE', KEYS[1], num(math.ceil(ttl * 1000) + 1000))
 return missing

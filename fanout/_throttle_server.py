@@ -7,18 +7,34 @@ runs on trio time, so that under ``MockClock(autojump_threshold=0)`` in the
 same ``trio.run`` as the client every timestamp is virtual and exact.
 
 Per key (``x-api-key``, else ``Authorization: Bearer <key>``, else
-``"anonymous"``) the server keeps a token bucket (over it: 429) and an
+``"anonymous"``) the server keeps a rate limiter (over it: 429) and an
 in-flight cap (over it: 503). An admitted request sleeps ``latency`` plus
 seeded uniform ``jitter`` while it counts as in flight, then gets a 200.
+``connect_delay`` holds back the first request of every connection (a slow
+TLS handshake): it reaches the server that much later than it was sent.
+
+The limiter is one of the models real APIs use (``model``), each allowing
+``burst`` requests at once and ``rate`` a second on average:
+
+* ``"bucket"``: a token bucket of ``burst`` refilled continuously at ``rate``
+  (Anthropic, Envoy local, Traefik);
+* ``"fixed"``: ``burst`` requests per fixed window of ``burst / rate`` s,
+  the first starting at the key's first request (express-rate-limit);
+* ``"sliding"``: at most ``burst`` requests in any ``burst / rate`` s (a log).
+
+A concurrency-only server is ``rate=None`` with ``max_in_flight`` (503s).
 
 Header definitions, shared by every style (a key with ``rate=None`` gets none):
 
-* limit = ``burst``; window = ``burst / rate`` (time to refill from empty).
-* remaining = whole tokens left after this request, taken at admission.
-* reset = time until the bucket is full again (``remaining == limit``),
-  rounded *up* to whole seconds, except the ``openai`` duration (ms).
-* Retry-After (429) = time until the next token; (503) = time until the
-  earliest in-flight request of that key is due to finish.
+* limit = ``burst``; window = ``burst / rate`` (rounded up to whole seconds
+  in the IETF policy, whose ``w`` has no sub-second precision).
+* remaining = whole requests left after this request, taken at admission.
+* reset = for a bucket, the time until it is full again (``reset="full"``)
+  or until its next token (``reset="next"``); for a window, until the
+  window ends (fixed) or its oldest request leaves it (sliding). Rounded *up*
+  to whole seconds, except the ``openai`` duration (ms).
+* Retry-After (429) = time until a request would be admitted; (503) = time
+  until the earliest in-flight request of that key is due to finish.
 
 The key is recorded for accounting (tests read it from the records) but never
 sent back: bodies carry no key, and a scope header without a configured scope
@@ -55,6 +71,8 @@ if TYPE_CHECKING:
 
 RetryAfterFormat = Literal["seconds", "http-date", "ms", "absent"]
 HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "none"]
+Model = Literal["bucket", "fixed", "sliding"]
+ResetMeaning = Literal["full", "next"]
 
 # Float slack: a client that sleeps exactly the advertised wait must be admitted.
 _EPS = 1e-9
@@ -117,6 +135,11 @@ class ServerConfig:
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     date_skew: float = 0.0
+    model: Model = attrs.field(default="bucket", validator=attrs.validators.in_(get_args(Model)))
+    reset: ResetMeaning = attrs.field(
+        default="full", validator=attrs.validators.in_(get_args(ResetMeaning))
+    )
+    connect_delay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
 
     def limits_for(self, key: str) -> KeyLimits:
         """The key's own limits if configured, else the server-wide ones."""
@@ -145,8 +168,13 @@ class _TokenBucket:
 
     rate: float
     burst: int
+    reset_means: ResetMeaning
     _tokens: float
     _updated: float
+
+    @property
+    def limit(self) -> int:
+        return self.burst
 
     def _refill(self, now: float) -> None:
         elapsed = now - self._updated
@@ -165,15 +193,93 @@ class _TokenBucket:
         self._refill(now)
         return math.floor(self._tokens + _EPS)
 
-    def until_full(self, now: float) -> float:
+    def reset(self, now: float) -> float:
+        """Until full, or until the next whole token (``reset_means``)."""
         self._refill(now)
+        if self.reset_means == "next":
+            return max(0.0, (math.floor(self._tokens + _EPS) + 1 - self._tokens) / self.rate)
         return (self.burst - self._tokens) / self.rate
+
+
+@attrs.define
+class _Window:
+    """``burst`` requests per window of ``burst / rate`` s: what both window models share."""
+
+    rate: float
+    burst: int
+
+    @property
+    def limit(self) -> int:
+        return self.burst
+
+    @property
+    def window(self) -> float:
+        return self.burst / self.rate
+
+
+@attrs.define
+class _FixedWindow(_Window):
+    """Windows start at the first request and follow each other."""
+
+    _origin: float | None = None
+    _start: float = -math.inf
+    _count: int = 0
+
+    def _roll(self, now: float) -> None:
+        if self._origin is None:
+            self._origin = now
+        start = self._origin + math.floor((now - self._origin) / self.window + _EPS) * self.window
+        if start > self._start + _EPS:
+            self._start, self._count = start, 0
+
+    def try_take(self, now: float) -> float:
+        self._roll(now)
+        if self._count < self.burst:
+            self._count += 1
+            return 0.0
+        return self.reset(now)
+
+    def remaining(self, now: float) -> int:
+        self._roll(now)
+        return self.burst - self._count
+
+    def reset(self, now: float) -> float:
+        self._roll(now)
+        return max(self._start + self.window - now, 0.0)
+
+
+@attrs.define
+class _SlidingLog(_Window):
+    """At most ``burst`` requests in any window, kept as a log of admissions."""
+
+    _log: list[float] = attrs.Factory(list)
+
+    def _forget(self, now: float) -> None:
+        self._log = [t for t in self._log if t > now - self.window + _EPS]
+
+    def try_take(self, now: float) -> float:
+        self._forget(now)
+        if len(self._log) < self.burst:
+            self._log.append(now)
+            return 0.0
+        return self.reset(now)
+
+    def remaining(self, now: float) -> int:
+        self._forget(now)
+        return self.burst - len(self._log)
+
+    def reset(self, now: float) -> float:
+        self._forget(now)
+        return max(self._log[0] + self.window - now, 0.0) if self._log else 0.0
+
+
+_Limiter = _TokenBucket | _FixedWindow | _SlidingLog
 
 
 @attrs.define
 class _KeyState:
     limits: KeyLimits
-    bucket: _TokenBucket | None
+    bucket: _Limiter | None
     in_flight: int = 0
     due: list[float] = attrs.Factory(list)  # expected end times of admitted requests
 
@@ -241,6 +347,7 @@ class ThrottlingServer:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         """One keep-alive connection; ends on close, error or garbage (400)."""
         conn = h11.Connection(h11.SERVER)
+        await trio.sleep(self.config.connect_delay)  # the first request arrives late
         async with stream:
             try:
                 try:
@@ -299,11 +406,18 @@ class ThrottlingServer:
     def _state_for(self, key: str, now: float) -> _KeyState:
         if key not in self._keys:
             limits = self.config.limits_for(key)
-            bucket = None
+            bucket: _Limiter | None = None
             if limits.rate is not None:
-                bucket = _TokenBucket(limits.rate, limits.burst, float(limits.burst), now)
+                bucket = self._limiter(limits.rate, limits.burst, now)
             self._keys[key] = _KeyState(limits, bucket)
         return self._keys[key]
+
+    def _limiter(self, rate: float, burst: int, now: float) -> _Limiter:
+        if self.config.model == "fixed":
+            return _FixedWindow(rate, burst)
+        if self.config.model == "sliding":
+            return _SlidingLog(rate, burst)
+        return _TokenBucket(rate, burst, self.config.reset, float(burst), now)
 
     def _admit(self, state: _KeyState, n: int, now: float) -> tuple[int, float]:
         """Decide the status; refusals consume nothing. Returns (status, wait)."""
@@ -347,11 +461,11 @@ class ThrottlingServer:
         bucket, style = state.bucket, self.config.headers
         if bucket is None or style == "none":
             return []
-        limit, remaining, until_full = bucket.burst, bucket.remaining(now), bucket.until_full(now)
-        full_at = _ceil(self._wall() + until_full)
-        reset: object = _ceil(until_full)
+        limit, remaining, until = bucket.limit, bucket.remaining(now), bucket.reset(now)
+        full_at = _ceil(self._wall() + until)
+        reset: object = _ceil(until)
         if style == "ietf":
-            window = max(_ceil(bucket.burst / bucket.rate), 1)
+            window = max(_ceil(bucket.limit / bucket.rate), 1)
             return [
                 ("ratelimit-policy", f'"default";q={limit};w={window}'),
                 ("ratelimit", f'"default";r={remaining};t={reset}'),
@@ -361,7 +475,7 @@ class ThrottlingServer:
             prefix = "anthropic-ratelimit-requests-"
             reset = datetime.fromtimestamp(full_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         elif style == "openai":
-            prefix, reset = "x-ratelimit-", _go_duration(until_full)
+            prefix, reset = "x-ratelimit-", _go_duration(until)
             names = ("limit-requests", "remaining-requests", "reset-requests")
         else:
             prefix = "ratelimit-" if style == "draft" else "x-ratelimit-"
@@ -464,6 +578,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--date-skew", type=float, default=0.0)
+    p.add_argument("--model", choices=get_args(Model), default="bucket")
+    p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
+    p.add_argument("--connect-delay", type=float, default=0.0)
     args = vars(p.parse_args(argv))
     port = args.pop("port")
     config = ServerConfig(**args)

@@ -10,7 +10,9 @@ exact::
 
 from ._throttle_server import HeaderStyle as HeaderStyle
 from ._throttle_server import KeyLimits as KeyLimits
+from ._throttle_server import Model as Model
 from ._throttle_server import RequestRecord as RequestRecord
+from ._throttle_server import ResetMeaning as ResetMeaning
 from ._throttle_server import RetryAfterFormat as RetryAfterFormat
 from ._throttle_server import ServerConfig as ServerConfig
 from ._throttle_server import ThrottlingServer as ThrottlingServer
@@ -19,7 +21,9 @@ from ._throttle_server import serve_throttled as serve_throttled
 __all__ = [
     "HeaderStyle",
     "KeyLimits",
+    "Model",
     "RequestRecord",
+    "ResetMeaning",
     "RetryAfterFormat",
     "ServerConfig",
     "ThrottlingServer",

@@ -1,42 +1,73 @@
-"""The token bucket: reservations with a maximum wait, refunds and drains, on trio's clock."""
+"""The token bucket: bookings with a maximum wait, refunds, drains and blocks, on trio's clock."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import attrs
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fanout import ConfigurationError, TokenBucket
+from fanout import Booking, ConfigurationError, TokenBucket
+
+
+def waits(bookings: list[Booking | None]) -> list[float | None]:
+    return [None if b is None else b.wait for b in bookings]
 
 
 async def test_burst_is_free_then_reservations_queue_at_the_rate(autojump_clock: Any) -> None:
     """A full bucket admits `burst` at once; later reservations wait 1/rate more each."""
     bucket = TokenBucket(rate=4, burst=2)
-    assert [bucket.reserve() for _ in range(5)] == [0, 0, 0.25, 0.5, 0.75]
+    assert waits([bucket.reserve() for _ in range(5)]) == [0, 0, 0.25, 0.5, 0.75]
 
 
 async def test_refused_reservation_consumes_nothing(autojump_clock: Any) -> None:
     """A wait beyond max_wait is refused and leaves the tokens exactly as they were."""
     bucket = TokenBucket(rate=1, burst=1)
-    assert bucket.reserve() == 0
+    bucket.reserve()
     before = bucket.statistics().tokens
     assert bucket.reserve(max_wait=0.5) is None
     after = bucket.statistics()
     assert after.tokens == before
     assert after.refused == 1
-    assert bucket.reserve(max_wait=1.0) == 1.0
+    booking = bucket.reserve(max_wait=1.0)
+    assert booking is not None
+    assert booking.wait == 1.0
 
 
-async def test_refund_restores_a_given_up_reservation(autojump_clock: Any) -> None:
-    """A caller that gives up during its wait hands its token back."""
+async def test_refund_of_the_latest_booking_undoes_it_exactly(autojump_clock: Any) -> None:
+    """A caller that gives up hands its token back; the next caller gets its slot."""
     bucket = TokenBucket(rate=2, burst=1)
     bucket.reserve()
-    assert bucket.reserve() == 0.5
-    bucket.refund()
+    booking = bucket.reserve()
+    assert booking is not None
+    assert booking.wait == 0.5
+    bucket.refund(booking)
     assert bucket.wait_for() == 0.5
     await trio.sleep(0.5)
     assert bucket.wait_for() == 0
+
+
+async def test_refund_of_an_earlier_booking_leaves_a_hole_a_later_call_fills(
+    autojump_clock: Any,
+) -> None:
+    """An earlier booking's refunded slot is reused by the next call, not duplicated."""
+    bucket = TokenBucket(rate=1, burst=1)
+    _, second, third = (bucket.reserve() for _ in range(3))
+    assert second is not None
+    assert third is not None
+    assert (second.start, third.start) == (1.0, 2.0)
+    bucket.refund(second)
+    again = bucket.reserve()
+    assert again is not None
+    assert again.start == 1.0
+    after = bucket.reserve()
+    assert after is not None
+    assert after.start == 3.0  # never a second start at 1.0 or 2.0
 
 
 async def test_refill_is_capped_at_burst(autojump_clock: Any) -> None:
@@ -44,7 +75,7 @@ async def test_refill_is_capped_at_burst(autojump_clock: Any) -> None:
     bucket = TokenBucket(rate=10, burst=3)
     await trio.sleep(100)
     assert bucket.statistics().tokens == 3
-    assert [bucket.reserve() for _ in range(4)] == [0, 0, 0, pytest.approx(0.1)]
+    assert waits([bucket.reserve() for _ in range(4)]) == [0, 0, 0, pytest.approx(0.1)]
 
 
 async def test_drain_empties_and_blocks_until_the_server_wait(autojump_clock: Any) -> None:
@@ -52,50 +83,61 @@ async def test_drain_empties_and_blocks_until_the_server_wait(autojump_clock: An
     bucket = TokenBucket(rate=5, burst=5)
     bucket.drain(0.2)
     assert bucket.wait_for() == 0.2
-    assert bucket.reserve() == 0.2
-    # One token refilled during the block; the next waits for the one after it.
-    assert bucket.reserve() == pytest.approx(0.4)
+    assert waits([bucket.reserve(), bucket.reserve()]) == [0.2, pytest.approx(0.4)]
 
 
 async def test_bucket_without_rate_still_obeys_blocks(autojump_clock: Any) -> None:
     """rate=None means unlimited, except while the server has said to wait."""
     bucket = TokenBucket(rate=None)
-    assert [bucket.reserve(5) for _ in range(3)] == [0, 0, 0]
+    assert waits([bucket.reserve(5) for _ in range(3)]) == [0, 0, 0]
     bucket.drain(1.5)
-    assert bucket.reserve() == 1.5
+    assert waits([bucket.reserve()]) == [1.5]
     await trio.sleep(1.5)
-    assert bucket.reserve() == 0
+    assert waits([bucket.reserve()]) == [0]
 
 
 async def test_weighted_cost_reserves_several_tokens(autojump_clock: Any) -> None:
     """A call costing 3 takes 3 tokens; one costing more than the burst is a clear error."""
     bucket = TokenBucket(rate=1, burst=4)
-    assert bucket.reserve(3) == 0
-    assert bucket.reserve(3) == 2
+    assert waits([bucket.reserve(3), bucket.reserve(3)]) == [0, 2]
     with pytest.raises(ConfigurationError, match="can never start"):
         bucket.reserve(5)
 
 
-@pytest.mark.parametrize(("rate", "burst"), [(0, 1), (-1, 1), (float("nan"), 1), (1, 0.5)])
+@pytest.mark.parametrize(
+    ("rate", "burst"), [(0, 1), (-1, 1), (float("nan"), 1), (1, 0.5), (math.inf, 1), (1, math.inf)]
+)
 def test_impossible_limits_are_rejected(rate: float, burst: float) -> None:
-    """Zero, negative or NaN rates and bursts below one fail at construction."""
+    """Zero, negative, NaN or infinite rates and bursts below one fail at construction."""
     with pytest.raises(ConfigurationError):
         TokenBucket(rate=rate, burst=burst)
 
 
 async def test_set_limits_keeps_what_is_owed(autojump_clock: Any) -> None:
-    """Learning a new rate does not forgive reservations already promised."""
+    """A faster rate lets bookings ahead start sooner; nothing already spent is forgiven."""
     bucket = TokenBucket(rate=1, burst=2)
+    booked = [bucket.reserve() for _ in range(4)]
+    woken = bucket.voided()
+    bucket.set_limits(2, 2)
+    assert woken.is_set()
+    assert not any(bucket.confirm(b) for b in booked[2:] if b is not None)
+    assert waits([bucket.reserve() for _ in range(3)]) == [0.5, 1.0, 1.5]
+
+
+async def test_a_slower_rate_keeps_what_is_owed(autojump_clock: Any) -> None:
+    """Learning a slower rate does not forgive reservations already promised."""
+    bucket = TokenBucket(rate=2, burst=2)
     for _ in range(4):
         bucket.reserve()
-    bucket.set_limits(2, 2)
-    assert bucket.wait_for() == 1.5
+    bucket.set_limits(1, 2)
+    assert bucket.wait_for() == 3.0  # two tokens owed at 1/s, then one to spend
 
 
 async def test_slack_delays_the_refill_after_a_burst_begins(autojump_clock: Any) -> None:
     """With slack, the first token after a burst comes slack later; the burst itself does not."""
     bucket = TokenBucket(rate=4, burst=2, slack=0.05)
-    assert [bucket.reserve() for _ in range(4)] == [0, 0, pytest.approx(0.3), pytest.approx(0.55)]
+    got = waits([bucket.reserve() for _ in range(4)])
+    assert got == [0, 0, pytest.approx(0.3), pytest.approx(0.55)]
 
 
 async def test_slack_applies_again_after_the_bucket_refills(autojump_clock: Any) -> None:
@@ -103,6 +145,163 @@ async def test_slack_applies_again_after_the_bucket_refills(autojump_clock: Any)
     bucket = TokenBucket(rate=4, burst=1, slack=0.05)
     bucket.reserve()
     await trio.sleep(10)
-    assert bucket.reserve() == 0
-    assert bucket.reserve() == pytest.approx(0.3)
-    assert bucket.reserve() == pytest.approx(0.55)
+    got = waits([bucket.reserve() for _ in range(3)])
+    assert got == [0, pytest.approx(0.3), pytest.approx(0.55)]
+
+
+async def test_reservations_made_during_a_block_are_owed_from_its_tokens(
+    autojump_clock: Any,
+) -> None:
+    """Issue 13 cause 1: calls booked in a block start at its end; no second burst follows."""
+    bucket = TokenBucket(32.0, 16.0)  # binary fractions: every time below is exact
+    for _ in range(16):
+        bucket.reserve()
+    bucket.block_until(trio.current_time() + 1.0)  # a 200 said Remaining 0, Reset 1
+    await trio.sleep(0.5)
+    booked = [bucket.reserve() for _ in range(12)]
+    assert waits(booked) == [0.5] * 12
+    await trio.sleep(0.5)
+    assert bucket.statistics().tokens == 4.0  # not 16: those 12 start now
+    assert waits([bucket.reserve() for _ in range(5)]) == [0, 0, 0, 0, 1 / 32]
+
+
+async def test_a_booking_voided_by_a_later_block_is_not_confirmed(autojump_clock: Any) -> None:
+    """Issue 13 cause 2: a call booked for t=1, then blocked until 5.5, does not start at 1."""
+    bucket = TokenBucket(rate=1, burst=1)
+    bucket.reserve()
+    booked = bucket.reserve()
+    assert booked is not None
+    assert booked.start == 1.0
+    await trio.sleep(0.5)
+    bucket.drain(5.0)  # c0's 429 with Retry-After: 5 at t=0.5
+    await trio.sleep(0.5)
+    assert not bucket.confirm(booked)
+    again = bucket.reserve()
+    assert again is not None
+    assert again.start == 5.5
+    await trio.sleep(again.wait)
+    assert bucket.confirm(again)
+
+
+async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
+    autojump_clock: Any,
+) -> None:
+    """Remaining: 0 with a known rate means the next token is 1/rate away, not a reset away."""
+    bucket = TokenBucket(rate=8, burst=8)
+    assert bucket.sync(0.0)
+    assert bucket.wait_for() == 0.125
+    assert not bucket.sync(0.5)  # less than a token more: not worth voiding bookings
+    assert not bucket.sync(2.0, unsure=2.0)  # what started with it may not be counted yet
+    assert bucket.sync(2.0)  # the server refilled where this bucket could not see
+    assert bucket.wait_for() == 0
+
+
+# -- the model: any interleaving, and the promise -----------------------------------
+
+
+@attrs.frozen
+class Admitted:
+    """A start that happened: when, what it cost, and the order of its booking and start."""
+
+    at: float
+    cost: float
+    booked: int
+    seq: int
+
+
+_ops = st.one_of(
+    st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0]), st.sampled_from([0, 0.5, 9])),
+    st.tuples(st.just("refund"), st.integers(0, 40)),
+    st.tuples(st.just("drain"), st.sampled_from([0.0, 0.3, 1.0])),
+    st.tuples(st.just("block"), st.sampled_from([0.1, 0.7, 2.0])),
+    st.tuples(st.just("sync"), st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.0, 0.2])),
+    st.tuples(st.just("limits"), st.sampled_from([1.0, 4.0, 10.0]), st.sampled_from([2.0, 5.0])),
+    st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.05, 0.25, 1.0])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.sampled_from([1.0, 4.0, 10.0]),
+    burst=st.sampled_from([2.0, 5.0]),
+    slack=st.sampled_from([0.0, 0.05]),
+    ops=st.lists(_ops, max_size=60),
+)
+def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
+    rate: float, burst: float, slack: float, ops: list[tuple[Any, ...]]
+) -> None:
+    """Starts never exceed burst + rate*dt in any interval, nor begin inside a block.
+
+    Waiters behave as admission does: sleep to their start, confirm, and book
+    again (or give up) when the booking was voided meanwhile.
+    """
+    admitted: list[Admitted] = []
+    limits: list[tuple[int, float, float]] = []  # (seq set, rate, burst)
+    blocks: list[tuple[int, float]] = []  # (seq set, until)
+    counter = iter(range(10**9))
+
+    async def main() -> None:
+        bucket = TokenBucket(rate, burst, slack=slack)
+        limits.append((next(counter), rate, burst))
+        pending: list[tuple[Booking, int]] = []
+
+        async def advance(seconds: float) -> None:
+            target = trio.current_time() + seconds
+            while True:
+                due = [p for p in pending if p[0].start <= target]
+                if not due:
+                    break
+                booking, booked_at = min(due, key=lambda p: p[0].start)
+                await trio.sleep_until(max(booking.start, trio.current_time()))
+                pending.remove((booking, booked_at))
+                if bucket.confirm(booking):
+                    at = trio.current_time()
+                    admitted.append(Admitted(at, booking.cost, booked_at, next(counter)))
+                else:
+                    again = bucket.reserve(booking.cost, max_wait=10)
+                    if again is not None:
+                        pending.append((again, next(counter)))
+            await trio.sleep_until(target)
+
+        for op in ops:
+            name, *args = op
+            now = trio.current_time()
+            if name == "reserve":
+                cost = min(args[0], bucket.burst)
+                booking = bucket.reserve(cost, max_wait=args[1])
+                if booking is not None:
+                    pending.append((booking, next(counter)))
+            elif name == "refund" and pending:
+                booking, _ = pending.pop(args[0] % len(pending))
+                bucket.refund(booking)
+            elif name == "drain":
+                bucket.drain(args[0])
+                blocks.append((next(counter), now + args[0]))
+            elif name == "block":
+                bucket.block_until(now + args[0])
+                blocks.append((next(counter), now + args[0]))
+            elif name == "sync":
+                # The model cannot vouch for an arbitrary count: it may only lower.
+                bucket.sync(args[0], elapsed=args[1], unsure=bucket.burst)
+            elif name == "limits":
+                bucket.set_limits(args[0], args[1])
+                limits.append((next(counter), args[0], args[1]))
+            elif name == "sleep":
+                await advance(args[0])
+        await advance(60.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    starts = sorted(admitted, key=lambda a: a.at)
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            window = starts[i : j + 1]
+            since, until = min(a.booked for a in window), max(a.seq for a in window)
+            active = [lim for lim in limits if lim[0] < since][-1:] + [
+                lim for lim in limits if since < lim[0] < until
+            ]
+            elapsed = starts[j].at - first.at
+            allowed = max(b for _, _, b in active) + max(r for _, r, _ in active) * elapsed
+            assert sum(a.cost for a in window) <= allowed + 1e-6
+    for start in admitted:
+        for seq, until in blocks:
+            assert not (seq < start.seq and start.at < until - 1e-9)

@@ -165,11 +165,10 @@ async def test_learning_reads_every_header_family(
 async def test_exhausted_window_waits_for_the_reset_instead_of_a_429(
     autojump_clock: Any, lib: Library
 ) -> None:
-    """remaining=0 blocks the scope until the reset, so the next request is not refused."""
+    """On a fixed window, remaining=0 blocks the scope until the reset: no request is refused."""
     async with api(ServerConfig(rate=1, burst=2, headers="x"), lib) as (server, client):
-        runner = Runner(
-            fetch_registry(client), scopes=[Scope("key", rate=100, burst=100, max_concurrency=1)]
-        )
+        scope = Scope("key", rate=100, burst=100, max_concurrency=1, window="fixed")
+        runner = Runner(fetch_registry(client), scopes=[scope])
         turn = await runner.run_turn(calls(3))
     assert [r.status for r in turn.results] == [Status.OK] * 3
     assert server.count(status=429) == 0

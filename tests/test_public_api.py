@@ -10,7 +10,7 @@ EXPECTED = {
     # values
     "Kind", "Status", "ToolCall", "ToolResult",
     # primitives
-    "Budget", "BucketStatistics", "TokenBucket", "RetryPolicy", "RetryBudget",
+    "Booking", "Budget", "BucketStatistics", "TokenBucket", "RetryPolicy", "RetryBudget",
     "RetryBudgetStatistics",
     "Scope", "ScopeStatistics", "concurrency_for",
     # scheduling

@@ -26,8 +26,9 @@ import trio
 import fanout
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
+from fanout._redis import RedisLink
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
-from tests.redis_support import RedisServer, shared_redis_url, unique_prefix
+from tests.redis_support import RedisServer, answers_ping, shared_redis_url, unique_prefix
 from tests.redis_worker import ENTER, SCOPE, downstream_keys
 
 if TYPE_CHECKING:
@@ -168,13 +169,16 @@ async def test_reserve_refuses_without_consuming(
 ) -> None:
     """A reservation whose wait exceeds max_wait is refused and takes no tokens."""
     async with RedisScope.from_url(redis_url, name="api", prefix=prefix, rate=10, burst=2) as scope:
-        assert [await scope.reserve(1, 0.0), await scope.reserve(1, 0.0)] == [0.0, 0.0]
+        first, second = await scope.reserve(1, 0.0), await scope.reserve(1, 0.0)
+        assert first is not None
+        assert second is not None
+        assert (first.wait, second.wait) == (0.0, 0.0)
         assert await scope.reserve(1, 0.05) is None
         peek = await scope.wait_for(1)
         assert 0.1 - SLACK <= peek <= 0.1
-        wait = await scope.reserve(1, 1.0)
-        assert wait is not None
-        assert 0.1 - SLACK <= wait <= 0.1  # not 0.2: the refusal consumed nothing
+        booking = await scope.reserve(1, 1.0)
+        assert booking is not None
+        assert 0.1 - SLACK <= booking.wait <= 0.1  # not 0.2: the refusal consumed nothing
         stats = scope.statistics().bucket
         assert (stats.reserved, stats.refused) == (3, 1)
         # An idle bucket's key expires once it would be full again (1 s margin).
@@ -188,28 +192,30 @@ async def test_refund_and_throttle_reach_every_process(redis_url: str, prefix: s
         RedisScope.from_url(redis_url, **options) as one,
         RedisScope.from_url(redis_url, **options) as other,
     ):
-        await one.reserve(2, 0.0)
+        booking = await one.reserve(2, 0.0)
+        assert booking is not None
         assert 0.1 - SLACK <= await other.wait_for(1) <= 0.1
-        await one.refund(1)
+        await one.refund(booking)
         assert await other.wait_for(1) == 0.0
         await one.on_throttled(0.5)
         assert await other.reserve(1, 0.3) is None
-        wait = await other.reserve(1, 1.0)
-        assert wait is not None
-        assert 0.5 - SLACK <= wait <= 0.5
+        again = await other.reserve(1, 1.0)
+        assert again is not None
+        assert 0.5 - SLACK <= again.wait <= 0.5
         blocked = other.statistics().bucket.blocked_until
         assert trio.current_time() + 0.5 - SLACK <= blocked <= trio.current_time() + 0.5
 
 
 async def test_headers_and_exhaustion_are_shared(redis_url: str, prefix: str) -> None:
-    """A spent window (headers) and a spent quota seen by one client hold back another."""
+    """A spent bucket (headers) and a spent quota seen by one client hold back another."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
     async with (
         RedisScope.from_url(redis_url, **options) as one,
         RedisScope.from_url(redis_url, **options) as other,
     ):
+        # Remaining 0 with a known rate: the next token is 1/rate away, not a reset away.
         await one.observe_headers(RateLimitInfo(remaining=0, reset_after=0.4))
-        assert 0.4 - SLACK <= await other.wait_for(1) <= 0.4
+        assert 0.1 - SLACK <= await other.wait_for(1) <= 0.1
         until = trio.current_time() + 2.0
         one.exhaust(until)
         assert one.exhausted_until() == until
@@ -225,10 +231,11 @@ async def test_slots_are_capped_across_clients(
     redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
     """Two clients share the cap: the third holder waits to its deadline, then gets a freed slot."""
+    # learn=False: no probe, so slots alone are at stake.
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "max_concurrency": 2}
     async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
+        RedisScope(client, **options, learn=False) as one,
+        RedisScope(client, **options, learn=False) as other,
     ):
         first, second, third = object(), object(), object()
         assert await one.acquire_slot(first, trio.current_time() + 1)
@@ -392,6 +399,8 @@ async def test_dead_redis_fails_closed_at_once(private_redis: RedisServer) -> No
     ) as scope:  # fmt: skip
         holder = object()
         assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        booking = await scope.reserve(1, 1.0)
+        assert booking is not None
         private_redis.stop()
         began = trio.current_time()
         with pytest.raises(fanout.LimiterUnavailableError, match=r"Redis failed \(ConnectionError"):
@@ -402,7 +411,7 @@ async def test_dead_redis_fails_closed_at_once(private_redis: RedisServer) -> No
             await scope.acquire_slot(object(), trio.current_time() + 1)
         with pytest.raises(fanout.LimiterUnavailableError):
             await scope.wait_for(1)
-        await scope.refund(1)
+        await scope.refund(booking)
         await scope.on_throttled(1.0)
         await scope.release_slot(holder)
         assert trio.current_time() - began <= SLACK  # Redis is left alone after it failed
@@ -454,13 +463,15 @@ async def test_fallback_limits_locally_at_its_share_and_warns_once(
         private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=4,
         max_concurrency=4, fallback=LocalFallback(share=0.25), recheck_after=0.1,
     ) as scope:  # fmt: skip
-        assert await scope.reserve(1, 0.0) == 0.0
+        booking = await scope.reserve(1, 0.0)
+        assert booking is not None
+        assert booking.wait == 0.0
         private_redis.stop()
-        waits = [await scope.reserve(1, math.inf) for _ in range(6)]
+        bookings = [await scope.reserve(1, math.inf) for _ in range(6)]
         # The local share: 5/s with a burst of 1, so starts 0.2 s apart.
-        for k, wait in enumerate(waits):
-            assert wait is not None
-            assert k * 0.2 - 0.05 <= wait <= k * 0.2
+        for k, booked in enumerate(bookings):
+            assert booked is not None
+            assert k * 0.2 - 0.05 <= booked.wait <= k * 0.2
         assert await scope.acquire_slot(object(), trio.current_time() + 1)  # 1 of 4 slots
         assert not await scope.acquire_slot(object(), trio.current_time() + 0.1)
         await trio.sleep(0.15)  # past recheck_after: Redis is asked again, still down
@@ -564,3 +575,197 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
         await store.abandon("k")
         await store.finish("k", StoredAnswer(fanout.Status.OK, "x"), ttl=5)
         assert trio.current_time() - began <= 3 * (0.2 + SLACK)
+
+
+# -- faults at the seams of the leases (issue 11) ------------------------------------
+
+
+def restart_on(port: int) -> subprocess.Popen[bytes]:
+    """A fresh redis-server on the port a stopped one used: a restart, data lost."""
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(500):  # up to 10 s
+        if answers_ping(port):
+            break
+        time.sleep(0.02)
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.kill()
+    process.wait()
+
+
+async def test_link_reports_a_recent_failure_even_when_redis_returns_meanwhile() -> None:
+    """The fast-fail path never reads a state another task cleared during its checkpoint."""
+    link = RedisLink(cast("Any", None), "api", 0.1, 1.0, None)
+    outcomes: set[str] = set()
+
+    async def ask() -> None:
+        try:
+            await link.run("reserve", trio.lowlevel.checkpoint)
+        except fanout.LimiterUnavailableError as exc:
+            outcomes.add(str(exc).rpartition(": ")[2].split(" in ")[0])
+        else:
+            outcomes.add("ran")
+
+    async def clear() -> None:
+        link._down_until = None  # Redis answered another task meanwhile
+
+    for _ in range(40):  # trio orders each batch of tasks at random: both orders occur
+        link._down_until = trio.current_time() + 1.0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(clear)
+    assert "Redis failed recently; fanout asks it again" in outcomes
+
+
+async def test_slot_held_elsewhere_with_no_inline_limit_is_answered_at_the_deadline(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Runner(inline_wait=None): a call that never gets a shared slot is timed_out, not a crash."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=0.3)
+    async def hit(i: int) -> str:
+        return f"hit {i}"
+
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "max_concurrency": 1}
+    async with (
+        RedisScope(client, **options, learn=False) as elsewhere,
+        RedisScope(client, **options, learn=False) as here,
+    ):
+        assert await elsewhere.acquire_slot(object(), trio.current_time() + 1)
+        runner = fanout.Runner(registry, scopes=[here], inline_wait=None)
+        began = trio.current_time()
+        turn = await runner.run_turn(calls(1))
+        took = trio.current_time() - began
+    (result,) = turn.results
+    assert result.status is fanout.Status.TIMED_OUT
+    assert json.loads(result.content)["started"] is False
+    assert took <= 0.3 + SLACK  # the poll ends by the deadline, never after
+
+
+async def test_a_lease_taken_by_a_timed_out_script_is_released_once_redis_answers(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """CLIENT PAUSE: the script runs after its caller gave up; its lease does not linger."""
+    key = leases_key(prefix, "api")
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "max_concurrency": 2, "op_timeout": 0.1,
+        "lease_ttl": 30.0, "learn": False,
+    }  # fmt: skip
+    pauser: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    async with RedisScope(client, **options) as scope, pauser:
+        await scope.wait_for(1)  # connected before the pause
+        await pauser.client_pause(500)
+        with pytest.raises(fanout.LimiterUnavailableError):
+            await scope.acquire_slot(object(), trio.current_time() + 1)
+        await trio.sleep(0.5 + scope.recheck_after)  # the pause ends; the script has run
+        await trio.sleep(0.5)  # a few sweeps
+        assert (await live_leases(client, key))[1] == {}
+        # Both slots are usable again, long before the 30 s lease TTL.
+        assert await scope.acquire_slot(object(), trio.current_time() + 1)
+        assert await scope.acquire_slot(object(), trio.current_time() + 1)
+
+
+async def test_leases_of_calls_in_flight_come_back_when_redis_loses_them(
+    redis_url: str, prefix: str, client: coredis.Redis[str]
+) -> None:
+    """Redis lost its leases (a restart): calls still in flight are registered again."""
+    key = leases_key(prefix, "api")
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "max_concurrency": 2, "lease_ttl": 0.6,
+        "learn": False,
+    }  # fmt: skip
+    async with (
+        RedisScope(client, **options) as holder,
+        RedisScope(client, **options) as other,
+    ):
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        await client.delete([key])  # what a restart without persistence leaves
+        await trio.sleep(0.6 / 3 + SLACK)  # one renewal
+        assert len((await live_leases(client, key))[1]) == 2
+        assert not await other.acquire_slot(object(), trio.current_time() + 0.1)
+
+
+async def test_fallback_counts_calls_still_holding_redis_leases(
+    private_redis: RedisServer,
+) -> None:
+    """Cap 8, fallback share 1/2: with 6 calls in flight on Redis leases, none more starts."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=100, max_concurrency=8,
+        fallback=LocalFallback(share=0.5), recheck_after=0.1, op_timeout=0.1,
+    ) as scope:  # fmt: skip
+        holders = [object() for _ in range(6)]
+        for holder in holders:
+            assert await scope.acquire_slot(holder, trio.current_time() + 1)
+        private_redis.stop()
+        assert not await scope.acquire_slot(object(), trio.current_time() + 0.3)
+        for holder in holders[:3]:
+            await scope.release_slot(holder)
+        assert await scope.acquire_slot(object(), trio.current_time() + 0.3)  # 4 of 4
+        assert not await scope.acquire_slot(object(), trio.current_time() + 0.3)
+        assert scope.in_flight == 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"lease_ttl": 0}, {"op_timeout": math.nan}, {"recheck_after": -1}, {"prefix": 3},
+     {"fallback": 0.5}, {"quota_horizon": -1}, {"name": ""}],
+)  # fmt: skip
+async def test_bad_redis_scope_configuration_fails_closed(
+    client: coredis.Redis[str], options: dict[str, Any]
+) -> None:
+    """Every argument of RedisScope is validated: ConfigurationError, never accepted."""
+    with pytest.raises(fanout.ConfigurationError):
+        RedisScope(client, **{"name": "api", **options})
+
+
+async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
+    private_redis: RedisServer,
+) -> None:
+    """A booking made on the local fallback is handed back locally, even once Redis answers."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
+        fallback=LocalFallback(share=0.5), recheck_after=0.05, op_timeout=0.1,
+    ) as scope:  # fmt: skip
+        await scope.wait_for(1)
+        private_redis.stop()
+        first, second = await scope.reserve(1, 1.0), await scope.reserve(1, 1.0)
+        assert first is not None
+        assert second is not None
+        assert second.wait > 0  # the fallback's share: 10/s, burst 1
+        restarted = restart_on(private_redis.port)
+        try:
+            await trio.sleep(0.3)  # Redis answers again
+            await scope.refund(second)  # never raises, whatever answers now
+            again = await scope.reserve(1, 1.0)
+            assert again is not None  # and Redis serves bookings again
+        finally:
+            stop(restarted)
+
+
+async def test_after_a_real_restart_calls_in_flight_hold_their_slots_again(
+    private_redis: RedisServer,
+) -> None:
+    """redis-server killed and started again: the holder's leases come back; the cap holds."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": unique_prefix(), "rate": 100, "max_concurrency": 2,
+        "lease_ttl": 0.6, "recheck_after": 0.1, "op_timeout": 0.1,
+    }  # fmt: skip
+    async with RedisScope.from_url(private_redis.url, **options) as holder:
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        assert await holder.acquire_slot(object(), trio.current_time() + 1)
+        private_redis.stop()
+        restarted = restart_on(private_redis.port)
+        try:
+            await trio.sleep(0.6)  # the holder's renewals notice, then re-register
+            async with RedisScope.from_url(private_redis.url, **options) as other:
+                assert not await other.acquire_slot(object(), trio.current_time() + 0.2)
+        finally:
+            stop(restarted)

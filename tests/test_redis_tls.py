@@ -46,7 +46,9 @@ async def works(url: str) -> None:
         RedisScope.from_url(url, name="api", prefix=prefix, rate=0.001, op_timeout=2) as scope,
         RedisIdempotencyStore.from_url(url, prefix=prefix, op_timeout=2) as store,
     ):
-        assert await scope.reserve(1, 0) == 0.0
+        booking = await scope.reserve(1, 0)
+        assert booking is not None
+        assert booking.wait == 0.0
         assert await scope.reserve(1, 0) is None
         assert (await store.claim("write-1", lease=60)).state is ClaimState.NEW
 

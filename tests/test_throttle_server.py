@@ -59,7 +59,9 @@ async def test_public_names() -> None:
     expected = [
         "HeaderStyle",
         "KeyLimits",
+        "Model",
         "RequestRecord",
+        "ResetMeaning",
         "RetryAfterFormat",
         "ServerConfig",
         "ThrottlingServer",
@@ -414,3 +416,76 @@ async def test_cli_runs_in_its_own_process() -> None:
     assert word == "READY"
     assert url.startswith("http://127.0.0.1:")
     assert statuses == [200, 429]
+
+
+async def _statuses_at(
+    client: httpx.AsyncClient, times: list[float]
+) -> list[tuple[float, int, dict[str, str]]]:
+    """GET at each virtual time; the status and rate-limit headers of each answer."""
+    seen = []
+    for at in times:
+        await trio.sleep_until(at)
+        response = await client.get("/")
+        headers = {
+            k: v for k, v in response.headers.items() if k.startswith(("ratelimit", "retry"))
+        }
+        seen.append((at, response.status_code, headers))
+    return seen
+
+
+async def test_fixed_window_resets_at_its_end(autojump_clock: trio.testing.MockClock) -> None:
+    """A fixed window admits `burst` per window of burst/rate s; Reset counts to its end."""
+    config = ServerConfig(rate=4, burst=2, model="fixed", headers="draft")
+    async with running(config) as (_, client):
+        seen = await _statuses_at(client, [0.0, 0.0, 0.0, 0.25, 0.5, 0.5, 0.5])
+    assert [status for _, status, _ in seen] == [200, 200, 429, 429, 200, 200, 429]
+    assert seen[1][2]["ratelimit-remaining"] == "0"
+    assert seen[1][2]["ratelimit-reset"] == "1"  # 0.5 s to the window's end, rounded up
+    assert seen[3][2]["retry-after"] == "1"
+
+
+async def test_sliding_log_counts_any_window(autojump_clock: trio.testing.MockClock) -> None:
+    """A sliding log admits at most `burst` in any burst/rate s, not per aligned window."""
+    config = ServerConfig(rate=4, burst=2, model="sliding", retry_after="ms")
+    async with running(config) as (server, client):
+        seen = await _statuses_at(client, [0.0, 0.25, 0.375, 0.5, 0.625, 0.75])
+    assert [status for _, status, _ in seen] == [200, 200, 429, 200, 429, 200]
+    assert seen[2][2]["retry-after-ms"] == "125"  # the first request leaves the log at 0.5
+    admitted = [r.start for r in server.records if r.status == 200]
+    assert admitted == [0.0, 0.25, 0.5, 0.75]  # never three in any half second
+
+
+@pytest.mark.parametrize(("reset", "expected"), [("full", "2"), ("next", "1")])
+async def test_bucket_reset_means_full_or_next_token(
+    autojump_clock: trio.testing.MockClock, reset: fanout.testing.ResetMeaning, expected: str
+) -> None:
+    """Reset is the time until the bucket is full (2 s), or until its next token (0.25 s)."""
+    config = ServerConfig(rate=4, burst=8, reset=reset, headers="x")
+    async with running(config) as (_, client):
+        for _ in range(8):
+            last = await client.get("/")
+    assert last.headers["x-ratelimit-remaining"] == "0"
+    assert last.headers["x-ratelimit-reset"] == expected  # rounded up to whole seconds
+
+
+async def test_openai_reset_shows_the_meaning_precisely(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With a millisecond reset, "full" and "next" differ as the server means them."""
+    results = {}
+    for reset in ("full", "next"):
+        config = ServerConfig(rate=4, burst=8, reset=reset, headers="openai")  # type: ignore[arg-type]
+        async with running(config) as (_, client):
+            for _ in range(8):
+                last = await client.get("/")
+        results[reset] = last.headers["x-ratelimit-reset-requests"]
+    assert results == {"full": "2s", "next": "250ms"}
+
+
+async def test_slow_first_connection_arrives_late(autojump_clock: trio.testing.MockClock) -> None:
+    """connect_delay holds back the first request of a connection only."""
+    config = ServerConfig(rate=None, connect_delay=0.125)
+    async with running(config) as (server, client):
+        await client.get("/")
+        await client.get("/")
+    assert server.starts() == [0.125, 0.125]

@@ -1,0 +1,554 @@
+"""The scope front: every rule about a scope, once, over a small backend.
+
+A scope's limits live somewhere (this process, or Redis for many processes);
+what fanout *does* with them does not depend on where. The front holds that:
+validation, cost checks, shedding by budget with an honest drain estimate,
+the probe, learning, reading rate-limit headers by what they can mean, the
+retry budget, the latency it has seen, and statistics. A ``Backend`` holds
+only slots (acquire, release) and tokens (reserve, refund, confirm, drain,
+block, sync). ``Scope`` and ``RedisScope`` are this front over a local or a
+Redis backend, so both kinds behave alike.
+
+How headers are read (see RATE-LIMIT-SEMANTICS in the design notes):
+``Remaining`` with a known rate *syncs* the bucket to the server's count,
+refilled at the rate since the request was sent, minus what this process
+started since; it never blocks until ``Reset``, because on a token bucket
+``Reset`` is "until full" and the next token is ``1/rate`` away. Only a
+fixed window makes ``Remaining: 0`` mean "wait for the reset": that is
+configured (``window="fixed"``), or learned from two 429s that each follow
+such a sync while the window it reported is still open.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
+
+import attrs
+import trio
+
+from ._bucket import Booking, BucketStatistics
+from ._budget import Verdict
+from ._exceptions import ConfigurationError
+from ._learning import RateLearner
+from ._ledger import Ledger
+from ._probe import Probe
+from ._retry import RetryBudget
+
+if TYPE_CHECKING:
+    from ._budget import Budget
+    from ._headers import RateLimitInfo
+
+__all__ = ["Backend", "ScopeFront", "ScopeStatistics", "SlotHolder", "Trust", "WindowKind"]
+
+Trust = Literal["stricter", "config", "headers"]
+WindowKind = Literal["auto", "bucket", "fixed"]
+
+_RECENT = 4096  # bookings remembered, to count what started since a request was sent
+_RECENT_FOR = 60.0  # seconds a booking is remembered
+_FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
+
+
+class SlotHolder(Protocol):
+    """What a scope needs to know of whoever holds a slot: only identity."""
+
+
+@attrs.frozen
+class ScopeStatistics:
+    """A snapshot of one scope, cheap and safe to take from any task.
+
+    ``in_flight`` counts calls holding a slot; ``waiting`` counts calls queued
+    for a slot, the probe or tokens. A call that holds its slot while it
+    waits for a token is in both: it occupies capacity and is not yet running.
+    """
+
+    name: str
+    in_flight: int
+    max_concurrency: int | None
+    waiting: int
+    bucket: BucketStatistics
+    exhausted_until: float | None
+    latency: float | None
+    shed: int
+    requests: int
+    retries: int
+    retries_refused: int
+    slack: float = 0.0
+
+
+class Backend(Protocol):
+    """Where a scope's slots and tokens live. Awaited methods may do I/O.
+
+    ``release_slot`` and ``refund`` are called from ``finally`` blocks under
+    cancellation: a backend that does I/O shields them, bounded, and never
+    raises from them. The others raise ``LimiterUnavailableError`` when the
+    backend cannot answer (fail closed).
+    """
+
+    def has_free_slot(self) -> bool: ...
+    async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool: ...
+    async def release_slot(self, holder: SlotHolder) -> None: ...
+    async def reserve(self, cost: float, max_wait: float) -> Booking | None: ...
+    async def refund(self, booking: Booking) -> None: ...
+    async def confirm(self, booking: Booking) -> bool: ...
+    async def wait_for(self, cost: float) -> float: ...
+    async def drain(self, blocked_for: float) -> None: ...
+    async def block_until(self, when: float) -> None: ...
+    async def sync(
+        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
+    ) -> None: ...
+    def set_limits(
+        self, rate: float | None, burst: float, *, tokens: float | None = None
+    ) -> None: ...
+    def set_slack(self, slack: float) -> None: ...
+    def voided(self) -> trio.Event | None: ...
+    def estimated_wait(self, cost: float) -> float: ...
+    def share_exhaustion(self, until: float) -> None: ...
+    def bucket_statistics(self) -> BucketStatistics: ...
+
+
+def _optional_count(low: int) -> attrs._ValidatorType[int | None]:
+    def check(_: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < low
+        ):
+            raise ConfigurationError(f"{attribute.name} must be an int >= {low}, not {value!r}")
+
+    return check
+
+
+def _optional_rate(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ConfigurationError(f"rate must be a positive number a second, not {value!r}")
+    if value is not None and not math.isfinite(value):
+        raise ConfigurationError(f"rate must be finite, not {value!r}")
+
+
+def _optional_burst(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 1 and math.isfinite(value))
+    ):
+        raise ConfigurationError(f"burst must be a finite number >= 1, not {value!r}")
+
+
+def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"quota_horizon must be a positive number, not {value!r}")
+
+
+def _slack(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 0 and math.isfinite(value))
+    ):
+        raise ConfigurationError(f"slack must be None (measured) or a number >= 0, not {value!r}")
+
+
+def _choice(choices: tuple[str, ...]) -> attrs._ValidatorType[str]:
+    def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
+
+    return check
+
+
+def _retry_budget(_: object, __: attrs.Attribute[RetryBudget], value: RetryBudget) -> None:
+    if not isinstance(value, RetryBudget):
+        raise ConfigurationError(f"retry_budget must be a RetryBudget, not {value!r}")
+
+
+def _flag(_: object, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{attribute.name} must be True or False, not {value!r}")
+
+
+def _fastest(info: RateLimitInfo) -> float:
+    """The fastest rate a stated ``limit`` per ``window`` allows.
+
+    Windows are whole seconds (sub-second precision is not supported), so
+    a server whose bucket refills in 0.4 s states ``w=1``: the true window
+    is in ``(w - 1, w]``, and only a rate above ``limit / (w - 1)``
+    contradicts the statement.
+    """
+    assert info.limit is not None
+    assert info.window is not None
+    return info.limit / (info.window - 1) if info.window > 1 else math.inf
+
+
+def check_name(name: object) -> None:
+    """A scope's name is a non-empty string."""
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"a scope needs a non-empty string name, not {name!r}")
+
+
+@attrs.define(eq=False)
+class ScopeFront:
+    """The configuration and behaviour shared by every kind of scope.
+
+    ``rate``/``burst``: the token bucket (``rate=None``: learn it when
+    ``learn``); ``max_concurrency``: calls in flight; ``max_waiters``: an
+    optional bound on calls queued here (None, the default: a call is shed
+    only when the queue ahead cannot drain within its budget);
+    ``quota_horizon``: the longest server wait still treated as throttling
+    rather than an exhausted quota; ``slack``: seconds of margin for requests
+    that reach the server out of step (None, the default: measured from the
+    spread of call durations); ``trust``: when configured limits and the
+    limits a server states disagree, use the stricter (default), the
+    configuration, or the headers; ``window``: how ``Remaining: 0`` is read
+    (``"auto"``: as a token bucket until a 429 shows a fixed window).
+    """
+
+    rate: float | None = attrs.field(default=None, kw_only=True, validator=_optional_rate)
+    burst: float | None = attrs.field(default=None, kw_only=True, validator=_optional_burst)
+    max_concurrency: int | None = attrs.field(
+        default=None, kw_only=True, validator=_optional_count(1)
+    )
+    max_waiters: int | None = attrs.field(default=None, kw_only=True, validator=_optional_count(0))
+    quota_horizon: float = attrs.field(default=3600.0, kw_only=True, validator=_horizon)
+    retry_budget: RetryBudget = attrs.field(
+        factory=RetryBudget, kw_only=True, validator=_retry_budget
+    )
+    learn: bool = attrs.field(default=True, kw_only=True, validator=_flag)
+    slack: float | None = attrs.field(default=None, kw_only=True, validator=_slack)
+    trust: Trust = attrs.field(default="stricter", kw_only=True, validator=_choice(get_args(Trust)))
+    window: WindowKind = attrs.field(
+        default="auto", kw_only=True, validator=_choice(get_args(WindowKind))
+    )
+    _backend: Backend = attrs.field(init=False, repr=False)
+    _ledger: Ledger = attrs.field(init=False, factory=Ledger, repr=False)
+    _learner: RateLearner | None = attrs.field(init=False, default=None, repr=False)
+    _probe: Probe = attrs.field(init=False, factory=lambda: Probe(done=True), repr=False)
+    _limits: tuple[float | None, float] = attrs.field(init=False, default=(None, 1.0), repr=False)
+    _recent: collections.deque[tuple[float, float]] = attrs.field(
+        init=False, factory=lambda: collections.deque(maxlen=_RECENT), repr=False
+    )
+    _started: float = attrs.field(init=False, default=0.0, repr=False)
+    _fixed: bool = attrs.field(init=False, default=False, repr=False)
+    _fixed_votes: int = attrs.field(init=False, default=0, repr=False)
+    _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
+
+    if TYPE_CHECKING:
+        name: str
+
+    def _initial_burst(self) -> float:
+        return self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
+
+    def _start_front(self, backend: Backend) -> None:
+        """Called by each scope kind once its backend exists."""
+        check_name(self.name)
+        self._backend = backend
+        self._limits = (self.rate, self._initial_burst())
+        self._fixed = self.window == "fixed"
+        if self.slack is not None:
+            backend.set_slack(self.slack)
+        if self.rate is None and self.learn:
+            self._learner = RateLearner()
+            self._probe = Probe()
+
+    # -- admission --------------------------------------------------------
+
+    def has_free_slot(self) -> bool:
+        """Whether ``acquire_slot`` would return at once (False when only asking could tell)."""
+        return self._probe.is_open() and self._backend.has_free_slot()
+
+    def shed(self, budget: Budget) -> float | None:
+        """The drain estimate if a new call must be answered now instead of queueing.
+
+        A call is shed when the queue ahead cannot drain within its budget
+        (the budget judges the estimate, with the latency seen here), or when
+        the user's ``max_waiters`` bound is reached. Otherwise None.
+        """
+        if self.queue_full():
+            self._ledger.shed += 1
+            return self.drain_estimate()
+        estimate = self._estimate(guess=False)
+        if budget.judge(estimate, latency=self._ledger.latency) is not Verdict.SLEEP:
+            self._ledger.shed += 1
+            return estimate
+        return None
+
+    def queue_full(self) -> bool:
+        """Whether the user's ``max_waiters`` bound is what sheds calls now."""
+        return self.max_waiters is not None and self._ledger.waiting >= self.max_waiters
+
+    def drain_estimate(self) -> float:
+        """How long the calls already here need before a new one would start.
+
+        Calls holding tokens are in the bucket's schedule already; calls
+        still queued for the probe or a slot will each need a token more.
+        """
+        return self._estimate(guess=True)
+
+    def _estimate(self, *, guess: bool) -> float:
+        """``guess``: a hint may use a guessed rate; a decision to shed may not."""
+        rate, _ = self._limits
+        by_rate = self._backend.estimated_wait(1.0)
+        if rate is not None and (guess or self._rate_is_evidence()):
+            by_rate += (self._ledger.waiting - self._ledger.booked) / rate
+        return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
+
+    def _rate_is_evidence(self) -> bool:
+        """Whether the rate was configured, stated by the server, or measured (not guessed)."""
+        learner = self._learner
+        return learner is None or learner.ceiling is not None or learner.measured is not None
+
+    def note_waiting(self, delta: int) -> None:
+        """Count a call that sleeps on its booked tokens, so shedding sees the whole queue."""
+        self._ledger.waiting += delta
+        self._ledger.booked += delta
+
+    async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool:
+        """Take a slot for ``holder``, or return False once ``deadline`` passes.
+
+        A free slot is taken even when no time is left to wait for one.
+        """
+        if not await self._pass_probe(holder, deadline):
+            return False
+        got = False
+        self._ledger.waiting += 1
+        try:
+            got = await self._backend.acquire_slot(holder, deadline)
+        finally:
+            self._ledger.waiting -= 1
+            if got:
+                self._ledger.in_flight += 1
+            else:
+                self._probe.abandoned(holder)
+                self._probe.step_done()
+        return got
+
+    async def _pass_probe(self, holder: SlotHolder, deadline: float) -> bool:
+        if self._probe.is_open():
+            return await self._probe.wait_turn(holder, deadline)
+        self._ledger.waiting += 1
+        try:
+            return await self._probe.wait_turn(holder, deadline)
+        finally:
+            self._ledger.waiting -= 1
+
+    async def release_slot(self, holder: SlotHolder) -> None:
+        """Give the slot back; safe to call from a ``finally`` under cancellation."""
+        self._probe.abandoned(holder)
+        self._probe.step_done()
+        self._ledger.in_flight -= 1
+        await self._backend.release_slot(holder)
+
+    # -- tokens ------------------------------------------------------------
+
+    def check_cost(self, cost: float) -> None:
+        """A cost must be positive, finite, and fit the burst when the rate is known."""
+        if isinstance(cost, bool) or not (cost > 0 and math.isfinite(cost)):
+            raise ConfigurationError(f"a call's cost must be a positive number, not {cost!r}")
+        rate, burst = self._limits
+        if rate is not None and cost > burst:
+            raise ConfigurationError(
+                f"a call costing {cost:g} tokens can never start on scope {self.name!r}, "
+                f"whose burst is {burst:g}"
+            )
+
+    async def reserve(self, cost: float, max_wait: float) -> Booking | None:
+        """Book ``cost`` tokens; the booking (with its wait), or None (nothing consumed)."""
+        self.check_cost(cost)
+        try:
+            booking = await self._backend.reserve(cost, max(0.0, max_wait))
+        finally:
+            self._probe.step_done()
+        if booking is not None:
+            self._remember(booking.start, cost)
+        return booking
+
+    async def refund(self, booking: Booking) -> None:
+        """Hand back a booking whose call gave up before starting."""
+        entry = (booking.start, booking.cost)
+        if entry in self._recent:
+            self._recent.remove(entry)
+            self._started -= booking.cost
+        await self._backend.refund(booking)
+
+    async def confirm(self, booking: Booking) -> bool:
+        """Whether a booking still holds now it is due (nothing voided it meanwhile)."""
+        return await self._backend.confirm(booking)
+
+    def voided(self) -> trio.Event | None:
+        """An event set when bookings made until now are void, or None if this
+        process cannot tell (a shared bucket): a waiter wakes early to book again."""
+        return self._backend.voided()
+
+    async def wait_for(self, cost: float) -> float:
+        """Seconds until ``cost`` tokens would be available, consuming nothing."""
+        self.check_cost(cost)
+        return await self._backend.wait_for(cost)
+
+    def _remember(self, start: float, cost: float) -> None:
+        self._started += cost
+        self._recent.append((start, cost))
+        horizon = trio.current_time() - _RECENT_FOR
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+
+    def _started_by(self, when: float) -> float:
+        """The running total of tokens booked to start at or before ``when``."""
+        return self._started - sum(cost for start, cost in self._recent if start > when)
+
+    def _started_between(self, since: float, now: float) -> float:
+        """Tokens of bookings that started after the request sent at ``since``, up to ``now``.
+
+        The request itself is not among them: the server's count already
+        took it. Bookings still in the future are not counted either: a sync
+        voids them, and they book again against the server's count.
+        """
+        return sum(cost for start, cost in self._recent if since < start <= now)
+
+    # -- what the server told us -----------------------------------------
+
+    async def on_throttled(self, wait: float | None) -> None:
+        """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
+
+        A 429 without a wait still drains the bucket and, when learning,
+        slows the rate down (AIMD). A 429 inside a window that a response
+        reported as exhausted waits for that window's end; the second such
+        429 shows a fixed window, and from then on ``Remaining: 0`` blocks
+        until its reset. (One is not enough: requests that reach a token
+        bucket out of step, after a burst's slow first connection or with
+        jitter, can draw a stray 429 there too, and reading a bucket as a
+        fixed window would wait a whole reset at every ``Remaining: 0``.)
+        """
+        now = trio.current_time()
+        blocked_for = wait if wait is not None else 0.0
+        opened = self._window_open_until
+        if opened is not None and now < opened and self.window == "auto" and not self._fixed:
+            self._window_open_until = None  # one vote per reported window
+            self._fixed_votes += 1
+            self._fixed = self._fixed_votes >= _FIXED_VOTES
+            blocked_for = max(blocked_for, opened - now)
+        await self._backend.drain(blocked_for)
+        if self._learner is not None:
+            self._learner.on_throttled(
+                float(self.retry_budget.recent_requests(1.0)), now=now, wait=blocked_for
+            )
+            self._apply_learned()
+
+    async def block_until(self, when: float) -> None:
+        """Start nothing before ``when`` (a window's reset)."""
+        await self._backend.block_until(when)
+
+    async def observe_headers(self, info: RateLimitInfo, *, sent_at: float | None = None) -> None:
+        """Take in what a response said, read by what it can mean (module docstring).
+
+        ``sent_at`` is when its request was sent (default: now); the server's
+        count is as of then.
+        """
+        now = trio.current_time()
+        sent = now if sent_at is None or not sent_at <= now else sent_at
+        self._adopt_stated(info, sent)
+        rate, _ = self._limits
+        remaining, reset = info.remaining, info.reset_after
+        if remaining is not None and remaining < 1 and reset is not None:
+            if rate is None or self._fixed:
+                await self._backend.block_until(now + reset)
+                return
+            self._window_open_until = now + reset if reset > 0 else None
+        if remaining is not None and rate is not None:
+            surely = self._started_between(sent, now)
+            # Anything that started within the slowest latency seen before this
+            # request was sent may have reached the server after it.
+            since = sent - self._ledger.slowest()
+            maybe = sum(cost for start, cost in self._recent if since <= start <= sent)
+            await self._backend.sync(
+                remaining,
+                started_since=surely,
+                unsure=max(0.0, maybe - 1.0),  # one of them is the request itself
+                elapsed=now - sent,
+            )
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def _adopt_stated(self, info: RateLimitInfo, sent: float) -> None:
+        if self._learner is not None:
+            first = self._limits[0] is None
+            started = self._started_by(sent)
+            if self._learner.from_headers(
+                info.limit, info.window, info.remaining, info.reset_after, at=sent, started=started
+            ):
+                # The first answer is the probe's, alone in flight: what it says
+                # remains is what the bucket may spend now.
+                self._apply_learned(tokens=info.remaining if first else None)
+            return
+        if self.trust == "config" or info.limit is None or info.limit < 1:
+            return
+        configured_rate, configured_burst = self.rate, self._initial_burst()
+        stated_rate = info.rate
+        if self.trust == "headers":
+            rate = stated_rate if stated_rate is not None else configured_rate
+            burst = float(info.limit)
+        else:
+            rate = configured_rate
+            if stated_rate is not None and (rate is None or rate > _fastest(info)):
+                rate = stated_rate  # the configuration is contradicted, not just rounded
+            burst = min(configured_burst, float(info.limit))
+        if (rate, burst) != self._limits:
+            self._set(rate, burst)
+
+    def exhaust(self, until: float) -> None:
+        """The quota is spent: answer every call ``quota_exhausted`` until ``until``."""
+        self._ledger.exhaust(until)
+        self._backend.share_exhaustion(until)
+
+    def exhausted_until(self) -> float | None:
+        """When the spent quota returns, or None while the scope is usable."""
+        return self._ledger.exhausted_until()
+
+    def observe_call(self, seconds: float, *, ok: bool) -> None:
+        """One attempt finished: its duration, the probe's end, the slack, and learning."""
+        self._ledger.observe_latency(seconds)
+        self._probe.finished()
+        if self.slack is None and self._ledger.samples >= 2:
+            self._backend.set_slack(self._ledger.spread())
+        if ok and self._learner is not None:
+            self._learner.on_success()
+            self._apply_learned()
+
+    def expected_latency(self) -> float | None:
+        """The moving average of call durations here, or None before any finished."""
+        return self._ledger.latency
+
+    def _apply_learned(self, *, tokens: float | None = None) -> None:
+        assert self._learner is not None
+        if self._learner.rate is not None:
+            self._set(self._learner.rate, max(1.0, self._learner.burst), tokens=tokens)
+
+    def set_limits(self, rate: float | None, burst: float) -> None:
+        """Replace the bucket's rate and burst (for example, learned elsewhere)."""
+        _optional_rate(None, None, rate)  # type: ignore[arg-type]
+        _optional_burst(None, None, burst)  # type: ignore[arg-type]
+        self._set(rate, burst)
+
+    def _set(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
+        self._limits = (rate, burst)
+        self._backend.set_limits(rate, burst, tokens=tokens)
+
+    # -- snapshots ---------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Calls holding a slot here, from this process."""
+        return self._ledger.in_flight
+
+    def statistics(self) -> ScopeStatistics:
+        """A snapshot from what this process knows; it never does I/O."""
+        budget = self.retry_budget.statistics()
+        bucket = self._backend.bucket_statistics()
+        return ScopeStatistics(
+            name=self.name, in_flight=self._ledger.in_flight,
+            max_concurrency=self.max_concurrency, waiting=self._ledger.waiting, bucket=bucket,
+            exhausted_until=self.exhausted_until(), latency=self._ledger.latency,
+            shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
+            retries_refused=budget.refused,
+            slack=self.slack if self.slack is not None else self._ledger.spread(),
+        )  # fmt: skip

@@ -1,0 +1,218 @@
+"""Reading Remaining/Reset by what they can mean, learning the rate, shedding by budget.
+
+Against the real throttling server on 127.0.0.1, on trio's mock clock: every
+start time and request count asserted here is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import fanout
+from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    import httpx
+
+
+@asynccontextmanager
+async def api(config: ServerConfig) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+    ):
+        yield server, client
+
+
+def registry(client: httpx.AsyncClient, *, timeout: float = 60) -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, scopes=["key"], timeout=timeout)
+    async def fetch(n: int) -> str:
+        response = await client.get(f"/items/{n}")
+        response.raise_for_status()
+        return f"item {n}"
+
+    return reg
+
+
+def calls(n: int) -> list[ToolCall]:
+    return [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(n)]
+
+
+def ok(turn: fanout.Turn) -> int:
+    return sum(r.status is Status.OK for r in turn.results)
+
+
+async def test_remaining_zero_with_a_known_rate_waits_one_token_not_the_reset(
+    autojump_clock: Any,
+) -> None:
+    """Issue 13 cause 3: Remaining 0, Reset 1 s, a bucket of 8/s: the next call is 1/8 s away."""
+    async with api(ServerConfig(rate=8, burst=4, headers="draft")) as (server, client):
+        runner = Runner(registry(client), scopes=[Scope("key", rate=8, burst=4)])
+        turn = await runner.run_turn(calls(12))
+    assert ok(turn) == 12
+    assert server.count(status=429) == 0
+    assert server.starts() == [0.0] * 4 + [k / 8 for k in range(1, 9)]
+
+
+async def test_a_fixed_window_costs_at_most_two_429s_then_remaining_zero_waits_for_reset(
+    autojump_clock: Any,
+) -> None:
+    """Read as a bucket until two 429s show a fixed window; after them, Remaining 0 blocks."""
+    config = ServerConfig(rate=2, burst=2, model="fixed", headers="draft")
+    async with api(config) as (server, client):
+        runner = Runner(registry(client), scopes=[Scope("key", rate=2, burst=2)], inline_wait=None)
+        turn = await runner.run_turn(calls(16))
+    assert ok(turn) == 16
+    assert server.count(status=429) == 2
+    refused = [r.start for r in server.records if r.status == 429]
+    assert refused[-1] < 4.0  # none once the window is known
+
+
+async def test_one_stray_429_does_not_make_a_bucket_a_fixed_window(autojump_clock: Any) -> None:
+    """A single 429 after Remaining 0 (a request that reached the server early) is not proof."""
+    async with api(ServerConfig(rate=8, burst=4, headers="draft")) as (server, client):
+        scope = Scope("key", rate=8, burst=4)
+        runner = Runner(registry(client), scopes=[scope], inline_wait=None)
+        await runner.run_turn(calls(4))
+        await scope.on_throttled(None)  # a stray 429 while the spent window is open
+        await runner.run_turn([ToolCall(f"d{i}", "fetch", {"n": i}) for i in range(8)])
+    late = [r.start for r in server.records[4:]]
+    # The stray 429 held the scope to the spent window's end (t=1); after it, the
+    # calls are paced at the rate, not a whole Reset apart at each Remaining 0.
+    assert late == [1.0] * 4 + [1.125, 1.25, 1.375, 1.5]
+    assert server.count(status=429) == 0
+
+
+async def test_a_configured_fixed_window_never_causes_a_429(autojump_clock: Any) -> None:
+    """window="fixed": Remaining 0 waits for the reset from the first response on."""
+    config = ServerConfig(rate=2, burst=2, model="fixed", headers="draft")
+    async with api(config) as (server, client):
+        scope = Scope("key", rate=2, burst=2, window="fixed")
+        runner = Runner(registry(client), scopes=[scope], inline_wait=None)
+        turn = await runner.run_turn(calls(6))
+    assert ok(turn) == 6
+    assert server.count(status=429) == 0
+    assert server.starts() == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("trust", "burst"), [("stricter", 2.0), ("config", 10.0), ("headers", 2.0)]
+)
+async def test_trust_decides_between_configured_and_stated_limits(
+    autojump_clock: Any, trust: Any, burst: float
+) -> None:
+    """The server states a limit of 2 where the user said 10: the user chooses whom to trust."""
+    async with api(ServerConfig(rate=4, burst=2, headers="x")) as (_, client):
+        scope = Scope("key", rate=4, burst=10, trust=trust)
+        await Runner(registry(client), scopes=[scope]).run_turn(calls(1))
+    assert scope.statistics().bucket.burst == burst
+
+
+async def test_learning_reads_the_rate_from_how_remaining_refills(autojump_clock: Any) -> None:
+    """Issue 13 cause 4: with no window stated, the rate is learned from how Remaining refills."""
+    async with api(ServerConfig(rate=8, burst=4, headers="x")) as (server, client):
+        scope = Scope("key")
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(40))
+    assert ok(turn) == 40
+    assert server.count(status=429) <= 3
+    learned = scope.statistics().bucket
+    assert learned.burst == 4
+    assert learned.rate is not None
+    assert 7 <= learned.rate <= 8
+    assert server.starts()[-1] <= 1.2 * (40 - 4) / 8
+
+
+async def test_a_bare_429_drives_aimd(autojump_clock: Any) -> None:
+    """Issue 13 cause 4: 429s without Retry-After or headers still pace the scope (AIMD)."""
+    config = ServerConfig(rate=4, burst=1, headers="none", retry_after="absent")
+    async with api(config) as (server, client):
+        scope = Scope("key")
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(12))
+    stats = scope.statistics().bucket
+    assert stats.drained >= 1
+    assert stats.rate is not None  # learned from bare 429s alone
+    late = [r.start for r in server.records if r.status == 429 and r.start >= 1.0]
+    assert len(late) <= 2  # after the first congestion event, paced near the true rate
+    for result in turn.results:
+        assert result.status in (Status.OK, Status.RATE_LIMITED)
+
+
+async def test_work_that_fits_its_budget_is_never_shed(autojump_clock: Any) -> None:
+    """Issue 13 cause 5: 200 calls that fit the budget all run; no default count sheds them."""
+    config = ServerConfig(rate=50, burst=20, max_in_flight=16, latency=0.1)
+    async with api(config) as (server, client):
+        scope = Scope("key", rate=50, burst=20, max_concurrency=16)
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(200))
+    assert ok(turn) == 200
+    assert scope.statistics().shed == 0
+    assert server.count(status=429) == 0
+    assert server.count(status=503) == 0
+
+
+async def test_what_cannot_drain_within_the_budget_is_answered_at_once(
+    autojump_clock: Any,
+) -> None:
+    """Calls whose queue cannot drain before their deadline are shed at t=0, none answered late."""
+    async with api(ServerConfig(rate=10, burst=5)) as (server, client):
+        scope = Scope("key", rate=10, burst=5)
+        runner = Runner(registry(client, timeout=2.0), scopes=[scope], inline_wait=None)
+        turn = await runner.run_turn(calls(60))
+    fits = 5 + math.ceil(2.0 * 10) - 1  # starts strictly before the deadline
+    assert ok(turn) == fits
+    shed = [e for e in turn.trace if e.kind is fanout.EventKind.SHED]
+    assert {e.time for e in shed} == {0.0}
+    assert len(shed) + ok(turn) == 60
+    assert server.count() == fits
+    assert all(r.retry_after_ms is not None for r in turn.results if r.status is not Status.OK)
+
+
+async def test_slack_is_measured_from_the_spread_of_call_durations(autojump_clock: Any) -> None:
+    """No magic number: the margin is the spread of observed durations."""
+    scope = Scope("key", rate=10)
+    for seconds in (0.25, 0.5, 0.375):
+        scope.observe_call(seconds, ok=True)
+    assert scope.statistics().slack == 0.25
+    assert scope.bucket.slack == 0.25
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"quota_horizon": -1},
+        {"quota_horizon": math.nan},
+        {"rate": 0},
+        {"rate": math.inf},
+        {"rate": "5"},
+        {"burst": 0.5},
+        {"burst": True},
+        {"max_concurrency": 0},
+        {"max_concurrency": 2.5},
+        {"max_waiters": -1},
+        {"slack": -0.1},
+        {"slack": math.inf},
+        {"trust": "server"},
+        {"window": "rolling"},
+        {"retry_budget": 3},
+        {"learn": "yes"},
+    ],
+)
+def test_bad_scope_configuration_fails_closed(options: dict[str, Any]) -> None:
+    """Every argument is validated; a bad one is a ConfigurationError, never accepted."""
+    with pytest.raises(fanout.ConfigurationError):
+        Scope("key", **options)
+
+
+@pytest.mark.parametrize("name", ["", None, 3])
+def test_a_scope_needs_a_name(name: Any) -> None:
+    """A scope's name is a non-empty string."""
+    with pytest.raises(fanout.ConfigurationError):
+        Scope(name)
