@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from ._canonical import canonical_json
+from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,14 +59,15 @@ def _base64(value: bytes | str) -> str:
     try:
         base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"data given as text must be base64: {exc}") from exc
+        raise ConfigurationError(f"data given as text must be base64: {exc}") from exc
     return value
 
 
 def _one_of(allowed: tuple[str, ...]) -> Any:
     def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
         if value not in allowed:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(allowed)}, not {value!r}")
+            choices = ", ".join(allowed)
+            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
 
     return check
 
@@ -97,7 +99,7 @@ class Document:
         if self.media_type == "application/pdf":
             object.__setattr__(self, "data", _base64(self.data))
         elif not isinstance(self.data, str):
-            raise ValueError("a text/plain document's data is its text, a str")
+            raise ConfigurationError("a text/plain document's data is its text, a str")
 
 
 Part = Text | Image | Document

@@ -43,7 +43,7 @@ import attrs
 import trio
 
 from ._bucket import Booking, BucketStatistics, TokenBucket
-from ._exceptions import ConfigurationError, LimiterUnavailableError
+from ._exceptions import ConfigurationError, LimiterUnavailableError, UsageError
 from ._front import ScopeFront
 from ._ledger import Ledger
 from ._redis import BucketReply, LocalFallback, RedisLink, SharedBucket, SharedLeases
@@ -121,7 +121,7 @@ class RedisBackend:
 
     def _opened(self) -> None:
         if self.nursery is None:
-            raise RuntimeError(
+            raise UsageError(
                 f"RedisScope {self.link.scope!r} is not open: use it inside `async with scope:`"
             )
 
@@ -419,7 +419,7 @@ class RedisScope(ScopeFront):
 
     async def __aenter__(self) -> Self:
         if self._nursery is not None:
-            raise RuntimeError(f"RedisScope {self.name!r} is already open; enter it once")
+            raise UsageError(f"RedisScope {self.name!r} is already open; enter it once")
         if self._owns_client:
             await self.client.__aenter__()
         try:

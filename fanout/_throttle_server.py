@@ -66,6 +66,8 @@ import attrs
 import h11
 import trio
 
+from ._exceptions import UsageError
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -304,7 +306,7 @@ class ThrottlingServer:
     @property
     def url(self) -> str:
         if self._port is None:
-            raise RuntimeError("the server is not listening yet")
+            raise UsageError("the server is not listening yet")
         return f"http://127.0.0.1:{self._port}"
 
     @property
