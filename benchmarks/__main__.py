@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from . import report
-from .bench_deadline import measure_deadlines
+from .bench_deadline import measure_deadlines, measure_scale, scale_markdown
 from .bench_http import http_markdown, measure_http
 from .bench_overhead import measure_overhead
 from .bench_replan import measure_replan, replan_markdown
@@ -152,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     overhead: OverheadReport | None = None
     deadlines: DeadlineReport | None = None
+    scale_table: str | None = None
     if "strategies" in args.parts:
         ceiling, results = trio.run(lambda: _strategies(scenarios, quick=args.quick))
     if "overhead" in args.parts:
@@ -168,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             deadlines = measure_deadlines()
+        _say("deadlines at scale: 100 to 10,000 hung sleepers, sync tools and HTTP calls")
+        scale = measure_scale(sizes=(50, 200) if args.quick else (100, 1_000, 10_000))
+        scale_table = scale_markdown(scale)
+        (out / "deadline_scale.md").write_text("# Deadlines at scale\n\n" + scale_table)
     http_table: str | None = None
     if "http" in args.parts:
         _say("http: the transport's throughput at 200 concurrent calls")
@@ -207,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command=command, machine=info, ceiling=ceiling, scenarios=ran, results=results,
         overhead=overhead, deadlines=deadlines, elapsed=elapsed, notes=NOTES, redis=redis,
     )  # fmt: skip
+    if scale_table is not None:
+        summary += "\n## Deadlines at scale\n\n" + scale_table
     if http_table is not None:
         summary += "\n## The HTTP layer\n\n" + http_table
     if replan_table is not None:

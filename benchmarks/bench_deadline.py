@@ -14,14 +14,20 @@ answer was written, in two settings:
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import subprocess
+import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 import fanout
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 __all__ = ["DeadlineReport", "ScaleCase", "measure_deadlines", "measure_scale", "scale_markdown"]
 
@@ -147,18 +153,40 @@ def measure_deadlines(
 # --- at scale: 100 to 10,000 hung calls of three kinds, each answered at its deadline ---
 
 
-async def _hang_forever_server(
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """A loopback server that accepts every connection and never answers."""
+_HANG_SERVER = """
+import sys, trio
 
-    async def handler(stream: trio.SocketStream) -> None:
+async def main():
+    async def handler(stream):
         async with stream:
             await trio.sleep_forever()
-
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=65535)
-    task_status.started(listeners[0].socket.getsockname()[1])
+    print(listeners[0].socket.getsockname()[1], flush=True)
     await trio.serve_listeners(handler, listeners)
+
+trio.run(main)
+"""
+
+
+@contextlib.asynccontextmanager
+async def _hang_forever_server() -> AsyncIterator[int]:
+    """A loopback server, in its own process, that accepts every connection and never answers.
+
+    Its own process, so that accepting ten thousand connections does not
+    compete with the client for the event loop being measured.
+    """
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _HANG_SERVER], stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await process.stdout.receive_some(64)
+        yield int(line)
+    finally:
+        process.kill()
+        await process.wait()
 
 
 def _scale_registry(kind: str, client: Any) -> fanout.Registry:
@@ -206,8 +234,7 @@ class ScaleCase:
 
 
 async def _scale_case(kind: str, calls: int, hosted: bool, timeout: float) -> ScaleCase:
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(_hang_forever_server)
+    async with _hang_forever_server() as port:
         client = fanout.http_client(base_url=f"http://127.0.0.1:{port}", timeout=None)
         runner = fanout.Runner(
             _scale_registry(kind, client), turn_timeout=timeout, max_threads=max(1, calls)
@@ -221,7 +248,6 @@ async def _scale_case(kind: str, calls: int, hosted: bool, timeout: float) -> Sc
             await turn.run()
             returned = trio.current_time()
         await client.aclose()
-        nursery.cancel_scope.cancel()
     answered = [e.time - turn.deadline for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
     started = sum(1 for e in turn.trace if e.kind is fanout.EventKind.STARTED)
     return ScaleCase(

@@ -408,7 +408,11 @@ class Turn:
                 # turn's scope and watcher are all this call needs.
                 await self._execute_answering(state, budget)
             else:
-                with trio.CancelScope(deadline=self._deadline + _BACKSTOP) as own:
+                # The runner's calls are stopped by the turn as it returns; a
+                # backstop of their own would start a thousand unwinding
+                # before the turn could return.
+                backstop = self._deadline + _BACKSTOP if self._host is None else math.inf
+                with trio.CancelScope(deadline=backstop) as own:
                     self._running[state] = own
                     if self._stopping:
                         own.cancel()
@@ -484,15 +488,24 @@ class Turn:
     def _stop_calls(self) -> None:
         """Cancel every call still running, wherever its task lives.
 
-        Calls in the turn's own nurseries are cancelled with its scope; calls
-        in the runner's nursery only here, as the turn returns: cancelled
-        earlier, a thousand of them unwinding at once would stand between
-        the turn and its caller in trio's run queue.
+        Calls in the turn's own nurseries are cancelled with its scope. Calls
+        in the runner's nursery are cancelled only as the turn returns, and
+        by a task of the runner's: cancelling a thousand calls hung on
+        sockets takes trio a while (each wait is taken off the poller), and
+        the turn, its calls answered, need not wait for that either.
         """
         self._stopping = True
         self._scope.cancel()
-        for scope in self._running.values():
-            scope.cancel()
+        running = list(self._running.values())
+        if not running:
+            return
+        if self._host is not None:
+            try:
+                self._host.start_soon(_cancel_soon, running)
+                return
+            except RuntimeError:  # the runner's nursery is closing: cancel here
+                pass
+        _cancel_all(running)
 
     # -- answers ------------------------------------------------------------
 
@@ -569,6 +582,17 @@ class Turn:
             state.call, Status.CANCELLED, "the turn has not finished running this call",
             started=state.started, kind=state.kind,
         )  # fmt: skip
+
+
+def _cancel_all(scopes: list[trio.CancelScope]) -> None:
+    for scope in scopes:
+        scope.cancel()
+
+
+async def _cancel_soon(scopes: list[trio.CancelScope]) -> None:
+    """Cancel ``scopes`` from a task of its own, once whoever asked has moved on."""
+    await trio.lowlevel.checkpoint()
+    _cancel_all(scopes)
 
 
 def _only_cancelled(exc: BaseException) -> bool:
