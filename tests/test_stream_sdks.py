@@ -1,0 +1,261 @@
+"""Streaming loops with the real SDK clients against the strict fake, streaming on 127.0.0.1.
+
+Each turn's message arrives as the API's server-sent events, is read by the
+SDK, fed to ``Runner.run_stream`` with the matching decoder, and the answers
+go back in the next request, which the fake refuses unless every call is
+answered exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+import httpx
+import httpx2
+import openai
+import pytest
+import trio
+from openai.lib.streaming.chat import ChatCompletionStreamState
+
+import fanout
+from examples.typed_loop import assistant_param
+from fanout import Kind, Registry, Runner, Status
+from tests.sse_api import Pacing, serve_sse
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterable, AsyncIterator
+
+    from tests.strict_api import Script
+
+SCRIPT: Script = [
+    [("weather", {"city": "Oslo"}), ("weather", {"city": 5}), ("launch", {}),
+     ("weather", "{broken"), ("weather", {"city": "Oslo"})],
+    [("weather", {"city": "Lima", "unit": "fahrenheit"}), ("weather", {"city": "Pune"})],
+]  # fmt: skip
+FIRST_IDS = [f"call_0_{i}" for i in range(5)]
+MAX_TURNS = 5
+
+
+def _registry(started: trio.Event) -> Registry:
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def weather(city: str, unit: str = "celsius") -> str:
+        """The sky over a city.
+
+        Args:
+            city: The city's English name.
+            unit: celsius or fahrenheit.
+        """
+        started.set()  # the server holds the message's end until a call has started
+        return f"clear over {city} ({unit})"
+
+    return registry
+
+
+def _held() -> tuple[Pacing, Registry]:
+    """A server that ends no message before a tool ran, and the registry that lets it."""
+    pacing = Pacing(gap=0.002, hold=trio.Event())
+    assert pacing.hold is not None
+    return pacing, _registry(pacing.hold)
+
+
+def _check(api: Any, path: str, turns: int) -> None:
+    assert api.rejections == []
+    assert [p for p, _ in api.requests] == [path] * turns
+    assert all(body["stream"] is True for _, body in api.requests)
+
+
+async def test_anthropic_stream_helper_loop() -> None:
+    """messages.stream(): calls run as blocks stop; every turn's results are accepted."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        runner = Runner(registry)
+        messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Weather?"}]
+        for _ in range(MAX_TURNS):
+            async with client.messages.stream(
+                model="m", max_tokens=64, tools=registry.anthropic_tools(), messages=messages
+            ) as stream:
+                turn = await runner.run_stream(stream, fanout.AnthropicStream())
+                message = await stream.get_final_message()
+            messages.append({"role": "assistant", "content": message.content})
+            if not turn.results:
+                break
+            messages.append(fanout.anthropic_tool_results(turn))
+    _check(api, "/v1/messages", 3)
+    results = messages[2]["content"]
+    assert isinstance(results, list)
+    assert [b["tool_use_id"] for b in results] == FIRST_IDS  # type: ignore[typeddict-item]
+    assert [b["is_error"] for b in results] == [False, True, True, True, False]  # type: ignore[typeddict-item]
+
+
+async def _recorded(events: AsyncIterable[Any], into: list[Any]) -> AsyncIterator[Any]:
+    """The events, passed on unchanged, each kept in ``into``."""
+    async for event in events:
+        into.append(event)
+        yield event
+
+
+def _anthropic_content(events: list[Any]) -> list[dict[str, Any]]:
+    """The assistant content that raw Messages stream events spell out."""
+    blocks: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if event.type == "content_block_start":
+            blocks[event.index] = {**event.content_block.model_dump(), "json": ""}
+        elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+            blocks[event.index]["text"] += event.delta.text
+        elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+            blocks[event.index]["json"] += event.delta.partial_json
+    content = []
+    for block in blocks.values():
+        raw = block.pop("json")
+        if block["type"] == "tool_use":
+            block["input"] = json.loads(raw)
+        content.append(block)
+    return content
+
+
+async def test_anthropic_raw_stream_loop() -> None:
+    """messages.create(stream=True): the SDK's raw events feed the turn directly."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        runner = Runner(registry)
+        messages: list[Any] = [{"role": "user", "content": "Weather?"}]
+        for _ in range(MAX_TURNS):
+            events: list[Any] = []
+            async with await client.messages.create(
+                model="m", max_tokens=64, messages=messages, stream=True
+            ) as stream:
+                turn = await runner.run_stream(_recorded(stream, events), fanout.AnthropicStream())
+            messages.append({"role": "assistant", "content": _anthropic_content(events)})
+            if not turn.results:
+                break
+            messages.append(fanout.anthropic_tool_results(turn))
+    _check(api, "/v1/messages", 3)
+    assert [r.tool_use_id for r in turn.results] == []
+    assert [b["tool_use_id"] for b in messages[4]["content"]] == ["call_1_0", "call_1_1"]
+
+
+async def test_chat_raw_stream_loop() -> None:
+    """chat.completions.create(stream=True): chunks feed the turn; one tool message per id."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        runner = Runner(registry)
+        messages: list[Any] = [{"role": "user", "content": "Weather?"}]
+        for _ in range(MAX_TURNS):
+            state = ChatCompletionStreamState()
+            chunks: list[Any] = []
+            async with await client.chat.completions.create(
+                model="m", messages=messages, tools=registry.openai_tools(), stream=True
+            ) as stream:
+                turn = await runner.run_stream(
+                    _recorded(stream, chunks), fanout.ChatCompletionsStream()
+                )
+            for chunk in chunks:
+                state.handle_chunk(chunk)
+            messages.append(assistant_param(state.get_final_completion().choices[0].message))
+            if not turn.results:
+                break
+            messages.extend(fanout.openai_tool_messages(turn))
+    _check(api, "/v1/chat/completions", 3)
+    assert [m["role"] for m in messages] == ["user", "assistant", *["tool"] * 5, "assistant",
+                                             "tool", "tool", "assistant"]  # fmt: skip
+    assert [m["tool_call_id"] for m in messages[2:7]] == FIRST_IDS
+
+
+async def test_chat_stream_helper_loop() -> None:
+    """chat.completions.stream(): the helper's chunk events feed the same decoder."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        runner = Runner(registry)
+        messages: list[Any] = [{"role": "user", "content": "Weather?"}]
+        for _ in range(MAX_TURNS):
+            async with client.chat.completions.stream(
+                model="m", messages=messages, tools=registry.openai_tools()
+            ) as stream:
+                turn = await runner.run_stream(stream, fanout.ChatCompletionsStream())
+                completion = await stream.get_final_completion()
+            messages.append(assistant_param(completion.choices[0].message))
+            if not turn.results:
+                break
+            messages.extend(fanout.openai_tool_messages(turn))
+    _check(api, "/v1/chat/completions", 3)
+    assert [m["tool_call_id"] for m in messages[2:7]] == FIRST_IDS
+
+
+async def test_responses_stream_loop() -> None:
+    """responses.create(stream=True): function_call items feed the turn; outputs chained."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        runner = Runner(registry)
+        pending: list[Any] = [{"role": "user", "content": "Weather?"}]
+        previous: str | None = None
+        ids: list[str] = []
+        for _ in range(MAX_TURNS):
+            events: list[Any] = []
+            async with await client.responses.create(
+                model="m", input=pending, previous_response_id=previous,
+                tools=registry.responses_tools(), stream=True,
+            ) as stream:  # fmt: skip
+                turn = await runner.run_stream(_recorded(stream, events), fanout.ResponsesStream())
+            completed = [e.response for e in events if e.type == "response.completed"]
+            ids.append(previous := completed[0].id)
+            if not turn.results:
+                break
+            pending = list(fanout.responses_tool_outputs(turn))
+    _check(api, "/v1/responses", 3)
+    assert ids == ["resp_0", "resp_1", "resp_2"]
+    assert [i["call_id"] for i in api.requests[1][1]["input"]] == FIRST_IDS
+
+
+@pytest.mark.parametrize("drop_after", [9, 17, 28])
+async def test_a_dropped_connection_answers_every_id_seen_then_raises(drop_after: int) -> None:
+    """The server closes mid-message: each call whose block began is answered once,
+    the complete ones run, and the SDK's own error is raised."""
+    pacing = Pacing(drop_after=drop_after)
+    registry = _registry(trio.Event())
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        async with client.messages.stream(
+            model="m", max_tokens=64, messages=[{"role": "user", "content": "Weather?"}]
+        ) as stream:
+            turn = Runner(registry).stream_turn(stream, fanout.AnthropicStream())
+            with pytest.raises((httpx2.RemoteProtocolError, httpx.RemoteProtocolError)):
+                await turn.run()
+    sent = [e.data for e in pacing.sent if isinstance(e.data, dict)]
+    begun = {e["index"]: e["content_block"] for e in sent if e["type"] == "content_block_start"
+             and e["content_block"]["type"] == "tool_use"}  # fmt: skip
+    stopped = {e["index"] for e in sent if e["type"] == "content_block_stop"}
+    assert begun, "the drop came after at least one call began"
+    assert [r.tool_use_id for r in turn.results] == [b["id"] for b in begun.values()]
+    for index, result in zip(begun, turn.results, strict=True):
+        if index in stopped:
+            assert result.status is not Status.CANCELLED  # complete: run (or refused) as usual
+        elif begun[index]["name"] == "weather":
+            assert result.status is Status.ERROR
+            assert "the stream broke off" in json.loads(result.content)["message"]
+        else:  # a tool that does not exist is refused for that, complete or not
+            assert result.status is Status.REFUSED
+
+
+async def test_the_streaming_fake_refuses_a_streamed_call_left_unanswered() -> None:
+    """Answers missing one streamed id are refused, as the real API refuses them."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "Weather?"}]
+        async with client.chat.completions.stream(model="m", messages=messages) as stream:
+            turn = await Runner(registry).run_stream(stream, fanout.ChatCompletionsStream())
+            completion = await stream.get_final_completion()
+        messages.append(assistant_param(completion.choices[0].message))
+        messages += fanout.openai_tool_messages(turn)[1:]
+        with pytest.raises(openai.BadRequestError, match=r"tool_calls \['call_0_0'\]"):
+            await client.chat.completions.create(model="m", messages=messages, stream=True)
+    assert len(api.rejections) == 1
