@@ -32,7 +32,7 @@ import attrs
 import h11
 import trio
 
-from tests.strict_api import StrictAPI, _next_event
+from tests.strict_api import StrictAPI, reply_whole, send, send_json, serve_strict
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -176,64 +176,34 @@ ENCODERS = {
 }
 
 
-async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
-    await stream.send_all(conn.send(event) or b"")
-
-
-async def _stream_reply(
-    conn: h11.Connection, stream: trio.SocketStream, events: list[Event], pacing: Pacing
-) -> bool:
-    """Send ``events`` as server-sent events; False when the connection was dropped."""
+async def reply_streaming(
+    pacing: Pacing, api: StrictAPI, conn: h11.Connection, stream: trio.SocketStream, path: str,
+    body: dict[str, Any],
+) -> bool:  # fmt: skip
+    """Stream the reply when the request asks for it; False when the connection was dropped."""
+    if not body.get("stream") or path not in ENCODERS:
+        return await reply_whole(api, conn, stream, path, body)
+    status, answer = api.reply(path, body)
+    if status != 200:
+        await send_json(conn, stream, status, answer)
+        return True
     headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
-    await _send(conn, stream, h11.Response(status_code=200, headers=headers))
-    for count, event in enumerate(events):
+    await send(conn, stream, h11.Response(status_code=200, headers=headers))
+    for count, event in enumerate(ENCODERS[path](answer)):
         if pacing.drop_after is not None and count == pacing.drop_after:
             return False  # closed without the end of the chunked body: a dropped connection
         if event.ends_message and pacing.hold is not None:
             with trio.fail_after(10):  # bounded: a call that never starts fails the test
                 await pacing.hold.wait()
         await trio.sleep(pacing.gap)
-        await _send(conn, stream, h11.Data(event.encode()))
+        await send(conn, stream, h11.Data(event.encode()))
         pacing.sent.append(event)
-    await _send(conn, stream, h11.EndOfMessage())
+    await send(conn, stream, h11.EndOfMessage())
     return True
-
-
-async def _serve_connection(api: StrictAPI, pacing: Pacing, stream: trio.SocketStream) -> None:
-    conn = h11.Connection(h11.SERVER)
-    async with stream:
-        try:
-            while isinstance(request := await _next_event(conn, stream), h11.Request):
-                body = b""
-                while not isinstance(event := await _next_event(conn, stream), h11.EndOfMessage):
-                    if isinstance(event, h11.Data):
-                        body += event.data
-                path, parsed = request.target.decode().split("?")[0], json.loads(body)
-                status, answer = api.reply(path, parsed)
-                if status == 200 and parsed.get("stream") and path in ENCODERS:
-                    if not await _stream_reply(conn, stream, ENCODERS[path](answer), pacing):
-                        return
-                else:
-                    data = json.dumps(answer).encode()
-                    headers = [("content-type", "application/json"),
-                               ("content-length", str(len(data)))]  # fmt: skip
-                    await _send(conn, stream, h11.Response(status_code=status, headers=headers))
-                    await _send(conn, stream, h11.Data(data))
-                    await _send(conn, stream, h11.EndOfMessage())
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
-            return
 
 
 @asynccontextmanager
 async def serve_sse(script: Script, pacing: Pacing | None = None) -> AsyncIterator[StrictAPI]:
     """Run the strict fake, streaming when asked, on 127.0.0.1 for the block."""
-    api = StrictAPI(script)
-    handler = partial(_serve_connection, api, pacing or Pacing())
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-        api.url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
-        try:
-            yield api
-        finally:
-            nursery.cancel_scope.cancel()
+    async with serve_strict(script, partial(reply_streaming, pacing or Pacing())) as api:
+        yield api
