@@ -13,7 +13,8 @@ its API, one event at a time:
   ``finish_reason`` chunk, then ``data: [DONE]``;
 * Responses: ``response.created`` ... ``response.output_item.added`` /
   ``response.function_call_arguments.delta`` / ``.done`` /
-  ``response.output_item.done`` per call ... ``response.completed``.
+  ``response.output_item.done`` per call (a text item's content parts and
+  ``output_text`` deltas in between) ... ``response.completed``.
 
 ``gap`` spaces the events; ``hold`` makes the server wait, before the event
 that ends the message, until the test sets it (proof that a call started
@@ -152,6 +153,9 @@ def responses_events(response: dict[str, Any]) -> list[Event]:
             text = item["content"][0]["text"]
             data.append({"type": "response.output_item.added", "output_index": index,
                          "item": {**item, "content": [], "status": "in_progress"}})  # fmt: skip
+            part = {"type": "output_text", "text": "", "annotations": []}
+            data.append({"type": "response.content_part.added", **at, "content_index": 0,
+                         "part": part})  # fmt: skip
             data += [
                 {"type": "response.output_text.delta", **at, "content_index": 0, "delta": p,
                  "logprobs": []}
@@ -159,6 +163,8 @@ def responses_events(response: dict[str, Any]) -> list[Event]:
             ]  # fmt: skip
             data.append({"type": "response.output_text.done", **at, "content_index": 0,
                          "text": text, "logprobs": []})  # fmt: skip
+            data.append({"type": "response.content_part.done", **at, "content_index": 0,
+                         "part": item["content"][0]})  # fmt: skip
         data.append({"type": "response.output_item.done", "output_index": index, "item": item})
     data.append({"type": "response.completed", "response": response})
     return [

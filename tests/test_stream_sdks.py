@@ -20,7 +20,12 @@ import trio
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 import fanout
-from examples.typed_loop import assistant_param
+from examples.typed_loop import (
+    anthropic_stream_loop,
+    assistant_param,
+    chat_stream_loop,
+    responses_stream_loop,
+)
 from fanout import Kind, Registry, Runner, Status
 from tests.sse_api import Pacing, serve_sse
 
@@ -73,23 +78,13 @@ async def test_anthropic_stream_helper_loop() -> None:
     pacing, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
-        runner = Runner(registry)
-        messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Weather?"}]
-        for _ in range(MAX_TURNS):
-            async with client.messages.stream(
-                model="m", max_tokens=64, tools=registry.anthropic_tools(), messages=messages
-            ) as stream:
-                turn = await runner.run_stream(stream, fanout.AnthropicStream())
-                message = await stream.get_final_message()
-            messages.append({"role": "assistant", "content": message.content})
-            if not turn.results:
-                break
-            messages.append(fanout.anthropic_tool_results(turn))
+        messages = await anthropic_stream_loop(client, Runner(registry), registry, "Weather?")
     _check(api, "/v1/messages", 3)
     results = messages[2]["content"]
     assert isinstance(results, list)
     assert [b["tool_use_id"] for b in results] == FIRST_IDS  # type: ignore[typeddict-item]
     assert [b["is_error"] for b in results] == [False, True, True, True, False]  # type: ignore[typeddict-item]
+    assert api.requests[0][1]["tools"] == registry.anthropic_tools()
 
 
 async def _recorded(events: AsyncIterable[Any], into: list[Any]) -> AsyncIterator[Any]:
@@ -173,20 +168,20 @@ async def test_chat_stream_helper_loop() -> None:
     pacing, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
-        runner = Runner(registry)
-        messages: list[Any] = [{"role": "user", "content": "Weather?"}]
-        for _ in range(MAX_TURNS):
-            async with client.chat.completions.stream(
-                model="m", messages=messages, tools=registry.openai_tools()
-            ) as stream:
-                turn = await runner.run_stream(stream, fanout.ChatCompletionsStream())
-                completion = await stream.get_final_completion()
-            messages.append(assistant_param(completion.choices[0].message))
-            if not turn.results:
-                break
-            messages.extend(fanout.openai_tool_messages(turn))
+        messages = await chat_stream_loop(client, Runner(registry), registry, "Weather?")
     _check(api, "/v1/chat/completions", 3)
-    assert [m["tool_call_id"] for m in messages[2:7]] == FIRST_IDS
+    assert [m.get("tool_call_id") for m in messages[2:7]] == FIRST_IDS
+
+
+async def test_responses_stream_helper_loop() -> None:
+    """responses.stream(): the helper's events feed the decoder; outputs chained by id."""
+    pacing, registry = _held()
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        ids = await responses_stream_loop(client, Runner(registry), registry, "Weather?")
+    _check(api, "/v1/responses", 3)
+    assert ids == ["resp_0", "resp_1", "resp_2"]
+    assert [i["call_id"] for i in api.requests[2][1]["input"]] == ["call_1_0", "call_1_1"]
 
 
 async def test_responses_stream_loop() -> None:
