@@ -16,6 +16,11 @@ The ideal is ``max(T, tools alone)``; the streaming turn also cannot beat
 ``T + LATENCY`` (the last block closes at T, and its request still has to
 be made), which the report shows as the floor.
 
+Every point runs twice: with the API stating its limits in OpenAI-style
+headers (fanout configured with the same limits also obeys what the headers
+say), and with the API stating nothing (fanout's configured bucket alone), to
+tell the cost of streaming apart from the cost of reading the headers.
+
 ``python -m benchmarks.bench_stream`` writes ``benchmarks/results/stream.md``
 and ``stream.png``; ``--quick`` runs one small point once (a smoke test).
 """
@@ -36,13 +41,17 @@ import h11
 import trio
 
 import fanout
-from fanout.testing import ServerConfig, serve_throttled
+from fanout.testing import HeaderStyle, ServerConfig, serve_throttled
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 RATE, BURST, LATENCY = 4.0, 2, 0.05
 POINTS = [(8, 2.0), (16, 4.0), (8, 0.5), (16, 2.0)]
+HEADERS: dict[HeaderStyle, str] = {
+    "openai": "the API states its limits (OpenAI-style headers)",
+    "none": "the API states no limits (fanout's configured bucket alone)",
+}
 REPEATS = 3
 RESULTS = Path(__file__).parent / "results"
 
@@ -115,11 +124,11 @@ def _registry(http: Any) -> fanout.Registry:
     return registry
 
 
-async def _one(mode: str, n: int, seconds: float) -> tuple[float, int]:
+async def _one(mode: str, n: int, seconds: float, headers: HeaderStyle) -> tuple[float, int]:
     """One turn in ``mode``, on a fresh API and runner: seconds from first event to answers,
     and how many requests the API refused 429 (fanout waited and retried them)."""
     config = ServerConfig(
-        rate=RATE, burst=BURST, latency=LATENCY, headers="openai", retry_after_precise=True
+        rate=RATE, burst=BURST, latency=LATENCY, headers=headers, retry_after_precise=True
     )
     async with serve_throttled(config) as api, _model(n, seconds) as model:
         http = fanout.http_client(base_url=api.url)
@@ -157,8 +166,9 @@ async def _turn_from_stream(
 
 @attrs.frozen
 class Point:
-    """One (N, T): the median of each mode over the repeats, in seconds."""
+    """One (N, T) with one header style: the median of each mode over the repeats, in seconds."""
 
+    headers: HeaderStyle
     n: int
     seconds: float
     alone: float
@@ -175,20 +185,22 @@ class Point:
         return max(self.seconds + LATENCY, self.alone)
 
 
-def measure(points: list[tuple[int, float]], repeats: int) -> list[Point]:
+def measure(
+    points: list[tuple[int, float]], repeats: int, styles: list[HeaderStyle]
+) -> list[Point]:
     """Run every point ``repeats`` times per mode, interleaved, and keep the medians."""
     measured = []
-    for n, seconds in points:
+    for headers, (n, seconds) in ((h, point) for h in styles for point in points):
         runs: dict[str, list[float]] = {"alone": [], "streaming": [], "whole": []}
         refused = dict.fromkeys(runs, 0)
         for _ in range(repeats):
             for mode, times in runs.items():
-                elapsed, rejected = trio.run(_one, mode, n, seconds)
+                elapsed, rejected = trio.run(_one, mode, n, seconds, headers)
                 times.append(elapsed)
                 refused[mode] += rejected
         medians = {mode: statistics.median(times) for mode, times in runs.items()}
-        measured.append(Point(n, seconds, **medians, refused=refused))
-        print(f"N={n} T={seconds}: {medians}, {refused} refused", flush=True)
+        measured.append(Point(headers, n, seconds, **medians, refused=refused))
+        print(f"{headers} N={n} T={seconds}: {medians}, {refused} refused", flush=True)
     return measured
 
 
@@ -206,20 +218,28 @@ def markdown(points: list[Point], repeats: int) -> str:
         f"only be made once it has closed at T. The last column counts the API's 429s over "
         f"all runs of the point, streaming / whole / alone (fanout waited as told and "
         f"retried); every call was answered ok in every run.",
-        "",
-        "| N | T | tools alone | ideal | floor | streaming | / ideal | whole message | / ideal "
-        "| 429s |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for p in points:
-        lines.append(
-            f"| {p.n} | {p.seconds:g} s | {p.alone:.3f} s | {p.ideal:.3f} s | {p.floor:.3f} s "
-            f"| {p.streaming:.3f} s | {p.streaming / p.ideal:.3f} | {p.whole:.3f} s "
-            f"| {p.whole / p.ideal:.3f} | {p.refused['streaming']} / {p.refused['whole']} / "
-            f"{p.refused['alone']} |"
-        )
+    for headers in dict.fromkeys(p.headers for p in points):
+        lines += [
+            "",
+            f"### {HEADERS[headers]}",
+            "",
+            "| N | T | tools alone | ideal | floor | streaming | / ideal | whole message "
+            "| / ideal | 429s |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [_row(p) for p in points if p.headers == headers]
     lines += ["", "![streaming vs whole message](stream.png)", ""]
     return "\n".join(lines)
+
+
+def _row(p: Point) -> str:
+    return (
+        f"| {p.n} | {p.seconds:g} s | {p.alone:.3f} s | {p.ideal:.3f} s | {p.floor:.3f} s "
+        f"| {p.streaming:.3f} s | {p.streaming / p.ideal:.3f} | {p.whole:.3f} s "
+        f"| {p.whole / p.ideal:.3f} | {p.refused['streaming']} / {p.refused['whole']} / "
+        f"{p.refused['alone']} |"
+    )
 
 
 def plot(points: list[Point], path: Path) -> None:
@@ -229,19 +249,23 @@ def plot(points: list[Point], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+    styles = list(dict.fromkeys(p.headers for p in points))
+    fig, axes = plt.subplots(1, len(styles), figsize=(7 * len(styles), 4), squeeze=False)
     width = 0.27
     series = [("ideal max(T, tools)", "ideal", "#999999"),
               ("streaming fanout", "streaming", "#2a7ab0"),
               ("whole message, then fanout", "whole", "#d08030")]  # fmt: skip
-    for offset, (label, field, colour) in enumerate(series):
-        xs = [i + (offset - 1) * width for i in range(len(points))]
-        ys = [getattr(p, field) for p in points]
-        ax.bar(xs, ys, width, label=label, color=colour)
-    ax.set_xticks(range(len(points)), [f"N={p.n}, T={p.seconds:g} s" for p in points])
-    ax.set_ylabel("turn latency (s)")
-    ax.set_title(f"Streaming turns: tools on a throttled API ({RATE:g}/s, burst {BURST})")
-    ax.legend()
+    for ax, headers in zip(axes[0], styles, strict=True):
+        shown = [p for p in points if p.headers == headers]
+        for offset, (label, field, colour) in enumerate(series):
+            xs = [i + (offset - 1) * width for i in range(len(shown))]
+            ax.bar(xs, [getattr(p, field) for p in shown], width, label=label, color=colour)
+        ax.set_xticks(range(len(shown)), [f"N={p.n}, T={p.seconds:g} s" for p in shown])
+        ax.set_ylabel("turn latency (s)")
+        ax.set_title(HEADERS[headers], fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Streaming turns: N calls streamed over T s, tools on a throttled API "
+                 f"({RATE:g}/s, burst {BURST})")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -253,8 +277,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="one small point, once")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    points, repeats = ([(4, 0.4)], 1) if args.quick else (POINTS, REPEATS)
-    measured = measure(points, repeats)
+    if args.quick:
+        measured, repeats = measure([(4, 0.4)], 1, ["openai"]), 1
+    else:
+        measured, repeats = measure(POINTS, REPEATS, list(HEADERS)), REPEATS
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "stream.md").write_text(markdown(measured, repeats))
     plot(measured, args.out / "stream.png")
