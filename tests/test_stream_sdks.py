@@ -12,7 +12,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anthropic
-import httpx
 import httpx2
 import openai
 import pytest
@@ -222,7 +221,7 @@ async def test_a_dropped_connection_answers_every_id_seen_then_raises(drop_after
             model="m", max_tokens=64, messages=[{"role": "user", "content": "Weather?"}]
         ) as stream:
             turn = Runner(registry).stream_turn(stream, fanout.AnthropicStream())
-            with pytest.raises((httpx2.RemoteProtocolError, httpx.RemoteProtocolError)):
+            with pytest.raises(httpx2.RemoteProtocolError):
                 await turn.run()
     sent = [e.data for e in pacing.sent if isinstance(e.data, dict)]
     begun = {e["index"]: e["content_block"] for e in sent if e["type"] == "content_block_start"
@@ -238,6 +237,47 @@ async def test_a_dropped_connection_answers_every_id_seen_then_raises(drop_after
             assert "the stream broke off" in json.loads(result.content)["message"]
         else:  # a tool that does not exist is refused for that, complete or not
             assert result.status is Status.REFUSED
+
+
+def _openai_ids_begun(sent: list[Any]) -> list[str]:
+    """The call ids whose first piece the server sent: Chat Completions or Responses."""
+    ids = []
+    for data in (e.data for e in sent if isinstance(e.data, dict)):
+        for choice in data.get("choices", ()):
+            ids += [c["id"] for c in choice["delta"].get("tool_calls", ()) if "id" in c]
+        if data.get("type") == "response.output_item.added":
+            ids.append(data["item"]["call_id"])
+    return ids
+
+
+@pytest.mark.parametrize("api_kind", ["chat", "responses"])
+async def test_a_dropped_openai_stream_answers_every_id_seen_then_raises(api_kind: str) -> None:
+    """Chat Completions and Responses: the same drop, mid-call; one answer per id begun,
+    the half-written call answered error, then the SDK's error."""
+    pacing = Pacing(drop_after=12)
+    registry = _registry(trio.Event())
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        prompt: Any = [{"role": "user", "content": "Weather?"}]
+        if api_kind == "chat":
+            opened: Any = await client.chat.completions.create(
+                model="m", messages=prompt, stream=True
+            )
+            decoder: fanout.StreamDecoder = fanout.ChatCompletionsStream()
+        else:
+            opened = await client.responses.create(model="m", input=prompt, stream=True)
+            decoder = fanout.ResponsesStream()
+        async with opened as stream:
+            turn = Runner(registry).stream_turn(stream, decoder)
+            with pytest.raises(openai.APIConnectionError):  # the SDK wraps the drop
+                await turn.run()
+    begun = _openai_ids_begun(pacing.sent)
+    assert len(begun) >= 2
+    assert [r.tool_use_id for r in turn.results] == begun
+    last = turn.results[-1]
+    assert last.status is Status.ERROR
+    assert "the stream broke off" in json.loads(last.content)["message"]
+    assert turn.results[0].status is Status.OK
 
 
 async def test_the_streaming_fake_refuses_a_streamed_call_left_unanswered() -> None:
