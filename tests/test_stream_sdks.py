@@ -294,3 +294,26 @@ async def test_the_streaming_fake_refuses_a_streamed_call_left_unanswered() -> N
         with pytest.raises(openai.BadRequestError, match=r"tool_calls \['call_0_0'\]"):
             await client.chat.completions.create(model="m", messages=messages, stream=True)
     assert len(api.rejections) == 1
+
+
+async def test_the_deadline_covers_a_stream_that_stalls() -> None:
+    """The server stalls before the message's end: at the turn's deadline the call still
+    being written (Chat Completions completes the last one only at the end) is answered
+    timed_out, not started, and the turn returns with every id answered."""
+    pacing = Pacing(hold=trio.Event())  # never set: the message never ends
+    registry = _registry(trio.Event())
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        prompt: Any = [{"role": "user", "content": "Weather?"}]
+        with trio.fail_after(5):  # a safety net only: the deadline below is what ends it
+            async with await client.chat.completions.create(
+                model="m", messages=prompt, stream=True
+            ) as stream:
+                turn = await Runner(registry, turn_timeout=0.5).run_stream(
+                    stream, fanout.ChatCompletionsStream()
+                )
+    assert [r.tool_use_id for r in turn.results] == FIRST_IDS
+    statuses = [r.status for r in turn.results]
+    assert statuses[:4] == [Status.OK, Status.ERROR, Status.REFUSED, Status.ERROR]
+    assert statuses[4] is Status.TIMED_OUT
+    assert json.loads(turn.results[4].content)["started"] is False
