@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anthropic
+import attrs
 import httpx2
 import openai
 import pytest
@@ -25,8 +26,9 @@ from examples.typed_loop import (
     chat_stream_loop,
     responses_stream_loop,
 )
-from fanout import Kind, Registry, Runner, Status
+from fanout import Registry, Runner, Status
 from tests.sse_api import Pacing, serve_sse
+from tests.test_wire_loops import _registry
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
@@ -42,28 +44,22 @@ FIRST_IDS = [f"call_0_{i}" for i in range(5)]
 MAX_TURNS = 5
 
 
-def _registry(started: trio.Event) -> Registry:
-    registry = Registry()
+@attrs.define
+class Release:
+    """An instrument that sets ``hold`` when a call starts: the server may end the message."""
 
-    @registry.tool(kind=Kind.READS)
-    async def weather(city: str, unit: str = "celsius") -> str:
-        """The sky over a city.
+    hold: trio.Event
 
-        Args:
-            city: The city's English name.
-            unit: celsius or fahrenheit.
-        """
-        started.set()  # the server holds the message's end until a call has started
-        return f"clear over {city} ({unit})"
-
-    return registry
+    def on_event(self, event: fanout.Event) -> None:
+        if event.kind is fanout.EventKind.STARTED:
+            self.hold.set()
 
 
-def _held() -> tuple[Pacing, Registry]:
-    """A server that ends no message before a tool ran, and the registry that lets it."""
-    pacing = Pacing(gap=0.002, hold=trio.Event())
-    assert pacing.hold is not None
-    return pacing, _registry(pacing.hold)
+def _held() -> tuple[Pacing, Runner, Registry]:
+    """A server that ends no message before a call has started, and a runner that lets it."""
+    hold = trio.Event()
+    registry = _registry()
+    return Pacing(gap=0.002, hold=hold), Runner(registry, instruments=[Release(hold)]), registry
 
 
 def _check(api: Any, path: str, turns: int) -> None:
@@ -74,10 +70,10 @@ def _check(api: Any, path: str, turns: int) -> None:
 
 async def test_anthropic_stream_helper_loop() -> None:
     """messages.stream(): calls run as blocks stop; every turn's results are accepted."""
-    pacing, registry = _held()
+    pacing, runner, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
-        messages = await anthropic_stream_loop(client, Runner(registry), registry, "Weather?")
+        messages = await anthropic_stream_loop(client, runner, registry, "Weather?")
     _check(api, "/v1/messages", 3)
     results = messages[2]["content"]
     assert isinstance(results, list)
@@ -114,10 +110,9 @@ def _anthropic_content(events: list[Any]) -> list[dict[str, Any]]:
 
 async def test_anthropic_raw_stream_loop() -> None:
     """messages.create(stream=True): the SDK's raw events feed the turn directly."""
-    pacing, registry = _held()
+    pacing, runner, _ = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
-        runner = Runner(registry)
         messages: list[Any] = [{"role": "user", "content": "Weather?"}]
         for _ in range(MAX_TURNS):
             events: list[Any] = []
@@ -136,10 +131,9 @@ async def test_anthropic_raw_stream_loop() -> None:
 
 async def test_chat_raw_stream_loop() -> None:
     """chat.completions.create(stream=True): chunks feed the turn; one tool message per id."""
-    pacing, registry = _held()
+    pacing, runner, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
-        runner = Runner(registry)
         messages: list[Any] = [{"role": "user", "content": "Weather?"}]
         for _ in range(MAX_TURNS):
             state = ChatCompletionStreamState()
@@ -164,20 +158,20 @@ async def test_chat_raw_stream_loop() -> None:
 
 async def test_chat_stream_helper_loop() -> None:
     """chat.completions.stream(): the helper's chunk events feed the same decoder."""
-    pacing, registry = _held()
+    pacing, runner, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
-        messages = await chat_stream_loop(client, Runner(registry), registry, "Weather?")
+        messages = await chat_stream_loop(client, runner, registry, "Weather?")
     _check(api, "/v1/chat/completions", 3)
     assert [m.get("tool_call_id") for m in messages[2:7]] == FIRST_IDS
 
 
 async def test_responses_stream_helper_loop() -> None:
     """responses.stream(): the helper's events feed the decoder; outputs chained by id."""
-    pacing, registry = _held()
+    pacing, runner, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
-        ids = await responses_stream_loop(client, Runner(registry), registry, "Weather?")
+        ids = await responses_stream_loop(client, runner, registry, "Weather?")
     _check(api, "/v1/responses", 3)
     assert ids == ["resp_0", "resp_1", "resp_2"]
     assert [i["call_id"] for i in api.requests[2][1]["input"]] == ["call_1_0", "call_1_1"]
@@ -185,10 +179,9 @@ async def test_responses_stream_helper_loop() -> None:
 
 async def test_responses_stream_loop() -> None:
     """responses.create(stream=True): function_call items feed the turn; outputs chained."""
-    pacing, registry = _held()
+    pacing, runner, registry = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
-        runner = Runner(registry)
         pending: list[Any] = [{"role": "user", "content": "Weather?"}]
         previous: str | None = None
         ids: list[str] = []
@@ -214,7 +207,7 @@ async def test_a_dropped_connection_answers_every_id_seen_then_raises(drop_after
     """The server closes mid-message: each call whose block began is answered once,
     the complete ones run, and the SDK's own error is raised."""
     pacing = Pacing(drop_after=drop_after)
-    registry = _registry(trio.Event())
+    registry = _registry()
     async with serve_sse(SCRIPT, pacing) as api:
         client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
         async with client.messages.stream(
@@ -255,7 +248,7 @@ async def test_a_dropped_openai_stream_answers_every_id_seen_then_raises(api_kin
     """Chat Completions and Responses: the same drop, mid-call; one answer per id begun,
     the half-written call answered error, then the SDK's error."""
     pacing = Pacing(drop_after=12)
-    registry = _registry(trio.Event())
+    registry = _registry()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
         prompt: Any = [{"role": "user", "content": "Weather?"}]
@@ -282,12 +275,12 @@ async def test_a_dropped_openai_stream_answers_every_id_seen_then_raises(api_kin
 
 async def test_the_streaming_fake_refuses_a_streamed_call_left_unanswered() -> None:
     """Answers missing one streamed id are refused, as the real API refuses them."""
-    pacing, registry = _held()
+    pacing, runner, _ = _held()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
         messages: list[Any] = [{"role": "user", "content": "Weather?"}]
         async with client.chat.completions.stream(model="m", messages=messages) as stream:
-            turn = await Runner(registry).run_stream(stream, fanout.ChatCompletionsStream())
+            turn = await runner.run_stream(stream, fanout.ChatCompletionsStream())
             completion = await stream.get_final_completion()
         messages.append(assistant_param(completion.choices[0].message))
         messages += fanout.openai_tool_messages(turn)[1:]
@@ -301,7 +294,7 @@ async def test_the_deadline_covers_a_stream_that_stalls() -> None:
     being written (Chat Completions completes the last one only at the end) is answered
     timed_out, not started, and the turn returns with every id answered."""
     pacing = Pacing(hold=trio.Event())  # never set: the message never ends
-    registry = _registry(trio.Event())
+    registry = _registry()
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
         prompt: Any = [{"role": "user", "content": "Weather?"}]
