@@ -310,3 +310,22 @@ async def test_the_deadline_covers_a_stream_that_stalls() -> None:
     assert statuses[:4] == [Status.OK, Status.ERROR, Status.REFUSED, Status.ERROR]
     assert statuses[4] is Status.TIMED_OUT
     assert json.loads(turn.results[4].content)["started"] is False
+
+
+# The manager, never entered (the point of the test), still holds the SDK's request.
+@pytest.mark.filterwarnings("ignore:coroutine 'AsyncAPIClient.post' was never awaited")
+async def test_a_stream_not_yet_opened_is_a_usage_error() -> None:
+    """The SDK's stream manager not entered, or its coroutine not awaited: a UsageError
+    that says what to do, before any request (not a turn that ends empty)."""
+    registry = _registry()
+    async with serve_sse(SCRIPT) as api:
+        claude = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        manager = claude.messages.stream(model="m", max_tokens=64, messages=[])
+        with pytest.raises(fanout.UsageError, match="enter a stream manager first"):
+            Runner(registry).stream_turn(manager, fanout.AnthropicStream())
+        gpt = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
+        pending = gpt.chat.completions.create(model="m", messages=[], stream=True)
+        with pytest.raises(fanout.UsageError, match="not coroutine"):
+            Runner(registry).stream_turn(pending, fanout.ChatCompletionsStream())
+        pending.close()
+    assert api.requests == []
