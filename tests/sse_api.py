@@ -19,7 +19,10 @@ its API, one event at a time:
 ``gap`` spaces the events; ``hold`` makes the server wait, before the event
 that ends the message, until the test sets it (proof that a call started
 while the message was still arriving); ``drop_after`` closes the connection
-after that many events, mid-message, as a dropped connection does.
+after that many events, mid-message, as a dropped connection does;
+``overloaded_after`` sends Anthropic's ``event: error`` (``overloaded_error``)
+there instead and ends the response, as the API does when it is overloaded
+mid-stream.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Pacing:
     gap: float = 0.0
     hold: trio.Event | None = None
     drop_after: int | None = None
+    overloaded_after: int | None = None
     sent: list[Event] = attrs.field(factory=list)
 
 
@@ -198,6 +202,13 @@ async def reply_streaming(
     for count, event in enumerate(ENCODERS[path](answer)):
         if pacing.drop_after is not None and count == pacing.drop_after:
             return False  # closed without the end of the chunked body: a dropped connection
+        if pacing.overloaded_after is not None and count == pacing.overloaded_after:
+            error = {
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded"},
+            }
+            await send(conn, stream, h11.Data(Event("error", error).encode()))
+            break
         if event.ends_message and pacing.hold is not None:
             with trio.fail_after(10):  # bounded: a call that never starts fails the test
                 await pacing.hold.wait()

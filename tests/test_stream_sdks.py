@@ -232,6 +232,21 @@ async def test_a_dropped_connection_answers_every_id_seen_then_raises(drop_after
             assert result.status is Status.REFUSED
 
 
+async def test_an_overloaded_error_mid_stream_answers_every_id_seen_then_raises() -> None:
+    """Anthropic's error event mid-message: the SDK raises it once every id seen is answered."""
+    pacing = Pacing(overloaded_after=17)
+    async with serve_sse(SCRIPT, pacing) as api:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=api.url, max_retries=0)
+        async with client.messages.stream(
+            model="m", max_tokens=64, messages=[{"role": "user", "content": "Weather?"}]
+        ) as stream:
+            turn = Runner(_registry()).stream_turn(stream, fanout.AnthropicStream())
+            with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+                await turn.run()
+    assert [r.tool_use_id for r in turn.results] == ["call_0_0", "call_0_1", "call_0_2"]
+    assert [r.status for r in turn.results] == [Status.OK, Status.ERROR, Status.REFUSED]
+
+
 def _openai_ids_begun(sent: list[Any]) -> list[str]:
     """The call ids whose first piece the server sent: Chat Completions or Responses."""
     ids = []
