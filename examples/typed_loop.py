@@ -4,6 +4,11 @@ Each loop sends the registry's tool definitions, runs every call the model
 asks for with fanout, and sends the answers back, until the model stops
 calling tools. No line needs a cast: fanout's outputs are typed as the SDKs'
 own params. The tests run these loops against a strict fake API.
+
+The ``*_stream_loop`` versions stream each reply and pass the SDK's stream
+helper to ``Runner.run_stream`` with the decoder of its API, so every read
+starts the moment its block is complete instead of after the whole message
+(their tests use a fake that streams each API's real server-sent events).
 """
 
 from __future__ import annotations
@@ -108,3 +113,65 @@ def assistant_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMe
             for c in calls
         ]  # fmt: skip
     return param
+
+
+async def anthropic_stream_loop(
+    client: AsyncAnthropic, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[MessageParam]:
+    """Messages API, streamed: ``messages.stream()`` events in, tool_result blocks out."""
+    messages: list[MessageParam] = [{"role": "user", "content": prompt}]
+    for _ in range(MAX_TURNS):
+        async with client.messages.stream(
+            model="claude-sonnet-5-5",
+            max_tokens=1024,
+            tools=registry.anthropic_tools(),
+            messages=messages,
+        ) as stream:
+            turn = await runner.run_stream(stream, fanout.AnthropicStream())
+            message = await stream.get_final_message()
+        messages.append({"role": "assistant", "content": message.content})
+        if not turn.results:
+            break
+        messages.append(fanout.anthropic_tool_results(turn))
+    return messages
+
+
+async def chat_stream_loop(
+    client: AsyncOpenAI, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[ChatCompletionMessageParam]:
+    """Chat Completions, streamed: the ``chat.completions.stream()`` helper's chunks in."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
+    for _ in range(MAX_TURNS):
+        async with client.chat.completions.stream(
+            model="gpt-4o", tools=registry.openai_tools(), messages=messages
+        ) as stream:
+            turn = await runner.run_stream(stream, fanout.ChatCompletionsStream())
+            completion = await stream.get_final_completion()
+        messages.append(assistant_param(completion.choices[0].message))
+        if not turn.results:
+            break
+        messages.extend(fanout.openai_tool_messages(turn))
+    return messages
+
+
+async def responses_stream_loop(
+    client: AsyncOpenAI, runner: fanout.Runner, registry: fanout.Registry, prompt: str
+) -> list[str]:
+    """Responses API, streamed: ``responses.stream()`` events in, outputs chained by id."""
+    pending: ResponseInputParam = [{"role": "user", "content": prompt}]
+    previous: str | None = None
+    ids: list[str] = []
+    for _ in range(MAX_TURNS):
+        async with client.responses.stream(
+            model="gpt-4o",
+            tools=registry.responses_tools(),
+            input=pending,
+            previous_response_id=previous,
+        ) as stream:
+            turn = await runner.run_stream(stream, fanout.ResponsesStream())
+            response = await stream.get_final_response()
+        ids.append(previous := response.id)
+        if not turn.results:
+            break
+        pending = list(fanout.responses_tool_outputs(turn))
+    return ids

@@ -41,6 +41,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--faults", type=int, default=1, help="the server's first N requests answer 500 (default 1)"
     )
+    demo.add_argument(
+        "--stream",
+        type=float,
+        nargs="?",
+        const=3.0,
+        default=None,
+        metavar="SECONDS",
+        help="the model's message arrives as a stream over SECONDS (default 3): calls start "
+        "while it is still arriving",
+    )
     return parser
 
 
@@ -61,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency=args.latency,
             policy=args.policy,
             faults=args.faults,
+            stream=args.stream,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -18,6 +18,11 @@ and exit 0, and show the things fanout exists for:
   library's defaults so that what it shows is what you get (``--policy
   serial`` runs both writes in order).
 
+``--stream`` has the model's message arrive as a stream (Anthropic's stream
+events, paced in-process over a few seconds): each read starts the moment its
+block is complete, while the rest of the message is still being written, and
+the writes wait for its end.
+
 Then it prints the exact message that goes back to the model and a summary
 checked against the server's own record of every request. ``--json`` prints
 one machine-readable document instead. Live output is driven by a
@@ -45,11 +50,14 @@ from ._http import http_client
 from ._registry import Registry
 from ._runner import Runner
 from ._scope import Scope
+from ._streams import AnthropicStream
 from ._throttle_server import KeyLimits, RequestRecord, ServerConfig, serve_throttled
 from ._turn import MutatingPolicy, Turn
 from ._values import Kind, Status, ToolCall
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import httpx
 
 __all__ = ["DemoOptions", "DemoOutcome", "play", "run_demo"]
@@ -77,7 +85,9 @@ class DemoOptions:
     ``rate`` and ``burst`` are the ticket API's limits, both on the server and
     in fanout's configuration (its published limits); ``latency`` is the
     server's response time (with up to a third more of seeded jitter);
-    ``faults`` is how many of the server's first requests answer 500.
+    ``faults`` is how many of the server's first requests answer 500;
+    ``stream`` is how many seconds the model's message takes to arrive as a
+    stream (None: it arrives whole).
     """
 
     calls: int = attrs.field(default=12, validator=attrs.validators.ge(1))
@@ -86,6 +96,9 @@ class DemoOptions:
     latency: float = attrs.field(default=0.15, validator=attrs.validators.ge(0))
     policy: MutatingPolicy = "one"
     faults: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+    stream: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.gt(0))
+    )
 
 
 def plan_calls(n: int) -> list[ToolCall]:
@@ -164,10 +177,55 @@ class DemoOutcome:
     records: list[RequestRecord]
     learned_rate: float | None
     learned_burst: float
+    message_ended: float | None = None  # --stream: when the message's last event arrived
+
+
+@attrs.define
+class StreamedMessage:
+    """The model's message as Anthropic stream events, paced over ``seconds`` in-process.
+
+    Block k (of n) is written from ``seconds·k/n`` to ``seconds·(k+1)/n``, its
+    arguments in a few pieces; each watcher's ``on_model(time, written,
+    total)`` hears when a block is complete and when the message ends.
+    """
+
+    calls: list[ToolCall]
+    seconds: float
+    watchers: tuple[Any, ...] = ()
+    ended: float | None = None
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        began = trio.current_time()
+        step = self.seconds / max(len(self.calls), 1)
+        yield {"type": "message_start", "message": {"id": "msg_demo", "role": "assistant"}}
+        for k, call in enumerate(self.calls):
+            block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            yield {"type": "content_block_start", "index": k, "content_block": block}
+            text = json.dumps(_arguments(call))
+            pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
+            for i, piece in enumerate(pieces):
+                await trio.sleep_until(began + step * (k + i / len(pieces)))
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                yield {"type": "content_block_delta", "index": k, "delta": delta}
+            await trio.sleep_until(began + step * (k + 1))
+            self._tell(k + 1)
+            yield {"type": "content_block_stop", "index": k}
+        yield {"type": "message_delta", "delta": {"stop_reason": "tool_use"}}
+        self.ended = trio.current_time()
+        self._tell(len(self.calls))
+        yield {"type": "message_stop"}
+
+    def _tell(self, written: int) -> None:
+        for watcher in self.watchers:
+            watcher.on_model(trio.current_time(), written, len(self.calls), self.ended is not None)
 
 
 async def play(options: DemoOptions, *, instruments: tuple[Any, ...] = ()) -> DemoOutcome:
-    """Start the server, run the turn through fanout, and gather what happened."""
+    """Start the server, run the turn through fanout, and gather what happened.
+
+    With ``options.stream`` the turn reads the message as it streams in; the
+    instruments that have an ``on_model`` method also hear its progress.
+    """
     config = ServerConfig(
         keys={
             TICKETS_KEY: KeyLimits(options.rate, options.burst),
@@ -190,10 +248,20 @@ async def play(options: DemoOptions, *, instruments: tuple[Any, ...] = ()) -> De
             rng=random.Random(0),
             instruments=instruments,
         )
+        calls = plan_calls(options.calls)
+        message = None
         async with tickets, crm:
-            turn = await runner.run_turn(plan_calls(options.calls))
+            if options.stream is None:
+                turn: Turn = await runner.run_turn(calls)
+            else:
+                watchers = tuple(i for i in instruments if hasattr(i, "on_model"))
+                message = StreamedMessage(calls, options.stream, watchers)
+                turn = await runner.run_stream(message.events(), AnthropicStream())
         bucket = crm_scope.statistics().bucket
-        return DemoOutcome(options, server.url, turn, server.records, bucket.rate, bucket.burst)
+        ended = message.ended if message is not None else None
+        return DemoOutcome(
+            options, server.url, turn, server.records, bucket.rate, bucket.burst, ended
+        )
 
 
 # -- the live display ------------------------------------------------------------
@@ -265,6 +333,13 @@ class LiveLines:
         self.out.write(f"  {since:5.2f}s  {event.call_id:<9} {event.tool or '':<15} {text}\n")
         self.out.flush()
 
+    def on_model(self, time: float, written: int, total: int, ended: bool) -> None:
+        """The streamed message's progress, as a line of its own."""
+        since = time - (self.began if self.began is not None else time)
+        text = "message complete" if ended else f"wrote call {written} of {total}, still writing"
+        self.out.write(f"  {since:5.2f}s  {'(model)':<9} {'':<15} {text}\n")
+        self.out.flush()
+
 
 def milestone(event: Event) -> str | None:
     """One event as a word or two for the board's rows, or None to leave it out."""
@@ -302,6 +377,17 @@ class LiveBoard:
         self.drawn = 0
         self.began: float | None = None
         self.width = shutil.get_terminal_size((100, 24)).columns
+        self.model: str | None = None  # --stream: how far the message has arrived
+
+    def on_model(self, time: float, written: int, total: int, ended: bool) -> None:
+        """The streamed message's progress, as the board's last line."""
+        since = time - (self.began if self.began is not None else time)
+        self.model = (
+            f"message complete at {since:.2f}s"
+            if ended
+            else f"writing the message: {written} of {total} calls so far ({since:.2f}s)"
+        )
+        self.draw()
 
     def on_event(self, event: Event) -> None:
         if event.kind is EventKind.TURN_STARTED:
@@ -331,6 +417,8 @@ class LiveBoard:
         done, total, width = len(self.answered), len(self.calls), 30
         filled = round(width * done / max(total, 1))
         lines.append(f"  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} answered")
+        if self.model is not None:
+            lines.append(f"  model: {self.model}")
         up = f"\x1b[{self.drawn}F" if self.drawn else ""
         self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
         self.out.flush()
@@ -375,7 +463,7 @@ def summarise(outcome: DemoOutcome) -> dict[str, Any]:
         if scope_of.get(cid) == "crm" and when - queued[cid] > 0.005
     ]
     statuses = Counter(str(r.status) for r in outcome.records)
-    return {
+    summary: dict[str, Any] = {
         "elapsed_s": round(finished - began, 3),
         "calls": len(calls),
         "answered": len(results),
@@ -401,6 +489,19 @@ def summarise(outcome: DemoOutcome) -> dict[str, Any]:
         "refused": [{"call_id": e.call_id, "tool": e.tool} for e in of(EventKind.REFUSED)],
         "learned": {"scope": "crm", "rate": outcome.learned_rate, "burst": outcome.learned_burst},
     }
+    if outcome.message_ended is not None:
+        ended = outcome.message_ended
+        first_start: dict[str, float] = {}
+        for e in of(EventKind.STARTED):
+            first_start.setdefault(e.call_id or "", e.time)
+        summary["stream"] = {
+            "message_ended_s": round(ended - began, 3),
+            "started_while_arriving": [cid for cid, t in first_start.items() if t < ended],
+            "answered_while_arriving": [
+                e.call_id for e in of(EventKind.ANSWERED) if e.time < ended
+            ],
+        }
+    return summary
 
 
 def _summary_text(outcome: DemoOutcome, s: dict[str, Any]) -> list[str]:
@@ -409,6 +510,7 @@ def _summary_text(outcome: DemoOutcome, s: dict[str, Any]) -> list[str]:
     served = ", ".join(f"{code}: {n}" for code, n in s["server_statuses"].items())
     lines = [
         f"  {s['answered']} of {s['calls']} calls answered in {s['elapsed_s']:.2f}s ({by_status})",
+        *_stream_text(s),
         f"  requests: {s['requests_sent']} sent by fanout, {s['server_requests']} in the "
         f"server's record ({served}); {s['throttled_429']} answered 429",
         "  waits, and why:",
@@ -459,6 +561,19 @@ def _summary_text(outcome: DemoOutcome, s: dict[str, Any]) -> list[str]:
             f"'{o.policy}' runs one write per turn (--policy serial runs both, in order)"
         )
     return lines
+
+
+def _stream_text(s: dict[str, Any]) -> list[str]:
+    """--stream: how much of the turn overlapped the message's arrival."""
+    if "stream" not in s:
+        return []
+    streamed = s["stream"]
+    return [
+        f"  the message took {streamed['message_ended_s']:.2f}s to arrive: "
+        f"{len(streamed['started_while_arriving'])} calls started and "
+        f"{len(streamed['answered_while_arriving'])} were answered before it ended "
+        "(each read starts the moment its block is complete; writes wait for the end)"
+    ]
 
 
 def render_text(outcome: DemoOutcome, out: TextIO) -> None:
@@ -535,7 +650,10 @@ def _header(options: DemoOptions, calls: list[ToolCall]) -> list[str]:
         f"  latency {options.latency * 1000:g} ms (+ up to a third more); {_faults(options)}; "
         f"write policy '{options.policy}'",
         "",
-        "The model asked for:",
+        "The model asked for:"
+        if options.stream is None
+        else f"The model asks for (its message streams in over {options.stream:g}s; each call "
+        "starts the moment its block is complete):",
     ]
     for call in calls:
         args = ", ".join(f"{k}={v!r}" for k, v in _arguments(call).items())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._call import describe
-from ._exceptions import InvalidTurnError
+from ._exceptions import InvalidTurnError, UsageError
 from ._turn import Turn
 from ._values import ToolCall
 
@@ -55,6 +55,13 @@ class StreamingTurn(Turn):
         state_for: Callable[[ToolCall, int], CallState],
         **options: Any,
     ) -> None:
+        if not hasattr(events, "__aiter__"):  # else the turn would end at once, empty
+            raise UsageError(
+                f"a streaming turn reads an async iterable of stream events, not "
+                f"{type(events).__name__}: enter a stream manager first (async with "
+                f"client.messages.stream(...) as stream) or await a coroutine (await "
+                f"client.messages.create(..., stream=True)), and pass what it gives"
+            )
         super().__init__([], **options)
         self._events = events
         self._decoder = decoder

@@ -145,10 +145,16 @@ class AnthropicStream:
 
 @attrs.define
 class ChatCompletionsStream:
-    """Chat Completions chunks in; a call out when the next begins or the choice ends."""
+    """Chat Completions chunks in; a call out when the next begins or the choice ends.
+
+    A call begins with a new ``index``, or with a new ``id`` at the same (or
+    no) index: some OpenAI-compatible servers send every call at index 0, or
+    none, and each of those calls still needs its own answer.
+    """
 
     _calls: _Calls = attrs.field(factory=_Calls, init=False)
-    _current: Any = attrs.field(default=None, init=False)
+    _current: int | None = attrs.field(default=None, init=False)  # the streaming call's key
+    _index: Any = attrs.field(default=None, init=False)  # and the index it came with
 
     def feed(self, event: Any) -> list[ToolCall]:
         if _field(event, "type") == "chunk":  # the SDK's stream() helper wraps chunks
@@ -159,16 +165,23 @@ class ChatCompletionsStream:
                 continue  # n > 1: the first choice is the message fanout answers
             delta = _field(choice, "delta")
             for item in _field(delta, "tool_calls") or ():
-                index = _field(item, "index")
+                index, call_id = _field(item, "index"), _field(item, "id")
                 function = _field(item, "function")
-                if index != self._current:
+                if self._begins_a_call(index, call_id):
                     completed += self._calls.complete(self._current)
-                    self._current = index
-                    self._calls.begin(index, _field(item, "id"), _field(function, "name"))
-                self._calls.add(index, _field(function, "arguments"))
+                    self._current = 0 if self._current is None else self._current + 1
+                    self._index = index
+                    self._calls.begin(self._current, call_id, _field(function, "name"))
+                self._calls.add(self._current, _field(function, "arguments"))
             if _field(choice, "finish_reason") is not None:
                 completed += self._calls.complete(self._current)
         return completed
+
+    def _begins_a_call(self, index: Any, call_id: Any) -> bool:
+        if self._current is None or index != self._index:
+            return True
+        streaming = self._calls.pending.get(self._current)
+        return isinstance(call_id, str) and (streaming is None or call_id != streaming.id)
 
     def unfinished(self) -> list[Unfinished]:
         return self._calls.unfinished()

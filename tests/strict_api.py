@@ -16,6 +16,7 @@ final text. Requests break no rule or are answered 400 with the reasons.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -231,7 +232,36 @@ def _error(errors: list[str]) -> dict[str, Any]:
     }
 
 
-async def _serve_connection(api: StrictAPI, stream: trio.SocketStream) -> None:
+Respond = Callable[["StrictAPI", h11.Connection, trio.SocketStream, str, dict[str, Any]],
+                   Awaitable[bool]]  # fmt: skip
+
+
+async def send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
+    """One h11 event out on ``stream``."""
+    await stream.send_all(conn.send(event) or b"")
+
+
+async def send_json(
+    conn: h11.Connection, stream: trio.SocketStream, status: int, answer: dict[str, Any]
+) -> None:
+    """A whole JSON response out on ``stream``."""
+    data = json.dumps(answer).encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+    for event in (h11.Response(status_code=status, headers=headers), h11.Data(data),
+                  h11.EndOfMessage()):  # fmt: skip
+        await send(conn, stream, event)
+
+
+async def reply_whole(
+    api: StrictAPI, conn: h11.Connection, stream: trio.SocketStream, path: str,
+    body: dict[str, Any],
+) -> bool:  # fmt: skip
+    """Answer a request with the fake's whole JSON reply; True: the connection lives on."""
+    await send_json(conn, stream, *api.reply(path, body))
+    return True
+
+
+async def _serve_connection(api: StrictAPI, respond: Respond, stream: trio.SocketStream) -> None:
     conn = h11.Connection(h11.SERVER)
     async with stream:
         try:
@@ -240,12 +270,9 @@ async def _serve_connection(api: StrictAPI, stream: trio.SocketStream) -> None:
                 while not isinstance(event := await _next_event(conn, stream), h11.EndOfMessage):
                     if isinstance(event, h11.Data):
                         body += event.data
-                status, answer = api.reply(request.target.decode().split("?")[0], json.loads(body))
-                data = json.dumps(answer).encode()
-                headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
-                for event in (h11.Response(status_code=status, headers=headers), h11.Data(data),
-                              h11.EndOfMessage()):  # fmt: skip
-                    await stream.send_all(conn.send(event) or b"")
+                path = request.target.decode().split("?")[0]
+                if not await respond(api, conn, stream, path, json.loads(body)):
+                    return
                 conn.start_next_cycle()
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             return
@@ -258,12 +285,15 @@ async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> object
 
 
 @asynccontextmanager
-async def serve_strict(script: Script) -> AsyncIterator[StrictAPI]:
-    """Run a StrictAPI on 127.0.0.1 for the block; ``api.url`` is its base URL."""
+async def serve_strict(script: Script, respond: Respond = reply_whole) -> AsyncIterator[StrictAPI]:
+    """Run a StrictAPI on 127.0.0.1 for the block; ``api.url`` is its base URL.
+
+    ``respond`` sends each checked reply (``tests.sse_api`` streams it).
+    """
     api = StrictAPI(script)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
-            partial(trio.serve_tcp, partial(_serve_connection, api), 0, host="127.0.0.1")
+            partial(trio.serve_tcp, partial(_serve_connection, api, respond), 0, host="127.0.0.1")
         )
         api.url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
         try:

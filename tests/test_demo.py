@@ -102,3 +102,35 @@ def test_the_message_to_the_model_is_the_same_on_every_run(
     first = demo_json(capsys, *FAST)["message"]
     second = demo_json(capsys, *FAST)["message"]
     assert json.dumps(first) == json.dumps(second)
+
+
+def test_stream_demo_starts_reads_while_the_message_arrives(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--stream: the first read starts mid-message, the write after its end; same transcript."""
+    streamed = demo_json(capsys, *FAST, "--stream", "0.6")
+    events, summary = streamed["events"], streamed["summary"]
+    ended = summary["stream"]["message_ended_s"]
+    started = {}
+    for event in events:
+        if event["kind"] == "started":
+            started.setdefault(event["call_id"], event["t"])
+    assert started["toolu_01"] < ended  # the message was still arriving
+    assert started["toolu_11"] >= ended  # the write waited for the whole message
+    assert "toolu_01" in summary["stream"]["started_while_arriving"]
+    assert summary["all_answered"] is True
+    whole = demo_json(capsys, *FAST)
+    assert "stream" not in whole["summary"]  # the default demo is unchanged
+    assert json.dumps(streamed["message"]) == json.dumps(whole["message"])
+
+
+def test_stream_demo_text_shows_the_model_writing_while_calls_run() -> None:
+    """Plain output: the model's progress lines, a call running before 'message complete'."""
+    out = io.StringIO()
+    options = DemoOptions(calls=6, rate=20, burst=4, latency=0.02, faults=0, stream=0.4)
+    assert run_demo(options, out=out) == 0
+    text = out.getvalue()
+    live = text[text.index("Live:") : text.index("The message that goes back")]
+    assert "(model)                   wrote call 1 of 6, still writing" in live
+    assert live.index("toolu_01  search_tickets  running") < live.index("message complete")
+    assert "the message took 0.40s to arrive" in text
