@@ -10,6 +10,7 @@ fetches through fanout's transport from the loopback throttling server.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +19,6 @@ import trio
 
 import fanout
 from fanout import Event, EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
-from fanout import _events as events_module
 from fanout.testing import ServerConfig, serve_throttled
 
 E = EventKind
@@ -282,23 +282,26 @@ async def test_http_events_never_carry_a_credential(autojump_clock: Any) -> None
     assert not [e for e in turn.trace if SECRET in repr(e)]
 
 
-async def test_instrumentation_off_builds_no_event(autojump_clock: Any, monkeypatch: Any) -> None:
-    """With trace=False and no instruments, the recorder never constructs an Event."""
-    built: list[Event] = []
+async def test_instrumentation_off_builds_no_event(autojump_clock: Any) -> None:
+    """With trace=False and no instruments, no Event is ever constructed."""
+    built: list[float] = []
+    init = Event.__init__.__code__
 
-    def counting_event(*args: Any, **fields: Any) -> Event:
-        event = Event(*args, **fields)
-        built.append(event)
-        return event
+    def watch(frame: Any, what: str, _: Any) -> None:
+        if what == "call" and frame.f_code is init:
+            built.append(trio.current_time())
 
-    monkeypatch.setattr(events_module, "Event", counting_event)
-    turn = await run_throttled_turn(trace=False)
-    assert [r.status for r in turn.results] == [Status.OK] * 4 + [Status.REFUSED] * 2
-    assert turn.trace == ()
-    assert built == []
-    # The spy does see events when something listens: the zero above is real.
-    traced = await run_throttled_turn()
-    assert built == list(traced.trace)
+    sys.setprofile(watch)
+    try:
+        turn = await run_throttled_turn(trace=False)
+        assert [r.status for r in turn.results] == [Status.OK] * 4 + [Status.REFUSED] * 2
+        assert turn.trace == ()
+        assert built == []
+        # The watch does see events when something listens: the zero above is real.
+        traced = await run_throttled_turn()
+    finally:
+        sys.setprofile(None)
+    assert built == [event.time for event in traced.trace]
     assert len(built) == 31
 
 
