@@ -19,6 +19,7 @@ from ._context import CallContext as CallContext
 from ._context import current_call as current_call
 from ._definitions import ToolDefinition as ToolDefinition
 from ._events import Event as Event
+from ._events import EventDetail as EventDetail
 from ._events import EventKind as EventKind
 from ._events import Instrument as Instrument
 from ._exceptions import ConfigurationError as ConfigurationError
@@ -78,6 +79,7 @@ __all__ = [
     "ConfigurationError",
     "Document",
     "Event",
+    "EventDetail",
     "EventKind",
     "FanoutError",
     "FanoutTransport",

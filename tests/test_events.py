@@ -333,3 +333,20 @@ async def test_failing_instrument_costs_no_answer(autojump_clock: Any, caplog: A
     failures = [r for r in caplog.records if r.name == "fanout"]
     assert len(failures) == len(turn.trace)
     assert failures[0].getMessage().endswith("failed on turn_started")
+
+
+async def test_every_detail_key_is_a_documented_key_of_its_kind(autojump_clock: Any) -> None:
+    """Each detail key an event carries is one EventDetail documents, with a plain value."""
+    documented = set(fanout.EventDetail.__annotations__)
+    throttled = await run_throttled_turn()
+    http, _ = await run_http_turn()
+    keys: dict[EventKind, set[str]] = defaultdict(set)
+    for event in (*throttled.trace, *http.trace):
+        keys[event.kind] |= set(event.detail)
+        assert all(isinstance(v, str | int | float) for v in event.detail.values())
+    assert set().union(*keys.values()) <= documented
+    assert keys[E.TURN_STARTED] == {"calls"}
+    assert keys[E.TURN_FINISHED] == {"ok", "refused"}
+    assert keys[E.REQUEST_SENT] == {"method", "url"}
+    assert keys[E.RESPONSE] == {"status", "retry_after"}
+    assert keys[E.QUEUED] == keys[E.ANSWERED] == set()

@@ -19,7 +19,7 @@ EXPECTED = {
     # idempotency
     "IdempotencyStore", "MemoryIdempotencyStore", "Claim", "ClaimState", "StoredAnswer",
     # events
-    "Event", "EventKind", "Instrument",
+    "Event", "EventDetail", "EventKind", "Instrument",
     # errors
     "FanoutError", "InvalidTurnError", "ConfigurationError", "ToolSignal", "RateLimitedError",
     "TransientError", "QuotaExhaustedError", "NotSentError", "LimiterUnavailableError",
