@@ -52,6 +52,7 @@ from fanout.contrib.logging import LoggingInstrument
 from fanout.contrib.otel import OpenTelemetryInstrument
 from fanout.contrib.prometheus import PrometheusInstrument
 from fanout.contrib.structlog import StructlogInstrument
+from fanout.http import parse_rate_limit_headers
 from fanout.redis import RedisIdempotencyStore
 
 from .echo_server import Seen, serve_echo
@@ -433,7 +434,7 @@ def test_a_server_named_scope_is_a_plain_name_and_never_a_key(
     key: str, value: str, header: str
 ) -> None:
     """A scope header becomes no scope, a plain name of at most 64, or REDACTED; never the key."""
-    info = fanout.parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
+    info = parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
     scope = server_scope(info.scope, [key])
     assert scope is None or scope == "REDACTED" or SCOPE_NAME.fullmatch(scope)
     assert scope is None or not [form for form in spellings(key) if form in scope]

@@ -11,6 +11,7 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
+from fanout.idempotency import Claim, MemoryIdempotencyStore, ReadCache, StoredAnswer
 
 
 def body(result: fanout.ToolResult) -> dict[str, Any]:
@@ -176,19 +177,19 @@ async def test_retry_not_sent_when_latency_says_it_would_end_late(autojump_clock
     assert trio.current_time() == 0.8
 
 
-class FailingStore(fanout.MemoryIdempotencyStore):
-    async def claim(self, key: str, *, lease: float) -> fanout.Claim:
+class FailingStore(MemoryIdempotencyStore):
+    async def claim(self, key: str, *, lease: float) -> Claim:
         raise fanout.LimiterUnavailableError("Redis port closed")
 
 
-class HangingStore(fanout.MemoryIdempotencyStore):
-    async def claim(self, key: str, *, lease: float) -> fanout.Claim:
+class HangingStore(MemoryIdempotencyStore):
+    async def claim(self, key: str, *, lease: float) -> Claim:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
 
-class SlowSettlingStore(fanout.MemoryIdempotencyStore):
-    async def finish(self, key: str, answer: fanout.StoredAnswer, *, ttl: float) -> None:
+class SlowSettlingStore(MemoryIdempotencyStore):
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
         await trio.sleep(10)
 
 
@@ -324,7 +325,7 @@ async def test_a_failure_inside_fanout_is_answered_not_blamed_on_the_caller(
 ) -> None:
     """A run whose cache breaks: the call is answered error naming fanout, siblings fine."""
 
-    class BrokenCache(fanout.ReadCache):
+    class BrokenCache(ReadCache):
         def put(self, key: str, tool: str, content: str, ttl: float) -> None:
             raise OSError("disk full")
 

@@ -1,0 +1,25 @@
+"""What a run remembers of its calls, for those who store it elsewhere or look inside.
+
+Most code never imports this: ``fanout.Run()`` keeps claims and answers in
+memory, and ``fanout.redis.RedisIdempotencyStore`` shares them between
+processes. Import from here to write a store of your own (the
+``IdempotencyStore`` protocol and the values it trades in: ``Claim``,
+``ClaimState``, ``StoredAnswer``) or to reach a run's read cache
+(``Run.cache``, a ``ReadCache``).
+"""
+
+from ._idempotency import Claim as Claim
+from ._idempotency import ClaimState as ClaimState
+from ._idempotency import IdempotencyStore as IdempotencyStore
+from ._idempotency import MemoryIdempotencyStore as MemoryIdempotencyStore
+from ._idempotency import StoredAnswer as StoredAnswer
+from ._run import ReadCache as ReadCache
+
+__all__ = [
+    "Claim",
+    "ClaimState",
+    "IdempotencyStore",
+    "MemoryIdempotencyStore",
+    "ReadCache",
+    "StoredAnswer",
+]
