@@ -1,4 +1,4 @@
-"""The README's runnable examples run, and print what the README says they print."""
+"""The README's runnable examples run as printed, and its reading order names every module."""
 
 from __future__ import annotations
 
@@ -36,3 +36,14 @@ def test_readme_example_runs_as_documented(code: str, output: str | None) -> Non
 def test_readme_has_runnable_examples() -> None:
     """The README keeps at least its three runnable examples."""
     assert len(examples()) >= 3
+
+
+def test_reading_order_places_every_module() -> None:
+    """Every module of the package is named in the README's reading order."""
+    readme = README.read_text()
+    section = readme.split("### Reading order", 1)[1].split("\n## ", 1)[0]
+    placed = set(re.findall(r"`([\w]+)`", section))
+    package = README.parent / "fanout"
+    modules = {path.stem for path in package.glob("*.py")}
+    modules |= {path.stem for path in (package / "contrib").glob("*.py")} - {"__init__"}
+    assert modules - {"__init__"} <= placed
