@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import trio
 
 import fanout
@@ -65,3 +66,9 @@ async def test_a_transient_error_is_retried_until_the_attempts_run_out(
     assert body["message"] == "TransientError: connection reset; gave up after 3 attempts"
     assert len(attempts) == 3
     assert attempts == sorted(set(attempts))  # each retry after a backoff, never at once
+
+
+def test_current_call_outside_a_tool_says_so() -> None:
+    """current_call() with no tool running is a FanoutError that says where it was used."""
+    with pytest.raises(fanout.FanoutError, match="outside a tool run by fanout"):
+        fanout.current_call()

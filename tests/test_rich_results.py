@@ -60,6 +60,34 @@ async def test_blocks_reach_each_vendor_as_its_own_blocks() -> None:
     assert chat["content"][1]["text"].startswith("[image image/png, about 12")  # type: ignore[index]
 
 
+async def test_documents_reach_each_vendor_as_documents() -> None:
+    """A titled PDF and a plain-text document become Anthropic documents and Responses items."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def attachments() -> list[Document]:
+        return [Document(PDF, title="invoice 7"), Document("plain notes", "text/plain")]
+
+    turn = await Runner(registry).run_turn([ToolCall("d", "attachments", {})])
+    pdf = base64.b64encode(PDF).decode()
+    anthropic_message = fanout.anthropic_tool_results(turn)
+    pydantic.TypeAdapter(MessageParam).validate_python(anthropic_message)
+    [block] = anthropic_message["content"]
+    assert block["content"] == [  # type: ignore[index]
+        {"type": "document", "title": "invoice 7",
+         "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}},
+        {"type": "document",
+         "source": {"type": "text", "media_type": "text/plain", "data": "plain notes"}},
+    ]  # fmt: skip
+    [item] = fanout.responses_tool_outputs(turn)
+    pydantic.TypeAdapter(ResponseInputItemParam).validate_python(item)
+    assert item["output"] == [  # type: ignore[index]
+        {"type": "input_file", "filename": "invoice 7",
+         "file_data": f"data:application/pdf;base64,{pdf}"},
+        {"type": "input_text", "text": "plain notes"},
+    ]  # fmt: skip
+
+
 async def test_blocks_survive_coalescing_cache_and_replay() -> None:
     """Single-flight followers, cache hits and idempotent replays carry the same blocks."""
     ran: list[str] = []
