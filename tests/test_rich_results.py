@@ -109,9 +109,13 @@ async def test_blocks_survive_coalescing_cache_and_replay() -> None:
     assert all(r.status is Status.OK for r in (*first.results, *second.results))
 
 
+# Hypothesis favours short text; repeated text makes long parts (and cuts) common.
+_LONG_TEXT = st.builds(
+    lambda text, times: text * times, st.text(min_size=1, max_size=9), st.integers(1, 80)
+)
 _PARTS = st.lists(
     st.one_of(
-        st.text(max_size=300).map(Text),
+        (st.text(max_size=300) | _LONG_TEXT).map(Text),
         st.binary(max_size=64).map(lambda data: Image(data, "image/webp")),
         st.text(max_size=50).map(lambda text: Document(text, "text/plain")),
     ),
