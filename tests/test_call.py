@@ -72,3 +72,20 @@ def test_current_call_outside_a_tool_says_so() -> None:
     """current_call() with no tool running is a FanoutError that says where it was used."""
     with pytest.raises(fanout.FanoutError, match="outside a tool run by fanout"):
         fanout.current_call()
+
+
+async def test_a_spent_quota_is_answered_at_once_with_its_reset(autojump_clock: Any) -> None:
+    """QuotaExhaustedError is not retried: quota_exhausted now, retry_after_ms its reset."""
+    attempts: list[float] = []
+    signal = fanout.QuotaExhaustedError("monthly quota spent", reset_after=90.0)
+
+    async def tool() -> str:
+        attempts.append(trio.current_time())
+        raise signal
+
+    turn = await _runner(tool).run_turn([ToolCall("a", "tool", {})])
+    assert signal.reset_after == 90.0
+    assert (turn.results[0].status, turn.results[0].retry_after_ms) == (
+        Status.QUOTA_EXHAUSTED, 90_000,
+    )  # fmt: skip
+    assert attempts == [0.0]
