@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fanout import Budget, ConfigurationError
@@ -24,6 +24,8 @@ anything = st.one_of(
 
 
 @given(anything)
+@example(math.nan)
+@example(True)
 def test_a_usable_wait_is_a_number_between_zero_and_a_week(value: Any) -> None:
     """Any value a tool or server gives is None, or seconds clamped into [0, MAX_WAIT]."""
     wait = usable_wait(value)
@@ -34,6 +36,7 @@ def test_a_usable_wait_is_a_number_between_zero_and_a_week(value: Any) -> None:
 
 
 @given(anything)
+@example(math.nan)
 def test_the_model_is_told_the_usable_wait_in_whole_milliseconds_rounded_up(value: Any) -> None:
     """retry_after_ms is the usable wait rounded up to a millisecond, never shorter."""
     wait, ms = usable_wait(value), milliseconds(value)

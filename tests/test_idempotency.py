@@ -1,12 +1,13 @@
-"""The in-memory store and the read cache: leases, answers and expiry on trio's clock."""
+"""A run's memory: the in-memory store's leases and answers, the read cache's expiry."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
-from fanout import Status
+from fanout import ConfigurationError, Run, Status
 from fanout.idempotency import ClaimState, MemoryIdempotencyStore, ReadCache, StoredAnswer
 
 
@@ -66,3 +67,11 @@ async def test_the_read_cache_expires_and_invalidates_by_tool(autojump_clock: An
     assert (cache.get("a"), cache.get("c")) == (None, "p2")
     assert cache.invalidate(None) == 1
     assert len(cache) == 0
+
+
+def test_a_run_needs_an_id_and_positive_durations() -> None:
+    """An empty run id or a lease of zero is refused when the run is made."""
+    with pytest.raises(ConfigurationError, match="run_id must be a non-empty string"):
+        Run(run_id="")
+    with pytest.raises(ConfigurationError):
+        Run(claim_lease=0)

@@ -172,11 +172,19 @@ def test_a_tool_cannot_forge_blocks_with_text() -> None:
 
 
 def test_bad_parts_are_refused_where_the_tool_builds_them() -> None:
-    """An unsupported media type or non-base64 text raises inside the tool, answered error."""
+    """An unsupported media type, non-base64 text or bytes as plain text raise where built."""
     for build in (lambda: Image(PNG, "image/tiff"), lambda: Image("not base64!"),
-                  lambda: Document(PDF, "application/zip")):  # fmt: skip
+                  lambda: Document(PDF, "application/zip"),
+                  lambda: Document(PDF, "text/plain")):  # fmt: skip
         try:
             build()
         except ValueError:
             continue
         raise AssertionError("accepted")
+
+
+def test_stored_blocks_that_do_not_decode_are_shown_as_text() -> None:
+    """Content with the blocks marker but no valid blocks (a tampered store) is plain text."""
+    for tampered in ('[{"type": "video", "data": ""}]', '[{"text": 1}]', "not json"):
+        assert parts_of(MARKER + tampered) is None
+    assert parts_of("plain answer") is None
