@@ -5,9 +5,10 @@ Read top-down: values (``ToolCall``, ``ToolResult``), primitives (``TokenBucket`
 then the edges (adapters for the Anthropic and OpenAI SDKs).
 
 Names most code never needs live in submodules: ``fanout.idempotency`` (the
-store protocol, its values, the read cache), ``fanout.http`` (``NotSentError``
-and the rate-limit header reader), ``fanout.redis``, ``fanout.mcp``,
-``fanout.httpx2``, ``fanout.testing`` and ``fanout.contrib``.
+store protocol, its values, the read cache, how a write's key is made),
+``fanout.http`` (``NotSentError`` and the rate-limit header reader),
+``fanout.redis``, ``fanout.mcp``, ``fanout.httpx2``, ``fanout.testing`` and
+``fanout.contrib``.
 """
 
 from ._adapters import anthropic_tool_results as anthropic_tool_results
@@ -18,8 +19,6 @@ from ._binding import ArgumentError as ArgumentError
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
-from ._canonical import canonical_json as canonical_json
-from ._canonical import idempotency_key as idempotency_key
 from ._context import CallContext as CallContext
 from ._context import current_call as current_call
 from ._definitions import ToolDefinition as ToolDefinition
@@ -111,11 +110,9 @@ __all__ = [
     "calls_from_anthropic",
     "calls_from_openai",
     "calls_from_responses",
-    "canonical_json",
     "concurrency_for",
     "current_call",
     "http_client",
-    "idempotency_key",
     "openai_tool_messages",
     "register_secret",
     "repair_anthropic_history",

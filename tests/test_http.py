@@ -22,6 +22,7 @@ import trio.testing
 import fanout
 import fanout.httpx2
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout.idempotency import idempotency_key
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 from .echo_server import FAULTS, Fault, serve_faulty
@@ -230,7 +231,7 @@ async def test_mutating_requests_carry_the_calls_idempotency_key(
             run=fanout.Run("run-1"),
         )
     assert [r.status for r in turn.results] == [Status.OK, Status.OK]
-    expected = fanout.idempotency_key("run-1", "create", {"name": "a"})
+    expected = idempotency_key("run-1", "create", {"name": "a"})
     posts = [r for r in server.records if r.method == "POST"]
     assert [r.status for r in posts] == [429, 200]
     assert {r.idempotency_key for r in posts} == {expected}
@@ -468,7 +469,7 @@ async def test_a_write_cut_off_mid_body_is_never_replayed(
     assert second.results[0].status is Status.ERROR
     assert not [e for e in second.trace if e.kind is fanout.EventKind.REPLAYED]
     keys = {dict(s.headers).get("idempotency-key") for s in server.seen}
-    assert keys == {fanout.idempotency_key("run-body", "write", {})}
+    assert keys == {idempotency_key("run-body", "write", {})}
 
 
 def swallowing_tools(client: Any, unknown: list[bool]) -> Registry:

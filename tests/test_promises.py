@@ -11,7 +11,13 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
-from fanout.idempotency import Claim, MemoryIdempotencyStore, ReadCache, StoredAnswer
+from fanout.idempotency import (
+    Claim,
+    MemoryIdempotencyStore,
+    ReadCache,
+    StoredAnswer,
+    idempotency_key,
+)
 
 
 def body(result: fanout.ToolResult) -> dict[str, Any]:
@@ -243,7 +249,7 @@ async def test_claim_of_a_dead_holder_lapses_with_its_lease(autojump_clock: Any)
     """A claimant that died never renews: the key is free within its lease, not a day."""
     ran: list[str] = []
     run = Run(claim_lease=3.0)
-    key = fanout.idempotency_key(run.run_id, "write", {"key": "k"})
+    key = idempotency_key(run.run_id, "write", {"key": "k"})
     await run.store.claim(key, lease=3.0)  # a process that then died
     runner = Runner(_write_registry(ran, timeout=10), inline_wait=None)
     turn = await runner.run_turn([ToolCall("w", "write", {"key": "k"})], run=run)

@@ -18,7 +18,7 @@ EXPECTED = {
     "Scope", "ScopeLike", "ScopeStatistics", "concurrency_for",
     # scheduling
     "Registry", "ToolSpec", "Runner", "RunnerStatistics", "Turn", "Run",
-    "CallContext", "current_call", "canonical_json", "idempotency_key",
+    "CallContext", "current_call",
     # events
     "Event", "EventDetail", "EventKind", "Instrument",
     # errors
@@ -38,7 +38,7 @@ EXPECTED = {
 SUBMODULES = {
     "fanout.idempotency": {
         "Claim", "ClaimState", "IdempotencyStore", "MemoryIdempotencyStore", "ReadCache",
-        "StoredAnswer",
+        "StoredAnswer", "canonical_json", "idempotency_key",
     },
     "fanout.http": {
         "FanoutTransport", "NotSentError", "RateLimitInfo", "http_client",

@@ -11,7 +11,7 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
-from fanout.idempotency import MemoryIdempotencyStore
+from fanout.idempotency import MemoryIdempotencyStore, idempotency_key
 
 
 @pytest.fixture
@@ -254,7 +254,7 @@ async def test_repeatable_tools_opt_out(
 async def test_tools_see_their_idempotency_key(runner: Runner, autojump_clock: Any) -> None:
     """current_call().idempotency_key is sha256(run id, tool, canonical arguments)."""
     turn = await runner.run_turn([ToolCall("k", "whoami", {})], run=Run("conversation-7"))
-    assert turn.results[0].content == fanout.idempotency_key("conversation-7", "whoami", {})
+    assert turn.results[0].content == idempotency_key("conversation-7", "whoami", {})
 
 
 async def test_coalescing_keeps_order_and_the_transcript_deterministic(autojump_clock: Any) -> None:
