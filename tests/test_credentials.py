@@ -53,6 +53,7 @@ from fanout.contrib.otel import OpenTelemetryInstrument
 from fanout.contrib.prometheus import PrometheusInstrument
 from fanout.contrib.structlog import StructlogInstrument
 from fanout.http import parse_rate_limit_headers
+from fanout.idempotency import idempotency_key
 from fanout.redis import RedisIdempotencyStore
 
 from .echo_server import Seen, serve_echo
@@ -229,7 +230,16 @@ async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[S
     outputs.add(stream.getvalue(), generate_latest(metrics.registry).decode())
     outputs.add(*(span.to_json() for span in exporter.get_finished_spans()))
     outputs.add(runner.statistics(), runner.scope("api").statistics(), run.cache, run.store)
-    outputs.add(run.cache._entries, run.store._entries)  # type: ignore[attr-defined]
+    # What the run keeps for later turns, read as they would read it; a cached
+    # read and a stored write are among them, so the search is not vacuous.
+    cached, stored = [], []
+    for call in (*FIRST, *SECOND):
+        kept = idempotency_key(run.run_id, call.name, call.arguments)
+        cached.append(run.cache.get(kept))
+        stored.append((await run.store.claim(kept, lease=1)).answer)
+    assert any(cached)
+    assert any(stored)
+    outputs.add(*cached, *stored)
     return outputs, server.seen
 
 
