@@ -187,6 +187,8 @@ async def test_http_date_retry_after_is_read_against_the_servers_date(
         turn = await runner.run_turn(calls(2))
     assert [r.status for r in turn.results] == [Status.OK, Status.OK]
     assert server.count(status=429) == 1
+    # An HTTP-date has whole seconds and is read against the wall clock at the
+    # instant of the response: the wait lands between one and two seconds.
     retried = server.starts()[-1]
     assert 1 <= retried <= 2
 
