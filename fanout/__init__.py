@@ -19,6 +19,7 @@ from ._binding import ArgumentError as ArgumentError
 from ._bucket import BucketStatistics as BucketStatistics
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
+from ._budget import Verdict as Verdict
 from ._context import CallContext as CallContext
 from ._context import current_call as current_call
 from ._definitions import ToolDefinition as ToolDefinition
@@ -106,6 +107,7 @@ __all__ = [
     "TransientError",
     "Turn",
     "UsageError",
+    "Verdict",
     "anthropic_tool_results",
     "calls_from_anthropic",
     "calls_from_openai",

@@ -10,9 +10,9 @@ import trio
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fanout import Budget, ConfigurationError
+from fanout import Budget, ConfigurationError, Verdict
 from fanout._answers import milliseconds
-from fanout._budget import MAX_WAIT, Verdict, usable_wait
+from fanout._budget import MAX_WAIT, usable_wait
 
 anything = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ EXPECTED = {
     # values
     "Kind", "Status", "ToolCall", "ToolResult",
     # primitives
-    "Budget", "BucketStatistics", "TokenBucket", "RetryPolicy", "RetryBudget",
+    "Budget", "Verdict", "BucketStatistics", "TokenBucket", "RetryPolicy", "RetryBudget",
     "RetryBudgetStatistics",
     "Scope", "ScopeLike", "ScopeStatistics", "concurrency_for",
     # scheduling
@@ -76,3 +77,35 @@ def test_a_name_has_one_public_home_unless_it_is_common() -> None:
 def test_package_ships_its_type_information() -> None:
     """py.typed is present, so users' type checkers read fanout's annotations."""
     assert (Path(fanout.__file__).parent / "py.typed").exists()
+
+
+def _fanout_types_named_in(annotation: object) -> set[type]:
+    """The fanout classes a (string) return annotation names, wherever they are defined."""
+    package = Path(fanout.__file__).parent
+    modules = [importlib.import_module(f"fanout.{path.stem}") for path in package.glob("_*.py")]
+    found = set()
+    for word in re.findall(r"\b[A-Z]\w*", str(annotation)):
+        for module in modules:
+            kind = getattr(module, word, None)
+            if isinstance(kind, type) and kind.__module__.startswith("fanout"):
+                found.add(kind)
+    return found
+
+
+def test_every_fanout_type_a_public_method_returns_is_exported() -> None:
+    """A user can name (and type-annotate) whatever a public method or property returns."""
+    public = set(fanout.__all__).union(*SUBMODULES.values())
+    unnamed = set()
+    for name in fanout.__all__:
+        cls = getattr(fanout, name)
+        for attr, member in vars(cls).items() if isinstance(cls, type) else ():
+            fn = member.fget if isinstance(member, property) else member
+            if attr.startswith("_") or not callable(fn):
+                continue
+            returned = getattr(fn, "__annotations__", {}).get("return")
+            unnamed |= {
+                f"{name}.{attr} -> {kind.__name__}"
+                for kind in _fanout_types_named_in(returned)
+                if kind.__name__ not in public
+            }
+    assert unnamed == set()

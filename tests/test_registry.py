@@ -56,7 +56,7 @@ def test_a_kind_may_be_given_by_its_value() -> None:
 
 
 def test_an_unreadable_signature_passes_arguments_through_and_says_why_on_request() -> None:
-    """A positional-only tool gets JSON arguments unchanged; signature() names the problem."""
+    """A positional-only tool gets JSON arguments unchanged; its definition names the problem."""
 
     def positional(query: str, /) -> str:
         return query
@@ -65,7 +65,7 @@ def test_an_unreadable_signature_passes_arguments_through_and_says_why_on_reques
     assert spec.bind({"query": "x"}) == {"query": "x"}
     for _ in range(2):  # read once, the same error each time
         with pytest.raises(ConfigurationError, match="query"):
-            spec.signature()
+            spec.definition()
 
 
 def test_a_registry_lists_its_tools_in_order_and_its_names_sorted() -> None:
