@@ -13,6 +13,7 @@ import functools
 import math
 from typing import Any
 
+from ._budget import usable_wait
 from ._canonical import canonical_json, clean_text, truncate
 from ._output import cut_json, defuse, encode_parts, is_parts
 from ._values import Kind, Status, ToolCall, ToolResult
@@ -32,7 +33,6 @@ _UNKNOWN_EFFECT = (
 )
 
 _MAX_MESSAGE = 500
-_MAX_RETRY_AFTER = 7 * 24 * 3600.0  # seconds; a longer wait is a server's mistake, not advice
 
 
 def success(call: ToolCall, value: Any, *, limit: int) -> ToolResult:
@@ -114,11 +114,7 @@ def _failure_text(
 def milliseconds(seconds: object) -> int | None:
     """A wait as whole milliseconds for the model, or None when it is no usable number.
 
-    Waits come from tools and servers: negative clamps to 0, NaN and
-    non-numbers give None, and anything beyond a week is capped there.
+    Waits come from tools and servers; `usable_wait` says which are usable.
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        return None
-    if math.isnan(seconds):
-        return None
-    return math.ceil(min(max(float(seconds), 0.0), _MAX_RETRY_AFTER) * 1000)
+    wait = usable_wait(seconds)
+    return None if wait is None else math.ceil(wait * 1000)

@@ -26,7 +26,24 @@ import trio
 
 from ._validate import require_non_negative
 
-__all__ = ["Budget", "Verdict"]
+__all__ = ["MAX_WAIT", "Budget", "Verdict", "usable_wait"]
+
+MAX_WAIT: float = 7 * 24 * 3600.0
+"""Seconds. A server or tool asking for a longer wait is wrong, not patient."""
+
+
+def usable_wait(value: object) -> float | None:
+    """A wait a tool or server gave, as seconds fanout can use, or None if unusable.
+
+    Negative clamps to 0 (the moment has passed); NaN and non-numbers are
+    unsaid; anything past ``MAX_WAIT`` is capped there (and so is an
+    exhausted quota, not a throttle).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if math.isnan(value):
+        return None
+    return min(max(float(value), 0.0), MAX_WAIT)
 
 
 class Verdict(enum.Enum):
@@ -83,7 +100,7 @@ class Budget:
         observed latency), or None when unknown. A wait of zero is always
         worth trying if the deadline has not passed: the call may be fast.
         """
-        if not self.fits(max(0.0, wait)):
+        if math.isnan(wait) or not self.fits(max(0.0, wait)):  # max() would turn NaN into 0
             return Verdict.PAST_DEADLINE
         if wait > 0 and latency is not None and not self.fits(wait + latency):
             return Verdict.ENDS_LATE

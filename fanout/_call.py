@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ import trio
 
 from ._admission import Denial, admit
 from ._answers import failure, success
-from ._budget import Verdict
+from ._budget import Verdict, usable_wait
 from ._canonical import safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
@@ -49,7 +48,6 @@ __all__ = ["CallSettings", "CallState", "describe", "execute"]
 
 _log = logging.getLogger("fanout")
 
-_MAX_WAIT = 7 * 24 * 3600.0  # seconds: a longer wait from a tool is a mistake, as from a server
 _DEFAULT_HORIZON = 3600.0  # the quota horizon when a signal names no scope of the call
 _UNAVAILABLE = "limiter unavailable"
 
@@ -336,7 +334,7 @@ async def _decide(
     """Tell the scopes what the downstream said; answer now, or retry after a delay."""
     spec, call = state.spec, state.call
     assert spec is not None
-    wait = signal_wait(signal.retry_after)
+    wait = usable_wait(signal.retry_after)
     named = signal.scope if isinstance(signal.scope, str) else None
     targets = scopes_named(state.scopes, named)
     scope_name = targets[0].name if targets else named
@@ -410,20 +408,6 @@ def _retry_refused(state: CallState, delay: float, budget: Budget) -> str | None
                 "is failing and fanout will not add load to it"
             )
     return None
-
-
-def signal_wait(value: object) -> float | None:
-    """A wait a tool or server gave, as seconds fanout can use, or None if unusable.
-
-    Negative clamps to 0 (the moment has passed); NaN and non-numbers are
-    unsaid; anything past a week is capped there (and so is an exhausted
-    quota, not a throttle).
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if math.isnan(value):
-        return None
-    return min(max(float(value), 0.0), _MAX_WAIT)
 
 
 def describe(exc: BaseException) -> str:

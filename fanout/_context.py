@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from ._budget import Budget
-from ._events import EventKind, Recorder
+from ._events import EventDetail, EventKind, Recorder
 from ._exceptions import FanoutError
 from ._idle import IdleWatch
 from ._redact import redact_text
@@ -65,7 +65,7 @@ class CallContext:
         if not trio.lowlevel.in_trio_run():
             trio.from_thread.run_sync(self.report_progress, progress, total, message)
             return
-        detail: dict[str, object] = {"progress": progress, "total": total}
+        detail = EventDetail(progress=progress, total=total)
         if message is not None:
             detail["message"] = redact_text(message, self.secrets)
         self.recorder.emit(

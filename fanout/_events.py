@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol, TypedDict
 
 import attrs
 import trio
 
 from ._values import Status
 
-__all__ = ["Event", "EventKind", "Instrument"]
+__all__ = ["Event", "EventDetail", "EventKind", "Instrument"]
 
 _log = logging.getLogger("fanout")
 
@@ -47,9 +47,76 @@ class EventKind(enum.Enum):
     SCOPE_EXHAUSTED = "scope_exhausted"
 
 
+# The functional form, because one key ("from") is a Python keyword.
+EventDetail = TypedDict(
+    "EventDetail",
+    {
+        # TURN_STARTED: how many calls the turn held when it started.
+        "calls": int,
+        # TURN_FINISHED: how many answers of each status; only statuses that occurred.
+        "ok": int,
+        "error": int,
+        "rate_limited": int,
+        "timed_out": int,
+        "cancelled": int,
+        "refused": int,
+        "quota_exhausted": int,
+        # REQUEST_SENT: the HTTP method and the URL, credentials redacted.
+        "method": str,
+        "url": str,
+        # RESPONSE: the HTTP status code, and what the rate-limit headers said
+        # (requests per window, left in it, seconds to its reset, the
+        # server's Retry-After, the window's length in seconds), when said.
+        "status": int,
+        "limit": float,
+        "remaining": float,
+        "reset_after": float,
+        "retry_after": float,
+        "window": float,
+        # PROGRESS: what the tool reported (total None when unknown), and
+        # its message, scrubbed of credentials, when it gave one.
+        "progress": float,
+        "total": float | None,
+        "message": str,
+        # COALESCED and REPLAYED: the id of the identical call whose answer
+        # this one shares.
+        "leader": str,
+        # REPLAYED from the run's idempotency store rather than from a call
+        # of this turn: "idempotency store".
+        "from": str,
+    },
+    total=False,
+)
+EventDetail.__doc__ = """What an event says beyond its fields: a few keys, each set by one kind.
+
+Plain JSON-able values, so an instrument can write ``dict(event.detail)``
+as it is. Keys a kind does not set are absent, never None.
+"""
+
+
 @attrs.frozen
 class Event:
-    """One timestamped moment. Fields that do not apply are None."""
+    """One timestamped moment of a turn, a call or a scope.
+
+    Fields that do not apply to a kind are None (``detail`` is then empty):
+
+    - ``kind``: which moment (`EventKind`).
+    - ``time``: ``trio.current_time()`` when it happened, in seconds.
+    - ``turn_id``: the turn it belongs to; every event of one turn shares it.
+    - ``call_id``: the ``tool_use_id`` of the call, for call events; None
+      for ``TURN_STARTED`` and ``TURN_FINISHED``.
+    - ``tool``: the tool's name as the model sent it, for call events.
+    - ``scope``: the scope's name, for events about a limit (a slot, a
+      token wait, a shed, a throttle, an exhausted quota, a response that
+      named one, an answer a scope decided). Never a credential.
+    - ``attempt``: the attempt, from 1, for events within an attempt.
+    - ``status``: how the call ended, on ``ANSWERED`` only.
+    - ``wait``: seconds waited or to wait: a token wait, a retry's delay, a
+      shed's estimate, a scope blocked or exhausted for that long.
+    - ``reason``: words for an operator: why a retry was scheduled (the
+      signal's type) or why a call was refused.
+    - ``detail``: the kind's own facts (`EventDetail`).
+    """
 
     kind: EventKind
     time: float
@@ -61,7 +128,7 @@ class Event:
     status: Status | None = None
     wait: float | None = None
     reason: str | None = None
-    detail: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    detail: EventDetail = attrs.field(factory=lambda: EventDetail(), hash=False)
 
 
 class Instrument(Protocol):

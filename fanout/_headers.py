@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._budget import MAX_WAIT
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
@@ -61,8 +63,6 @@ __all__ = [
     "parse_retry_after",
 ]
 
-MAX_WAIT: float = 7 * 24 * 3600.0
-"""Seconds. A server asking for a longer wait or reset is wrong, not patient."""
 
 _MAX_LEN = 1000  # a longer value is not a rate-limit header; don't spend time on it
 _EPOCH_S = 1e9  # 2001-09-09 as an epoch; as a delta, 31 years. No window is that long.

@@ -47,7 +47,7 @@ import trio
 from ._admission import take_tokens
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
-from ._events import EventKind
+from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import parse_rate_limit_headers
 from ._redact import REDACTED, redact_text, redact_url
@@ -303,12 +303,18 @@ def _signal_for(
     return None
 
 
-def _response_detail(response: _Response, info: RateLimitInfo) -> dict[str, Any]:
-    detail: dict[str, Any] = {"status": response.status_code}
-    for name in ("limit", "remaining", "reset_after", "retry_after", "window"):
-        value = getattr(info, name)
-        if value is not None:
-            detail[name] = value
+def _response_detail(response: _Response, info: RateLimitInfo) -> EventDetail:
+    detail = EventDetail(status=response.status_code)
+    if info.limit is not None:
+        detail["limit"] = info.limit
+    if info.remaining is not None:
+        detail["remaining"] = info.remaining
+    if info.reset_after is not None:
+        detail["reset_after"] = info.reset_after
+    if info.retry_after is not None:
+        detail["retry_after"] = info.retry_after
+    if info.window is not None:
+        detail["window"] = info.window
     return detail
 
 

@@ -95,6 +95,8 @@ class TappedWriteStream:
         await self.inner.aclose()
 
     async def __aenter__(self) -> TappedWriteStream:
+        # Async because the stream protocol says so; entering does nothing to
+        # wait for, so it does not checkpoint (as trio's AsyncResource).
         return self
 
     async def __aexit__(

@@ -121,18 +121,19 @@ def encode_parts(value: Part | Sequence[Part], *, limit: int) -> str:
     """The content string for blocks, their text cut to ``limit`` characters in all."""
     parts = [value] if isinstance(value, Text | Image | Document) else list(value)
     total = sum(len(part.text) for part in parts if isinstance(part, Text))
-    budget = limit
+    # Over the limit, the marker counts against the cap: room for text is what
+    # is left beside a marker sized for the largest count it could carry.
+    room = limit if total <= limit else max(0, limit - len(_marker(total)))
+    used = 0
     kept: list[dict[str, Any]] = []
     for part in parts:
         if isinstance(part, Text):
-            if budget <= 0:
-                continue
+            if used > room:
+                continue  # the text was cut already; later text is dropped
             text = part.text
-            if len(text) > budget:
-                # The marker counts against the cap, sized for the largest count it could carry.
-                keep = max(0, budget - len(_marker(total)))
-                text = text[:keep] + _marker(total - (limit - budget) - keep)
-            budget -= len(part.text)
+            if used + len(text) > room:
+                text = text[: room - used] + _marker(total - room)
+            used += len(part.text)
             kept.append({"type": "text", "text": text})
         else:
             fields = attrs.asdict(part, filter=lambda _, v: v is not None)

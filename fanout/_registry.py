@@ -119,7 +119,7 @@ class ToolSpec:
         """The tokens this call reserves on each of its scopes."""
         return self.cost(arguments) if callable(self.cost) else self.cost
 
-    def signature(self) -> Signature:
+    def _read_signature(self) -> Signature:
         """The parameters the tool accepts, from its signature and docstring.
 
         Raises ``ConfigurationError`` when they cannot be read (a parameter
@@ -144,7 +144,7 @@ class ToolSpec:
         signature cannot be read gets a JSON object's arguments unchanged.
         """
         try:
-            signature = self.signature()
+            signature = self._read_signature()
         except ConfigurationError:
             signature = ANY_ARGUMENTS
         return bind(signature, arguments)
@@ -158,7 +158,9 @@ class ToolSpec:
         description = self.description if self.description is not None else summary_of(self.fn)
         if self.schema is not None:
             return ToolDefinition(self.name, description, dict(self.schema))
-        return ToolDefinition(self.name, description, schema_of(self.signature(), tool=self.name))
+        return ToolDefinition(
+            self.name, description, schema_of(self._read_signature(), tool=self.name)
+        )
 
 
 class Registry:

@@ -29,7 +29,7 @@ import trio
 from ._answers import failure
 from ._budget import Verdict
 from ._call import describe
-from ._events import EventKind
+from ._events import EventDetail, EventKind
 from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._redact import scrubbed
 from ._values import Kind, Status, ToolResult
@@ -69,7 +69,7 @@ def join_flight(
     leader.followers.append(state)
     kind = EventKind.REPLAYED if state.spec.kind is Kind.MUTATING else EventKind.COALESCED
     recorder.emit(
-        kind, call_id=state.call.id, tool=state.call.name, detail={"leader": leader.call.id}
+        kind, call_id=state.call.id, tool=state.call.name, detail=EventDetail(leader=leader.call.id)
     )
     return leader
 
@@ -143,7 +143,7 @@ async def claim(
         if outcome.state is ClaimState.DONE and outcome.answer is not None:
             recorder.emit(
                 EventKind.REPLAYED, call_id=call.id, tool=call.name,
-                detail={"from": "idempotency store"},
+                detail=EventDetail({"from": STORE_SCOPE}),
             )  # fmt: skip
             return ToolResult(call.id, outcome.answer.status, outcome.answer.content)
         # The whole wait for another holder counts against the inline threshold.

@@ -169,6 +169,8 @@ def _progress_to(context: CallContext | None) -> ProgressFnT | None:
         return None
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        # The SDK awaits this callback; reporting waits for nothing, so the
+        # callback does not checkpoint (the SDK's own await is the checkpoint).
         context.report_progress(progress, total, message)
 
     return on_progress

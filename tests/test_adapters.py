@@ -129,6 +129,22 @@ def test_garbage_openai_message_is_a_typed_error(garbage: Any) -> None:
         fanout.calls_from_openai(garbage)
 
 
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [("results", "got str"), (7, "got int"), ([ToolCall("a", "t")], "an item of type ToolCall")],
+)
+@pytest.mark.parametrize(
+    "adapter",
+    [fanout.anthropic_tool_results, fanout.openai_tool_messages, fanout.responses_tool_outputs],
+)
+def test_answers_are_made_only_from_a_turn_or_its_results(
+    adapter: Any, given: Any, words: str
+) -> None:
+    """Anything but a Turn or ToolResults (text, a number, the calls) is InvalidTurnError."""
+    with pytest.raises(fanout.InvalidTurnError, match=words):
+        adapter(given)
+
+
 async def test_duplicate_ids_from_a_model_are_refused_before_running(runner: Runner) -> None:
     """A model message repeating an id cannot be answered validly; nothing runs."""
     duplicated = dict(ANTHROPIC_MESSAGE)

@@ -52,6 +52,8 @@ from fanout.contrib.logging import LoggingInstrument
 from fanout.contrib.otel import OpenTelemetryInstrument
 from fanout.contrib.prometheus import PrometheusInstrument
 from fanout.contrib.structlog import StructlogInstrument
+from fanout.http import parse_rate_limit_headers
+from fanout.idempotency import idempotency_key
 from fanout.redis import RedisIdempotencyStore
 
 from .echo_server import Seen, serve_echo
@@ -228,7 +230,16 @@ async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[S
     outputs.add(stream.getvalue(), generate_latest(metrics.registry).decode())
     outputs.add(*(span.to_json() for span in exporter.get_finished_spans()))
     outputs.add(runner.statistics(), runner.scope("api").statistics(), run.cache, run.store)
-    outputs.add(run.cache._entries, run.store._entries)  # type: ignore[attr-defined]
+    # What the run keeps for later turns, read as they would read it; a cached
+    # read and a stored write are among them, so the search is not vacuous.
+    cached, stored = [], []
+    for call in (*FIRST, *SECOND):
+        kept = idempotency_key(run.run_id, call.name, call.arguments)
+        cached.append(run.cache.get(kept))
+        stored.append((await run.store.claim(kept, lease=1)).answer)
+    assert any(cached)
+    assert any(stored)
+    outputs.add(*cached, *stored)
     return outputs, server.seen
 
 
@@ -380,8 +391,7 @@ placements = st.sampled_from(PLACEMENTS)
 def test_what_a_request_carries_is_learned_and_scrubbed_from_its_echo(
     key: str, placement: str, lib_name: str
 ) -> None:
-    """Any key in any placement: the request as the library builds it, echoed whole (URL,
-    headers), comes back with no spelling of the key once scrubbed with what was learned."""
+    """A key in any placement, echoed whole, leaves no spelling of itself once scrubbed."""
     lib, sent = LIBRARIES[lib_name], []
 
     def handler(request: Any) -> Any:
@@ -433,9 +443,8 @@ scope_values = st.one_of(
 def test_a_server_named_scope_is_a_plain_name_and_never_a_key(
     key: str, value: str, header: str
 ) -> None:
-    """Whatever a scope header says: no scope, a plain name of at most 64, or REDACTED;
-    and never the key, whatever its spelling."""
-    info = fanout.parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
+    """A scope header becomes no scope, a plain name of at most 64, or REDACTED; never the key."""
+    info = parse_rate_limit_headers({header: value, "x-api-key": key}, now=0.0)
     scope = server_scope(info.scope, [key])
     assert scope is None or scope == "REDACTED" or SCOPE_NAME.fullmatch(scope)
     assert scope is None or not [form for form in spellings(key) if form in scope]
@@ -478,9 +487,11 @@ async def test_an_answer_capped_inside_a_key_keeps_no_part_of_it(autojump_clock:
 
 
 async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -> None:
-    """The Anthropic SDK (built on httpx2) given fanout's client: its requests go through
-    fanout, and the key it sends, echoed back, is scrubbed from the answer. Real time: the
-    SDK reads its platform in a worker thread, which a mock clock would jump past."""
+    """The Anthropic SDK on fanout's client goes through fanout; its echoed key is scrubbed.
+
+    Real time: the SDK reads its platform in a worker thread, which a mock clock
+    would jump past.
+    """
     anthropic = pytest.importorskip("anthropic")
     key = "sk-ant-sdk-0123456789abcdef"
     async with serve_echo() as server:

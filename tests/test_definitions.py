@@ -215,6 +215,20 @@ def test_every_vendor_format_validates_as_the_sdk_param() -> None:
     }
 
 
+def test_a_tool_with_no_description_sends_none_to_any_vendor() -> None:
+    """No docstring and no description=: every tools= entry leaves the key out, not empty."""
+    registry = Registry()
+    registry.add(lambda: "pong", name="ping")
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    assert registry.anthropic_tools() == [{"name": "ping", "input_schema": schema}]
+    assert registry.openai_tools() == [
+        {"type": "function", "function": {"name": "ping", "parameters": schema}}
+    ]
+    assert registry.responses_tools() == [
+        {"type": "function", "name": "ping", "parameters": schema, "strict": False}
+    ]
+
+
 def test_hand_written_schema_replaces_the_derived_one() -> None:
     """schema= and description= override the hints and the docstring, even unreadable ones."""
     schema = {"type": "object", "properties": {"blob": {"type": "string"}}}

@@ -95,6 +95,12 @@ def test_bad_options_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     assert "calls" in capsys.readouterr().err
 
 
+def test_no_command_prints_the_help_and_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m fanout` alone lists its commands and exits 0."""
+    assert cli.main([]) == 0
+    assert "demo" in capsys.readouterr().out
+
+
 def test_the_message_to_the_model_is_the_same_on_every_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -10,6 +10,7 @@ fetches through fanout's transport from the loopback throttling server.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +19,6 @@ import trio
 
 import fanout
 from fanout import Event, EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
-from fanout import _events as events_module
 from fanout.testing import ServerConfig, serve_throttled
 
 E = EventKind
@@ -282,23 +282,26 @@ async def test_http_events_never_carry_a_credential(autojump_clock: Any) -> None
     assert not [e for e in turn.trace if SECRET in repr(e)]
 
 
-async def test_instrumentation_off_builds_no_event(autojump_clock: Any, monkeypatch: Any) -> None:
-    """With trace=False and no instruments, the recorder never constructs an Event."""
-    built: list[Event] = []
+async def test_instrumentation_off_builds_no_event(autojump_clock: Any) -> None:
+    """With trace=False and no instruments, no Event is ever constructed."""
+    built: list[float] = []
+    init = Event.__init__.__code__
 
-    def counting_event(*args: Any, **fields: Any) -> Event:
-        event = Event(*args, **fields)
-        built.append(event)
-        return event
+    def watch(frame: Any, what: str, _: Any) -> None:
+        if what == "call" and frame.f_code is init:
+            built.append(trio.current_time())
 
-    monkeypatch.setattr(events_module, "Event", counting_event)
-    turn = await run_throttled_turn(trace=False)
-    assert [r.status for r in turn.results] == [Status.OK] * 4 + [Status.REFUSED] * 2
-    assert turn.trace == ()
-    assert built == []
-    # The spy does see events when something listens: the zero above is real.
-    traced = await run_throttled_turn()
-    assert built == list(traced.trace)
+    sys.setprofile(watch)
+    try:
+        turn = await run_throttled_turn(trace=False)
+        assert [r.status for r in turn.results] == [Status.OK] * 4 + [Status.REFUSED] * 2
+        assert turn.trace == ()
+        assert built == []
+        # The watch does see events when something listens: the zero above is real.
+        traced = await run_throttled_turn()
+    finally:
+        sys.setprofile(None)
+    assert built == [event.time for event in traced.trace]
     assert len(built) == 31
 
 
@@ -330,3 +333,20 @@ async def test_failing_instrument_costs_no_answer(autojump_clock: Any, caplog: A
     failures = [r for r in caplog.records if r.name == "fanout"]
     assert len(failures) == len(turn.trace)
     assert failures[0].getMessage().endswith("failed on turn_started")
+
+
+async def test_every_detail_key_is_a_documented_key_of_its_kind(autojump_clock: Any) -> None:
+    """Each detail key an event carries is one EventDetail documents, with a plain value."""
+    documented = set(fanout.EventDetail.__annotations__)
+    throttled = await run_throttled_turn()
+    http, _ = await run_http_turn()
+    keys: dict[EventKind, set[str]] = defaultdict(set)
+    for event in (*throttled.trace, *http.trace):
+        keys[event.kind] |= set(event.detail)
+        assert all(isinstance(v, str | int | float) for v in event.detail.values())
+    assert set().union(*keys.values()) <= documented
+    assert keys[E.TURN_STARTED] == {"calls"}
+    assert keys[E.TURN_FINISHED] == {"ok", "refused"}
+    assert keys[E.REQUEST_SENT] == {"method", "url"}
+    assert keys[E.RESPONSE] == {"status", "retry_after"}
+    assert keys[E.QUEUED] == keys[E.ANSWERED] == set()

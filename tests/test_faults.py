@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout.idempotency import Claim, MemoryIdempotencyStore, StoredAnswer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -168,12 +169,12 @@ class FaultyScope(Scope):
         await super().on_throttled(wait)
 
 
-class FaultyStore(fanout.MemoryIdempotencyStore):
+class FaultyStore(MemoryIdempotencyStore):
     """The in-memory store, with faults on its calls."""
 
     faults: Faults
 
-    async def claim(self, key: str, *, lease: float) -> fanout.Claim:
+    async def claim(self, key: str, *, lease: float) -> Claim:
         await self.faults.hit("claim")
         return await super().claim(key, lease=lease)
 
@@ -181,7 +182,7 @@ class FaultyStore(fanout.MemoryIdempotencyStore):
         await self.faults.hit("renew")
         return await super().renew(key, lease=lease)
 
-    async def finish(self, key: str, answer: fanout.StoredAnswer, *, ttl: float) -> None:
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
         await self.faults.hit("finish")
         await super().finish(key, answer, ttl=ttl)
 

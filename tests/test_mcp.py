@@ -25,6 +25,7 @@ import fanout.mcp
 from fanout import EventKind, Kind, Registry, Run, Runner, Status, ToolCall
 from fanout._mcp_tools import kind_of, retry_safe
 from fanout._mcp_wire import Flight, TappedWriteStream
+from fanout.idempotency import canonical_json, idempotency_key
 from fanout.mcp import McpServer
 
 from .mcp_server import ask_seen as seen
@@ -251,7 +252,7 @@ async def test_writes_carry_their_idempotency_key(
     arguments = {"name": "n", "text": "t"}
     await runner_for(server, registry).run_turn([ToolCall("w", "put_note", arguments)], run=run)
     keys = (await seen(server))["keys"]
-    assert keys == {"put_note": [fanout.idempotency_key(run.run_id, "put_note", arguments)]}
+    assert keys == {"put_note": [idempotency_key(run.run_id, "put_note", arguments)]}
 
 
 async def test_the_servers_scope_caps_all_its_tools(
@@ -438,7 +439,7 @@ def test_every_id_answered_and_every_cut_off_call_cancelled_on_the_server(
             assert result.status in (Status.TIMED_OUT, Status.CANCELLED)
     # Identical calls coalesce into one request: count distinct requests cut off.
     requests_cut_off = {
-        fanout.canonical_json([name, args])
+        canonical_json([name, args])
         for (name, args), result in zip(tools, turn.results, strict=True)
         if result in cut_off
     }

@@ -19,6 +19,7 @@ import trio.testing
 import fanout
 import fanout.mcp
 from fanout import EventKind, Registry, Run, Runner, Status, ToolCall
+from fanout.idempotency import idempotency_key
 
 from .mcp_server import ask_seen
 
@@ -97,7 +98,7 @@ async def test_idle_timeout_over_stdio(server: McpServer, patient_clock: Any) ->
     saw = await ask_seen(server)
     assert saw["cancelled"] == saw["hung"]
     assert len(saw["hung"]) == 1
-    key = fanout.idempotency_key(run.run_id, "put_note", note)
+    key = idempotency_key(run.run_id, "put_note", note)
     assert saw["keys"] == {"put_note": [key]}
 
 

@@ -11,6 +11,13 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
+from fanout.idempotency import (
+    Claim,
+    MemoryIdempotencyStore,
+    ReadCache,
+    StoredAnswer,
+    idempotency_key,
+)
 
 
 def body(result: fanout.ToolResult) -> dict[str, Any]:
@@ -176,19 +183,19 @@ async def test_retry_not_sent_when_latency_says_it_would_end_late(autojump_clock
     assert trio.current_time() == 0.8
 
 
-class FailingStore(fanout.MemoryIdempotencyStore):
-    async def claim(self, key: str, *, lease: float) -> fanout.Claim:
+class FailingStore(MemoryIdempotencyStore):
+    async def claim(self, key: str, *, lease: float) -> Claim:
         raise fanout.LimiterUnavailableError("Redis port closed")
 
 
-class HangingStore(fanout.MemoryIdempotencyStore):
-    async def claim(self, key: str, *, lease: float) -> fanout.Claim:
+class HangingStore(MemoryIdempotencyStore):
+    async def claim(self, key: str, *, lease: float) -> Claim:
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
 
-class SlowSettlingStore(fanout.MemoryIdempotencyStore):
-    async def finish(self, key: str, answer: fanout.StoredAnswer, *, ttl: float) -> None:
+class SlowSettlingStore(MemoryIdempotencyStore):
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
         await trio.sleep(10)
 
 
@@ -242,7 +249,7 @@ async def test_claim_of_a_dead_holder_lapses_with_its_lease(autojump_clock: Any)
     """A claimant that died never renews: the key is free within its lease, not a day."""
     ran: list[str] = []
     run = Run(claim_lease=3.0)
-    key = fanout.idempotency_key(run.run_id, "write", {"key": "k"})
+    key = idempotency_key(run.run_id, "write", {"key": "k"})
     await run.store.claim(key, lease=3.0)  # a process that then died
     runner = Runner(_write_registry(ran, timeout=10), inline_wait=None)
     turn = await runner.run_turn([ToolCall("w", "write", {"key": "k"})], run=run)
@@ -324,7 +331,7 @@ async def test_a_failure_inside_fanout_is_answered_not_blamed_on_the_caller(
 ) -> None:
     """A run whose cache breaks: the call is answered error naming fanout, siblings fine."""
 
-    class BrokenCache(fanout.ReadCache):
+    class BrokenCache(ReadCache):
         def put(self, key: str, tool: str, content: str, ttl: float) -> None:
             raise OSError("disk full")
 

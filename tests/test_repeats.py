@@ -11,6 +11,7 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
+from fanout.idempotency import MemoryIdempotencyStore, idempotency_key
 
 
 @pytest.fixture
@@ -236,7 +237,9 @@ async def test_identical_write_running_elsewhere_is_waited_for(
         nursery.start_soon(play, "second")
     assert executions["send_invoice"] == 1
     assert [t.results[0].content for t in turns] == ["invoice #1 for acme"] * 2
-    assert trio.current_time() == pytest.approx(2.05, abs=0.06)
+    # The write ends at 2.0; the second call, looking from 0.5 after pauses of
+    # 0.05, 0.1, 0.2, 0.4 and 0.8 seconds, finds its answer at 2.05.
+    assert trio.current_time() == 2.05
 
 
 async def test_repeatable_tools_opt_out(
@@ -251,7 +254,7 @@ async def test_repeatable_tools_opt_out(
 async def test_tools_see_their_idempotency_key(runner: Runner, autojump_clock: Any) -> None:
     """current_call().idempotency_key is sha256(run id, tool, canonical arguments)."""
     turn = await runner.run_turn([ToolCall("k", "whoami", {})], run=Run("conversation-7"))
-    assert turn.results[0].content == fanout.idempotency_key("conversation-7", "whoami", {})
+    assert turn.results[0].content == idempotency_key("conversation-7", "whoami", {})
 
 
 async def test_coalescing_keeps_order_and_the_transcript_deterministic(autojump_clock: Any) -> None:
@@ -276,3 +279,99 @@ async def test_coalescing_keeps_order_and_the_transcript_deterministic(autojump_
     assert messages[0] == messages[1]
     blocks = json.loads(messages[0])["content"]
     assert blocks[0]["content"] == blocks[2]["content"] == "results for qq"
+
+
+def _long_write_registry(executions: Counter[str]) -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def migrate(table: str) -> str:
+        executions["migrate"] += 1
+        await trio.sleep(5)
+        return f"migrated {table}"
+
+    return reg
+
+
+async def _same_write_twice(first: Runner, second: Runner, run: Run) -> list[fanout.Turn]:
+    """The same write from two turns of one run, the second issued at 0.5 s."""
+    turns: list[fanout.Turn] = []
+    call = {"table": "users"}
+
+    async def play(runner: Runner, call_id: str) -> None:
+        turns.append(await runner.run_turn([ToolCall(call_id, "migrate", call)], run=run))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(play, first, "first")
+        await trio.sleep(0.5)
+        nursery.start_soon(play, second, "second")
+    return turns
+
+
+async def test_a_write_held_elsewhere_is_waited_for_only_as_long_as_fanout_waits_inline(
+    executions: Counter[str], autojump_clock: Any
+) -> None:
+    """Past inline_wait, the repeat is answered rate_limited, not run, and told to re-issue."""
+    reg = _long_write_registry(executions)
+    turns = await _same_write_twice(Runner(reg), Runner(reg, inline_wait=1.0), Run())
+    first, second = sorted(turns, key=lambda t: t.results[0].tool_use_id)
+    assert executions["migrate"] == 1
+    assert first.results[0].content == "migrated users"
+    answer = second.results[0]
+    body = json.loads(answer.content)
+    assert (answer.status, answer.retry_after_ms, body["started"]) == (
+        Status.RATE_LIMITED, 1000, False,
+    )  # fmt: skip
+    # Pauses of 0.05, 0.1, 0.2 and 0.4 s fit within 1 s; the next (0.8 s) does not.
+    assert "waited 0.750s for its answer, as long as fanout waits inline" in body["message"]
+    answered = [e.time for e in second.trace if e.kind is fanout.EventKind.ANSWERED]
+    assert answered == [0.5 + 0.75]
+
+
+async def test_a_write_held_elsewhere_past_the_deadline_is_answered_timed_out(
+    executions: Counter[str], autojump_clock: Any
+) -> None:
+    """Waiting for another holder never passes the deadline: timed_out, not run."""
+    reg = _long_write_registry(executions)
+    short = Runner(reg, inline_wait=None, turn_timeout=1.0)
+    turns = await _same_write_twice(Runner(reg), short, Run())
+    second = next(t for t in turns if t.results[0].tool_use_id == "second")
+    assert executions["migrate"] == 1
+    body = json.loads(second.results[0].content)
+    assert (second.results[0].status, body["started"]) == (Status.TIMED_OUT, False)
+    assert "waited for its answer until its deadline" in body["message"]
+    answered = [e.time for e in second.trace if e.kind is fanout.EventKind.ANSWERED]
+    # Deadline 1.5: after looking at 1.25, the next pause (0.8 s) would end past
+    # it, so the call is answered then rather than sleeping to no purpose.
+    assert answered == [1.25]
+
+
+class _LapsingStore(MemoryIdempotencyStore):
+    """Renewals say the claim lapsed, then fail outright."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals = 0
+
+    async def renew(self, key: str, *, lease: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        self.renewals += 1
+        if self.renewals == 1:
+            return False
+        raise ConnectionError("store went away")
+
+
+async def test_a_claim_that_cannot_be_renewed_is_logged_and_the_write_still_answered(
+    executions: Counter[str], autojump_clock: Any, caplog: Any
+) -> None:
+    """A lapsed or failing renewal warns; the write runs on to its own answer."""
+    store = _LapsingStore()
+    run = Run(store=store, claim_lease=3.0)  # renewed every second of the 5 s write
+    turn = await Runner(_long_write_registry(executions)).run_turn(
+        [ToolCall("w", "migrate", {"table": "orders"})], run=run
+    )
+    assert turn.results[0].content == "migrated orders"
+    assert store.renewals == 4  # at 1, 2, 3 and 4 s
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings[0] == "fanout: the claim on a write's key lapsed while it ran"
+    assert warnings[1:] == ["fanout: renewing a write's claim failed"] * 3

@@ -60,6 +60,34 @@ async def test_blocks_reach_each_vendor_as_its_own_blocks() -> None:
     assert chat["content"][1]["text"].startswith("[image image/png, about 12")  # type: ignore[index]
 
 
+async def test_documents_reach_each_vendor_as_documents() -> None:
+    """A titled PDF and a plain-text document become Anthropic documents and Responses items."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def attachments() -> list[Document]:
+        return [Document(PDF, title="invoice 7"), Document("plain notes", "text/plain")]
+
+    turn = await Runner(registry).run_turn([ToolCall("d", "attachments", {})])
+    pdf = base64.b64encode(PDF).decode()
+    anthropic_message = fanout.anthropic_tool_results(turn)
+    pydantic.TypeAdapter(MessageParam).validate_python(anthropic_message)
+    [block] = anthropic_message["content"]
+    assert block["content"] == [  # type: ignore[index]
+        {"type": "document", "title": "invoice 7",
+         "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}},
+        {"type": "document",
+         "source": {"type": "text", "media_type": "text/plain", "data": "plain notes"}},
+    ]  # fmt: skip
+    [item] = fanout.responses_tool_outputs(turn)
+    pydantic.TypeAdapter(ResponseInputItemParam).validate_python(item)
+    assert item["output"] == [  # type: ignore[index]
+        {"type": "input_file", "filename": "invoice 7",
+         "file_data": f"data:application/pdf;base64,{pdf}"},
+        {"type": "input_text", "text": "plain notes"},
+    ]  # fmt: skip
+
+
 async def test_blocks_survive_coalescing_cache_and_replay() -> None:
     """Single-flight followers, cache hits and idempotent replays carry the same blocks."""
     ran: list[str] = []
@@ -81,9 +109,13 @@ async def test_blocks_survive_coalescing_cache_and_replay() -> None:
     assert all(r.status is Status.OK for r in (*first.results, *second.results))
 
 
+# Hypothesis favours short text; repeated text makes long parts (and cuts) common.
+_LONG_TEXT = st.builds(
+    lambda text, times: text * times, st.text(min_size=1, max_size=9), st.integers(1, 80)
+)
 _PARTS = st.lists(
     st.one_of(
-        st.text(max_size=300).map(Text),
+        (st.text(max_size=300) | _LONG_TEXT).map(Text),
         st.binary(max_size=64).map(lambda data: Image(data, "image/webp")),
         st.text(max_size=50).map(lambda text: Document(text, "text/plain")),
     ),
@@ -140,11 +172,19 @@ def test_a_tool_cannot_forge_blocks_with_text() -> None:
 
 
 def test_bad_parts_are_refused_where_the_tool_builds_them() -> None:
-    """An unsupported media type or non-base64 text raises inside the tool, answered error."""
+    """An unsupported media type, non-base64 text or bytes as plain text raise where built."""
     for build in (lambda: Image(PNG, "image/tiff"), lambda: Image("not base64!"),
-                  lambda: Document(PDF, "application/zip")):  # fmt: skip
+                  lambda: Document(PDF, "application/zip"),
+                  lambda: Document(PDF, "text/plain")):  # fmt: skip
         try:
             build()
         except ValueError:
             continue
         raise AssertionError("accepted")
+
+
+def test_stored_blocks_that_do_not_decode_are_shown_as_text() -> None:
+    """Content with the blocks marker but no valid blocks (a tampered store) is plain text."""
+    for tampered in ('[{"type": "video", "data": ""}]', '[{"text": 1}]', "not json"):
+        assert parts_of(MARKER + tampered) is None
+    assert parts_of("plain answer") is None

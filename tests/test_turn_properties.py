@@ -101,13 +101,24 @@ def test_every_id_answered_once_in_order_and_deterministically(
     calls, first = _play(spec, policy, seed, cancel_at)
     ids = [c.id for c in calls]
     assert [r.tool_use_id for r in first.results] == ids
-    for result in first.results:
-        assert result.status in fanout.Status
-        assert result.is_error == (result.status is not fanout.Status.OK)
-        if result.is_error:
-            assert isinstance(json.loads(result.content)["started"], bool)
-    answered = [e.call_id for e in first.trace if e.kind is fanout.EventKind.ANSWERED]
-    assert sorted(answered) == sorted(ids)
+    answered = [(e.call_id, e.status) for e in first.trace if e.kind is fanout.EventKind.ANSWERED]
+    assert sorted(call_id for call_id, _ in answered) == sorted(ids)
+    assert dict(answered) == {r.tool_use_id: r.status for r in first.results}
+    for call, result in zip(calls, first.results, strict=True):
+        if result.status is fanout.Status.OK:
+            # Only a tool that returns is ok, and its answer is what it returned.
+            assert isinstance(call.arguments, dict)
+            assert call.arguments["outcome"] in ("return", "slow")
+            returned = {"value": call.arguments["value"], "outcome": call.arguments["outcome"]}
+            assert json.loads(result.content) == returned
+            continue
+        body = json.loads(result.content)
+        assert body["status"] == result.status.value
+        assert body["tool"] == call.name
+        if call.name == "missing_tool" or not call.arguments_valid:
+            assert body["started"] is False  # refused or answered without running
+        else:
+            assert isinstance(body["started"], bool)
 
     _, second = _play(spec, policy, seed, cancel_at)
     assert json.dumps(fanout.anthropic_tool_results(first)) == json.dumps(

@@ -3,10 +3,10 @@
 The event name is stable (``fanout.answered``, ``fanout.token_wait``, ...);
 the fields are the ones that are set, flat (``turn_id=... call_id=...
 status=...``) except ``detail``, kept as one dict so that its keys cannot
-shadow a field. Severity is the logging integration's: throttling, retries,
-sheds, refusals, exhausted quotas and non-ok answers warn; a call's routine
-steps are debug; the rest is info. No field holds a credential
-(`fanout.contrib._safety`).
+shadow a field. Severity and fields are the logging integration's
+(`fanout.contrib._records`): throttling, retries, sheds, refusals, exhausted
+quotas and non-ok answers warn; a call's routine steps are debug; the rest
+is info. No field holds a credential (`fanout.contrib._safety`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from ._records import event_fields, severity
 from ._safety import safe_event
-from .logging import _fields, _severity
 
 if TYPE_CHECKING:
     from .._events import Event
@@ -36,6 +36,6 @@ class StructlogInstrument:
         self.logger: _Logger = logger if logger is not None else structlog.get_logger("fanout")
 
     def on_event(self, event: Event) -> None:
-        level = _severity(event, logging.INFO)
+        level = severity(event, logging.INFO)
         event = safe_event(event)
-        self.logger.log(level, f"fanout.{event.kind.value}", **_fields(event))
+        self.logger.log(level, f"fanout.{event.kind.value}", **event_fields(event))
