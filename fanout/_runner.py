@@ -218,7 +218,7 @@ class Runner:
                 turn_id=f"turn-{self._turn_serial}",
             ),
             "counts": self._counts,
-            "host": self._nursery,
+            "host": lambda: self._nursery,
         }
         return state_for, options
 

@@ -104,10 +104,13 @@ class Turn:
         settings: CallSettings,
         recorder: Recorder,
         counts: TurnCounts,
-        host: trio.Nursery | None = None,
+        host: Callable[[], trio.Nursery | None] = lambda: None,
     ) -> None:
         self._counts = counts
-        self._host = host
+        # The runner's nursery, when the runner is open as the turn *runs*
+        # (the turn may have been built before ``async with runner:``).
+        self._host_of = host
+        self._host: trio.Nursery | None = None
         self._states = list(states)
         self._registry = registry
         self._timeout = timeout
@@ -166,6 +169,7 @@ class Turn:
         if self._stage is not _Stage.NEW:
             raise UsageError("a turn runs once; build a new one for the next message")
         self._stage = _Stage.RUNNING
+        self._host = self._host_of()
         self._deadline = trio.current_time() + self._timeout
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
@@ -337,9 +341,11 @@ class Turn:
                     await self._start_arrivals(arrivals, nursery, self._run_one, register)
             return
         self._phase_left = set()
-        self._phase_done = trio.Event()
         with self._noting_crashes():
             await self._start_arrivals(arrivals, self._host, self._run_hosted, register)
+        # Made only now: while calls were still arriving, the set could run
+        # empty for a moment without the phase being over.
+        self._phase_done = trio.Event()
         if self._phase_left:
             await self._phase_done.wait()
 
