@@ -9,10 +9,18 @@ idempotency key, so transport failures of such a tool are retried.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from mcp.types import TextContent
+from mcp.types import (
+    BlobResourceContents,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 
+from ._canonical import canonical_json
+from ._output import IMAGE_TYPES, Document, Image, Part, Text
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -41,21 +49,34 @@ def retry_safe(annotations: ToolAnnotations | None) -> bool:
     return annotations.read_only_hint is True or annotations.idempotent_hint is True
 
 
-def _block(block: ContentBlock) -> dict[str, Any]:
-    dumped: dict[str, Any] = block.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
+def _part(block: ContentBlock) -> Part:
+    """One MCP content block as a fanout content part, passed on intact.
 
-
-def answer_of(content: Sequence[ContentBlock]) -> str | list[dict[str, Any]]:
-    """A result's content as the model reads it.
-
-    fanout's results are text, so a lone text block is its text and anything
-    else is the list of blocks as the protocol spells them (type, text,
-    data, mimeType, ...), written as JSON: nothing is dropped or renamed.
+    Text is text and an image of a type the model APIs take is an image;
+    an embedded PDF or text resource is a document. Anything else (audio, a
+    resource link, an image of another type) is its block as the protocol
+    spells it, written as JSON text: nothing is dropped or renamed.
     """
+    if isinstance(block, TextContent):
+        return Text(block.text)
+    if isinstance(block, ImageContent) and block.mime_type in IMAGE_TYPES:
+        return Image(block.data, block.mime_type)
+    if isinstance(block, EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, BlobResourceContents) and resource.mime_type == "application/pdf":
+            return Document(resource.blob, "application/pdf")
+        if isinstance(resource, TextResourceContents):
+            return Document(resource.text, "text/plain")
+    return Text(canonical_json(block.model_dump(mode="json", by_alias=True, exclude_none=True)))
+
+
+def answer_of(content: Sequence[ContentBlock]) -> str | list[Part]:
+    """A result's content as the model reads it: a lone text block is its text,
+    anything else fanout's content parts (``Text``, ``Image``, ``Document``),
+    carried intact to each vendor's blocks."""
     if len(content) == 1 and isinstance(content[0], TextContent):
         return content[0].text
-    return [_block(block) for block in content]
+    return [_part(block) for block in content]
 
 
 def error_text(content: Sequence[ContentBlock]) -> str:

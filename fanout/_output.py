@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
+    "IMAGE_TYPES",
     "Document",
     "Image",
     "Part",
@@ -48,7 +49,7 @@ __all__ = [
 # document and no tool's text of its own begins with (``defuse`` sees to it).
 MARKER = "\x00fanout-blocks\x00"
 
-_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 _DOCUMENT_TYPES = ("application/pdf", "text/plain")
 
 
@@ -84,7 +85,7 @@ class Image:
     """An image (bytes, or base64 text) the model sees; never cut."""
 
     data: str = attrs.field(converter=_base64)
-    media_type: str = attrs.field(default="image/png", validator=_one_of(_IMAGE_TYPES))
+    media_type: str = attrs.field(default="image/png", validator=_one_of(IMAGE_TYPES))
 
 
 @attrs.frozen

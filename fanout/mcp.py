@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
     from mcp.types import RequestId, RequestParamsMeta, Tool
 
+    from ._output import Part
     from ._registry import Registry, ToolSpec
 
 __all__ = [
@@ -116,7 +117,7 @@ class McpServer:
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], *, retry_safe: bool = False
-    ) -> str | list[dict[str, Any]]:
+    ) -> str | list[Part]:
         """Call the server's tool ``name``, as part of the fanout call running now (if any).
 
         Returns the answer's content (see ``answer_of``); raises
@@ -147,7 +148,7 @@ class McpServer:
     def tool(self, name: str, *, retry_safe: bool = False) -> Callable[..., Awaitable[Any]]:
         """A fanout tool function that calls the server's tool ``name``."""
 
-        async def call_mcp_tool(**arguments: Any) -> str | list[dict[str, Any]]:
+        async def call_mcp_tool(**arguments: Any) -> str | list[Part]:
             return await self.call(name, arguments, retry_safe=retry_safe)
 
         call_mcp_tool.__name__ = call_mcp_tool.__qualname__ = name
@@ -157,7 +158,7 @@ class McpServer:
         self._open = False
 
 
-def _answer(result: CallToolResult) -> str | list[dict[str, Any]]:
+def _answer(result: CallToolResult) -> str | list[Part]:
     if result.is_error:
         raise McpToolError(error_text(result.content))
     return answer_of(result.content)

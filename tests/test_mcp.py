@@ -158,9 +158,9 @@ async def test_a_turn_of_mcp_tools_is_answered_completely(
     assert (ok.status, ok.content) == (Status.OK, "value of k")
     assert failed.status is Status.ERROR
     assert "cannot do that: no such key" in body(failed)["message"]
-    assert json.loads(picture.content) == [
-        {"type": "text", "text": "a red dot"},
-        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    assert picture.parts == [
+        fanout.Text("a red dot"),
+        fanout.Image("iVBORw0KGgo=", "image/png"),
     ]
     assert (hung.status, body(hung)["started"]) == (Status.TIMED_OUT, True)
     answered = {e.call_id: e.time - start for e in turn.trace if e.kind is EventKind.ANSWERED}
