@@ -177,7 +177,7 @@ async def _attempt(
             call=call, kind=spec.kind, budget=budget, scopes=state.scopes,
             idempotency_key=state.idempotency_key, run_id=run_id,
             attempt=state.attempts, recorder=recorder, inline_wait=settings.inline_wait,
-            secrets=state.secrets,
+            secrets=state.secrets, admitted_at=trio.current_time(),
         )  # fmt: skip
         return await _run_tool(state, spec, context, settings)
     finally:

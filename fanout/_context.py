@@ -10,6 +10,7 @@ it too.
 from __future__ import annotations
 
 import contextvars
+import math
 
 import attrs
 import trio
@@ -37,6 +38,8 @@ class CallContext:
     tool that logs its context logs no key. ``effect_unknown`` is set when a
     write's request left but its response was lost (a reset mid-body): the
     server may have acted, so no answer of this attempt is kept for replay.
+    ``admitted_at`` is when admission let the attempt start: its first
+    request leaves a little later, and the scope measures by how much.
     """
 
     call: ToolCall
@@ -51,6 +54,7 @@ class CallContext:
     secrets: set[str] = attrs.field(factory=set, repr=False)
     requests: int = 0
     effect_unknown: bool = False
+    admitted_at: float = -math.inf
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
 
     def report_progress(

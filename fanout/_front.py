@@ -47,6 +47,7 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 
 _RECENT = 4096  # bookings remembered, to count what started since a request was sent
 _RECENT_FOR = 60.0  # seconds a booking is remembered
+_MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
 
 
@@ -197,7 +198,8 @@ class ScopeFront:
     only when the queue ahead cannot drain within its budget);
     ``quota_horizon``: the longest server wait still treated as throttling
     rather than an exhausted quota; ``slack``: seconds of margin for requests
-    that reach the server out of step (None, the default: measured from the
+    that reach the server out of step (None, the default: measured, from how
+    late a call's first request leaves after its admission and from the
     spread of call durations); ``trust``: when configured limits and the
     limits a server states disagree, use the stricter (default), the
     configuration, or the headers; ``window``: how ``Remaining: 0`` is read
@@ -229,6 +231,7 @@ class ScopeFront:
         init=False, factory=lambda: collections.deque(maxlen=_RECENT), repr=False
     )
     _started: float = attrs.field(init=False, default=0.0, repr=False)
+    _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _fixed: bool = attrs.field(init=False, default=False, repr=False)
     _fixed_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
@@ -509,10 +512,26 @@ class ScopeFront:
         self._ledger.observe_latency(seconds)
         self._probe.finished()
         if self.slack is None and self._ledger.samples >= 2:
-            self._backend.set_slack(self._ledger.spread())
+            self._backend.set_slack(max(self._send_lag, self._ledger.spread()))
         if ok and self._learner is not None:
             self._learner.on_success()
             self._apply_learned()
+
+    def observe_send_lag(self, seconds: float) -> None:
+        """A call's first request left ``seconds`` after admission let it start.
+
+        The bucket counts a burst's refill from its first admission; the
+        server, from its first request's arrival, which is at least this
+        much later (the call's own set-up, a new connection). Known from the
+        first request of a burst, long before any answer could show it: the
+        slack needs it at once, or the first request after the burst leaves
+        early and draws a 429.
+        """
+        if self.slack is not None or not (0.0 < seconds < _MAX_LAG):
+            return
+        if seconds > self._send_lag:
+            self._send_lag = seconds
+            self._backend.set_slack(max(seconds, self._ledger.spread()))
 
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""
@@ -550,5 +569,7 @@ class ScopeFront:
             exhausted_until=self.exhausted_until(), latency=self._ledger.latency,
             shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
             retries_refused=budget.refused,
-            slack=self.slack if self.slack is not None else self._ledger.spread(),
+            slack=self.slack
+            if self.slack is not None
+            else max(self._send_lag, self._ledger.spread()),
         )  # fmt: skip

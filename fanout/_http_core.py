@@ -212,7 +212,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # A call keeps to one pool, so its next request finds the connection
         # its last one just released.
         transport = self._transports[context.call.position % len(self._transports)]
-        if context.requests > 0:
+        first = context.requests == 0
+        if not first:
             await _charge(context)
         context.requests += 1
         found = credentials_in(request.headers.items(), str(request.url), self._credentials)
@@ -223,6 +224,9 @@ class HttpCore(Generic[RequestT, ResponseT]):
         url = redact_url(request.url, context.secrets)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
         sent_at = trio.current_time()
+        if first:  # its token was taken at admission: how late it leaves is the scope's slack
+            for scope in context.scopes:
+                scope.observe_send_lag(sent_at - context.admitted_at)
         try:
             response = await transport.handle_async_request(request)
         except self._seam.transport_error as exc:

@@ -1,0 +1,46 @@
+"""A call's first request that leaves late counts toward the scope's slack, before any answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+import fanout
+from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout.testing import ServerConfig, serve_throttled
+
+
+async def test_a_late_first_request_widens_the_slack_before_any_answer(
+    autojump_clock: Any,
+) -> None:
+    """Requests leaving 20 ms after admission: slack 20 ms, and the call after the burst
+    starts that much later than its token, so the server never sees it early."""
+    async with (
+        serve_throttled(ServerConfig(rate=10, burst=2, latency=0.5)) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        reg = Registry()
+        started: list[float] = []
+
+        @reg.tool(kind=Kind.READS, scopes=["api"])
+        async def fetch(n: int) -> str:
+            await trio.sleep(0.02)  # the tool's own set-up before its request
+            started.append(trio.current_time())
+            return (await client.get(f"/items/{n}")).text
+
+        scope = Scope("api", rate=10, burst=2)
+        runner = Runner(reg, scopes=[scope], inline_wait=None)
+        calls = [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(3)]
+        turn = await runner.run_turn(calls)
+    assert [r.status for r in turn.results] == [fanout.Status.OK] * 3
+    assert scope.statistics().slack == 0.02
+    assert started[2] - started[0] == 0.1 + 0.02  # its token, plus the measured slack
+    assert server.count(status=429) == 0
+
+
+async def test_a_configured_slack_is_kept() -> None:
+    """slack= given by the user is not replaced by a measurement."""
+    scope = Scope("api", rate=10, burst=2, slack=0.0)
+    scope.observe_send_lag(0.5)
+    assert scope.statistics().slack == 0.0
