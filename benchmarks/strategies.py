@@ -308,7 +308,11 @@ async def fanout_configured(setting: Setting) -> list[CallOutcome]:
     """fanout told the true limits, as the README says: rate, burst, and the in-flight cap
     where the API has one. Nothing else: slack is measured, shedding is by budget."""
     s = setting.scenario
-    scope = fanout.Scope("api", rate=s.told_rate, burst=s.burst, max_concurrency=s.max_in_flight)
+    # An API documented to have no rate is told so (learn=False), as the README says.
+    scope = fanout.Scope(
+        "api", rate=s.told_rate, burst=s.burst, max_concurrency=s.max_in_flight,
+        learn=s.told_rate is not None,
+    )  # fmt: skip
     return await _fanout(setting, scope)
 
 
