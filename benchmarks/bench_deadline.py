@@ -54,6 +54,12 @@ def _calls(turn: int, hung: int) -> list[fanout.ToolCall]:
     return calls
 
 
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile by nearest rank."""
+    data = sorted(values)
+    return data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))]
+
+
 @attrs.frozen
 class Lateness:
     """How late turns returned and answers were written, in seconds past the deadline."""
@@ -67,9 +73,7 @@ class Lateness:
     all_timed_out: bool
 
     def percentile(self, q: float) -> float:
-        data = sorted(self.turn_late)
-        index = min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))
-        return data[index]
+        return _percentile(self.turn_late, q)
 
     def summary(self) -> dict[str, float]:
         return {
@@ -229,8 +233,7 @@ class ScaleCase:
     all_timed_out: bool
 
     def answers(self, q: float) -> float:
-        data = sorted(self.answer_late)
-        return data[min(len(data) - 1, max(0, round(q / 100 * (len(data) - 1))))]
+        return _percentile(self.answer_late, q)
 
 
 async def _scale_case(kind: str, calls: int, hosted: bool, timeout: float) -> ScaleCase:

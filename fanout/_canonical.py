@@ -17,7 +17,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "idempotency_key", "safe_text", "truncate"]
+__all__ = [
+    "canonical_json",
+    "idempotency_key",
+    "safe_text",
+    "truncate",
+    "truncation_marker",
+]
 
 MAX_DEPTH = 200
 """Levels of nesting fanout reads or writes; deeper values are no use to a model or a tool,
@@ -137,7 +143,8 @@ def canonical_json(value: Any) -> str:
     return clean_text(text)
 
 
-def _marker(dropped: int) -> str:
+def truncation_marker(dropped: int) -> str:
+    """The visible mark of a cut: how many characters were dropped."""
     return f"\n[truncated by fanout: {dropped} more characters]"
 
 
@@ -150,8 +157,8 @@ def truncate(text: str, limit: int) -> str:
     """
     if len(text) <= limit:
         return text
-    keep = max(0, limit - len(_marker(len(text))))
-    return text[:keep] + _marker(len(text) - keep)
+    keep = max(0, limit - len(truncation_marker(len(text))))
+    return text[:keep] + truncation_marker(len(text) - keep)
 
 
 def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:

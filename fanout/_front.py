@@ -35,6 +35,14 @@ from ._learning import RateLearner
 from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
+from ._validate import (
+    flag,
+    one_of,
+    optional_at_least,
+    optional_non_negative,
+    optional_positive,
+    require_positive,
+)
 
 if TYPE_CHECKING:
     from ._budget import Budget
@@ -109,25 +117,6 @@ class Backend(Protocol):
     def bucket_statistics(self) -> BucketStatistics: ...
 
 
-def _optional_count(low: int) -> attrs._ValidatorType[int | None]:
-    def check(_: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < low
-        ):
-            raise ConfigurationError(f"{attribute.name} must be an int >= {low}, not {value!r}")
-
-    return check
-
-
-def _optional_rate(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-    ):
-        raise ConfigurationError(f"rate must be a positive number a second, not {value!r}")
-    if value is not None and not math.isfinite(value):
-        raise ConfigurationError(f"rate must be finite, not {value!r}")
-
-
 def _optional_burst(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
     if value is not None and (
         isinstance(value, bool)
@@ -142,31 +131,9 @@ def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:
         raise ConfigurationError(f"quota_horizon must be a positive number, not {value!r}")
 
 
-def _slack(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (value >= 0 and math.isfinite(value))
-    ):
-        raise ConfigurationError(f"slack must be None (measured) or a number >= 0, not {value!r}")
-
-
-def _choice(choices: tuple[str, ...]) -> attrs._ValidatorType[str]:
-    def check(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-        if value not in choices:
-            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
-
-    return check
-
-
 def _retry_budget(_: object, __: attrs.Attribute[RetryBudget], value: RetryBudget) -> None:
     if not isinstance(value, RetryBudget):
         raise ConfigurationError(f"retry_budget must be a RetryBudget, not {value!r}")
-
-
-def _flag(_: object, attribute: attrs.Attribute[bool], value: bool) -> None:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{attribute.name} must be True or False, not {value!r}")
 
 
 def _fastest(info: RateLimitInfo) -> float:
@@ -206,21 +173,23 @@ class ScopeFront:
     (``"auto"``: as a token bucket until a 429 shows a fixed window).
     """
 
-    rate: float | None = attrs.field(default=None, kw_only=True, validator=_optional_rate)
+    rate: float | None = attrs.field(default=None, kw_only=True, validator=optional_positive)
     burst: float | None = attrs.field(default=None, kw_only=True, validator=_optional_burst)
     max_concurrency: int | None = attrs.field(
-        default=None, kw_only=True, validator=_optional_count(1)
+        default=None, kw_only=True, validator=optional_at_least(1)
     )
-    max_waiters: int | None = attrs.field(default=None, kw_only=True, validator=_optional_count(0))
+    max_waiters: int | None = attrs.field(
+        default=None, kw_only=True, validator=optional_at_least(0)
+    )
     quota_horizon: float = attrs.field(default=3600.0, kw_only=True, validator=_horizon)
     retry_budget: RetryBudget = attrs.field(
         factory=RetryBudget, kw_only=True, validator=_retry_budget
     )
-    learn: bool = attrs.field(default=True, kw_only=True, validator=_flag)
-    slack: float | None = attrs.field(default=None, kw_only=True, validator=_slack)
-    trust: Trust = attrs.field(default="stricter", kw_only=True, validator=_choice(get_args(Trust)))
+    learn: bool = attrs.field(default=True, kw_only=True, validator=flag)
+    slack: float | None = attrs.field(default=None, kw_only=True, validator=optional_non_negative)
+    trust: Trust = attrs.field(default="stricter", kw_only=True, validator=one_of(get_args(Trust)))
     window: WindowKind = attrs.field(
-        default="auto", kw_only=True, validator=_choice(get_args(WindowKind))
+        default="auto", kw_only=True, validator=one_of(get_args(WindowKind))
     )
     _backend: Backend = attrs.field(init=False, repr=False)
     _ledger: Ledger = attrs.field(init=False, factory=Ledger, repr=False)
@@ -544,7 +513,8 @@ class ScopeFront:
 
     def set_limits(self, rate: float | None, burst: float) -> None:
         """Replace the bucket's rate and burst (for example, learned elsewhere)."""
-        _optional_rate(None, None, rate)  # type: ignore[arg-type]
+        if rate is not None:
+            require_positive("rate", rate)
         _optional_burst(None, None, burst)  # type: ignore[arg-type]
         self._set(rate, burst)
 

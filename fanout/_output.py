@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, truncation_marker
 from ._exceptions import ConfigurationError
+from ._validate import one_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -64,15 +65,6 @@ def _base64(value: bytes | str) -> str:
     return value
 
 
-def _one_of(allowed: tuple[str, ...]) -> Any:
-    def check(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value not in allowed:
-            choices = ", ".join(allowed)
-            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
-
-    return check
-
-
 @attrs.frozen
 class Text:
     """Text the model reads; the only part the output limit may cut."""
@@ -85,7 +77,7 @@ class Image:
     """An image (bytes, or base64 text) the model sees; never cut."""
 
     data: str = attrs.field(converter=_base64)
-    media_type: str = attrs.field(default="image/png", validator=_one_of(IMAGE_TYPES))
+    media_type: str = attrs.field(default="image/png", validator=one_of(IMAGE_TYPES))
 
 
 @attrs.frozen
@@ -93,7 +85,7 @@ class Document:
     """A PDF (bytes or base64) or plain text document; never cut."""
 
     data: str
-    media_type: str = attrs.field(default="application/pdf", validator=_one_of(_DOCUMENT_TYPES))
+    media_type: str = attrs.field(default="application/pdf", validator=one_of(_DOCUMENT_TYPES))
     title: str | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -124,7 +116,7 @@ def encode_parts(value: Part | Sequence[Part], *, limit: int) -> str:
     total = sum(len(part.text) for part in parts if isinstance(part, Text))
     # Over the limit, the marker counts against the cap: room for text is what
     # is left beside a marker sized for the largest count it could carry.
-    room = limit if total <= limit else max(0, limit - len(_marker(total)))
+    room = limit if total <= limit else max(0, limit - len(truncation_marker(total)))
     used = 0
     kept: list[dict[str, Any]] = []
     for part in parts:
@@ -133,7 +125,7 @@ def encode_parts(value: Part | Sequence[Part], *, limit: int) -> str:
                 continue  # the text was cut already; later text is dropped
             text = part.text
             if used + len(text) > room:
-                text = text[: room - used] + _marker(total - room)
+                text = text[: room - used] + truncation_marker(total - room)
             used += len(part.text)
             kept.append({"type": "text", "text": text})
         else:
@@ -170,10 +162,6 @@ def text_of(part: Part) -> str:
 def defuse(text: str) -> str:
     """A tool's own text, never mistaken for blocks (it cannot start with the marker)."""
     return " " + text if text.startswith(MARKER) else text
-
-
-def _marker(dropped: int) -> str:
-    return f"\n[truncated by fanout: {dropped} more characters]"
 
 
 def cut_json(text: str, limit: int) -> str:

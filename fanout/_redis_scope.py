@@ -49,6 +49,7 @@ from ._ledger import Ledger
 from ._redis import BucketReply, LocalFallback, RedisLink, SharedBucket, SharedLeases
 from ._redis_client import RedisClient, client_from_url
 from ._redis_keys import scope_key_base
+from ._validate import positive
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -60,13 +61,6 @@ __all__ = ["RedisScope"]
 
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
-
-
-def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{attribute.name} must be a number, not {value!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ConfigurationError(f"{attribute.name} must be a positive number, not {value!r}")
 
 
 def _optional_fallback(
@@ -374,9 +368,9 @@ class RedisScope(ScopeFront):
     client: RedisClient = attrs.field(repr=False)
     name: str
     prefix: str = attrs.field(default="fanout:", kw_only=True, validator=_prefix)
-    lease_ttl: float = attrs.field(default=10.0, kw_only=True, validator=_positive)
-    op_timeout: float = attrs.field(default=0.25, kw_only=True, validator=_positive)
-    recheck_after: float = attrs.field(default=1.0, kw_only=True, validator=_positive)
+    lease_ttl: float = attrs.field(default=10.0, kw_only=True, validator=positive)
+    op_timeout: float = attrs.field(default=0.25, kw_only=True, validator=positive)
+    recheck_after: float = attrs.field(default=1.0, kw_only=True, validator=positive)
     fallback: LocalFallback | None = attrs.field(
         default=None, kw_only=True, validator=_optional_fallback
     )

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 __all__ = [
     "at_least",
     "finite_non_negative",
+    "flag",
     "non_empty_text",
+    "one_of",
+    "optional_at_least",
+    "optional_non_negative",
     "optional_positive",
     "positive",
     "require_at_least",
@@ -71,6 +75,39 @@ def optional_positive(_: object, attribute: attrs.Attribute[Any], value: object)
     """None, or a finite number > 0."""
     if value is not None:
         require_positive(attribute.name, value)
+
+
+def optional_non_negative(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or a finite number >= 0."""
+    if value is not None:
+        require_non_negative(attribute.name, value)
+
+
+def optional_at_least(least: int) -> Any:
+    """An attrs validator: None, or a whole number >= ``least``."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            require_at_least(attribute.name, value, least)
+
+    return check
+
+
+def flag(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """``True`` or ``False``, nothing truthy in their place."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{attribute.name} must be True or False, not {value!r}")
+
+
+def one_of(allowed: tuple[str, ...]) -> Any:
+    """An attrs validator: one of the ``allowed`` strings."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in allowed:
+            choices = ", ".join(allowed)
+            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
+
+    return check
 
 
 def at_least(least: int) -> Any:
