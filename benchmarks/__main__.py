@@ -5,6 +5,8 @@ the smoke test uses it) and writes to ``benchmarks/results/quick/``.
 ``--only`` picks parts (``strategies``, ``overhead``, ``deadline``,
 ``redis``) and writes to ``benchmarks/results/partial/``, so that only a full
 run replaces the results the README quotes; ``--out`` overrides either.
+``--scenario`` and ``--strategy`` narrow the strategies part to some rows and
+columns (by name, comma-separated), to look at one cell while changing it.
 
 ``redis`` is ``bench_redis.py`` (what a limit shared on Redis costs, and how
 exactly it holds), run as its own process. It writes
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -35,7 +37,8 @@ from .bench_overhead import measure_overhead
 from .bench_replan import measure_replan, replan_markdown
 from .bench_strategies import measure_ceiling, run_scenario
 from .harness import machine
-from .scenarios import FULL, QUICK
+from .scenarios import FULL, QUICK, Scenario
+from .strategies import STRATEGIES, Strategy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
     from .bench_overhead import OverheadReport
     from .bench_strategies import Ceiling
     from .harness import RunResult
-    from .scenarios import Scenario
 
 PARTS = ("strategies", "overhead", "deadline", "http", "replan", "redis")
 NOTES = (
@@ -77,7 +79,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=",".join(PARTS),
         help=f"comma-separated parts to run (default: all of {', '.join(PARTS)})",
     )
+    parser.add_argument(
+        "--scenario", default="", help="comma-separated scenario names (default: every one)"
+    )
+    parser.add_argument(
+        "--strategy", default="", help="comma-separated strategy names (default: every one)"
+    )
     args = parser.parse_args(argv)
+    args.scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
+    args.strategies = [s.strip() for s in args.strategy.split(",") if s.strip()]
     args.parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(args.parts) - set(PARTS)
     if unknown:
@@ -86,11 +96,25 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         # Only a full run may replace the results the README quotes.
         if args.quick:
             args.out = RESULTS / "quick"
-        elif set(args.parts) != set(PARTS):
+        elif set(args.parts) != set(PARTS) or args.scenarios or args.strategies:
             args.out = RESULTS / "partial"
         else:
             args.out = RESULTS
     return args
+
+
+_Named = TypeVar("_Named", Scenario, Strategy)
+
+
+def _chosen(items: Sequence[_Named], names: list[str], what: str) -> list[_Named]:
+    """The items named (all when no name is given); an unknown name is an error."""
+    if not names:
+        return list(items)
+    known = {item.name: item for item in items}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [known[name] for name in names]
 
 
 def _say(text: str) -> None:
@@ -108,14 +132,16 @@ def _row(result: RunResult) -> None:
 
 
 async def _strategies(
-    scenarios: Sequence[Scenario], *, quick: bool
+    scenarios: Sequence[Scenario], strategies: Sequence[Strategy], *, quick: bool
 ) -> tuple[Ceiling, list[RunResult]]:
     ceiling = await measure_ceiling(seconds=0.5 if quick else 2.0)
     _say(f"server ceiling (rate none): {ceiling.per_second:,.0f} requests/s")
     results: list[RunResult] = []
     for scenario in scenarios:
         _say(f"{scenario.title}: minimum {scenario.min_makespan:.3f} s")
-        results += await run_scenario(scenario, progress=_row, pause=0.05 if quick else 0.3)
+        results += await run_scenario(
+            scenario, strategies, progress=_row, pause=0.05 if quick else 0.3
+        )
     return ceiling, results
 
 
@@ -144,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.perf_counter()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    scenarios = QUICK if args.quick else FULL
+    scenarios = _chosen(QUICK if args.quick else FULL, args.scenarios, "scenario")
+    strategies = _chosen(STRATEGIES, args.strategies, "strategy")
     info = machine()
     _say(f"fanout benchmarks on {info['platform']}, {info['cpu_count']} CPUs -> {out}")
 
@@ -154,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadlines: DeadlineReport | None = None
     scale_table: str | None = None
     if "strategies" in args.parts:
-        ceiling, results = trio.run(lambda: _strategies(scenarios, quick=args.quick))
+        ceiling, results = trio.run(lambda: _strategies(scenarios, strategies, quick=args.quick))
     if "overhead" in args.parts:
         _say("overhead: no-op calls, fanout against a bare nursery")
         if args.quick:
