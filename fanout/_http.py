@@ -28,13 +28,7 @@ class _Body(GuardedBody, httpx.AsyncByteStream):
 class FanoutTransport(TransportBase[httpx.Request, httpx.Response], httpx.AsyncBaseTransport):
     """An httpx transport that charges each request to the running call; see `TransportBase`."""
 
-    seam = Seam(
-        transport_error=httpx.TransportError,
-        not_sent=(httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout),
-        body=_Body,
-        pool=httpx.AsyncHTTPTransport,
-        limits=httpx.Limits,
-    )
+    seam = Seam.of(httpx, body=_Body)
 
 
 def http_client(

@@ -57,6 +57,7 @@ from ._values import Kind, Status
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
+    from types import ModuleType
 
     from ._context import CallContext
     from ._headers import RateLimitInfo
@@ -137,6 +138,17 @@ class Seam:
     body: type[GuardedBody]
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
     limits: Callable[..., Any]  # the library's pool limits class
+
+    @classmethod
+    def of(cls, library: ModuleType, body: type[GuardedBody]) -> Seam:
+        """The seam of an httpx-shaped library (httpx, httpx2): same names, other classes."""
+        return cls(
+            transport_error=library.TransportError,
+            not_sent=(library.ConnectError, library.ConnectTimeout, library.PoolTimeout),
+            body=body,
+            pool=library.AsyncHTTPTransport,
+            limits=library.Limits,
+        )
 
 
 class TransportBase(Generic[RequestT, ResponseT]):

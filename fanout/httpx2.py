@@ -31,13 +31,7 @@ class _Body(GuardedBody, httpx2.AsyncByteStream):
 class FanoutTransport(TransportBase[httpx2.Request, httpx2.Response], httpx2.AsyncBaseTransport):
     """An httpx2 transport that charges each request to the running call; see `TransportBase`."""
 
-    seam = Seam(
-        transport_error=httpx2.TransportError,
-        not_sent=(httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout),
-        body=_Body,
-        pool=httpx2.AsyncHTTPTransport,
-        limits=httpx2.Limits,
-    )
+    seam = Seam.of(httpx2, body=_Body)
 
 
 def http_client(
