@@ -63,6 +63,12 @@ class Booking:
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
 
+    @property
+    def opens_burst(self) -> bool:
+        """Whether the bucket was full when this booking starts: a burst begins with it."""
+        before = self.before[0] if isinstance(self.before, tuple) else self.before
+        return isinstance(before, float) and before < self.start
+
 
 @attrs.define
 class TokenBucket:
@@ -210,24 +216,36 @@ class TokenBucket:
         ``started_since`` is what this process surely started after the
         server counted; ``unsure``, what else it started that the server may
         not have counted yet (requests that started before this one was sent
-        but reached the server after it). The server's count, refilled at the
-        rate since (less the slack) and less ``started_since``, replaces the
-        bucket's own when it is lower (bookings not yet due are void, and book
-        again against it); less ``unsure`` too, a surplus of a token or more
-        is added (the bucket could not see the server refill). True when the
-        bucket changed.
+        but reached the server after it). The server counted when the request
+        *arrived*, somewhere in those ``elapsed`` s, so its count says two
+        things, and each is used only in its safe direction:
+
+        * at most ``remaining`` (plus the token a floored count hides),
+          refilled for all of ``elapsed``, is there now. A bucket above that
+          is surely ahead of the server: it drops to the server's count,
+          refilled from the slack on (bookings not yet due are void, and
+          book again against it).
+        * at least ``remaining`` is there now, less what started since and
+          what may not have been counted. A surplus of a token or more over
+          the bucket is added (the bucket could not see the server refill).
+          No refill is assumed: a request that reached the server late (a
+          slow first connection) was counted late, and refilling from its
+          sending would raise the bucket above the server's.
+
+        Syncing down to a floored count refilled from a guessed arrival, or
+        up by a refill the server may not have had, moves the schedule by
+        that guess at every answer. True when the bucket changed.
         """
         if self.rate is None or not math.isfinite(remaining):
             return False
         now = trio.current_time()
-        refilled = max(0.0, elapsed - self.slack) * self.rate
-        server = min(self.burst, remaining + refilled) - started_since
         present = self._present(now)
-        if server < present - 1e-9:
+        if present > self._at_most(remaining, elapsed, started_since) + 1e-9:
+            refilled = max(0.0, elapsed - self.slack) * self.rate
             self._void()
-            self._set_balance(now, server)
+            self._set_balance(now, min(self.burst, remaining + refilled - started_since))
             return True
-        adopt = min(server - unsure, self.burst)
+        adopt = min(self.burst, remaining) - started_since - unsure
         if adopt >= present + 1.0:
             # The bucket could not see the server refill: bookings ahead may
             # start sooner, so they are void and book again (``voided`` wakes them).
@@ -235,6 +253,19 @@ class TokenBucket:
             self._set_balance(now, adopt)
             return True
         return False
+
+    def _at_most(self, remaining: float, elapsed: float, started_since: float) -> float:
+        """The most tokens the server can have now, by its count ``elapsed`` s ago.
+
+        A whole count is floored (up to a token more was there), and the
+        request may have reached the server as soon as it was sent, so it has
+        refilled for all of ``elapsed``, while what started since drew it
+        down (the burst caps the result, not the refill: the server was not
+        full while those requests took their tokens).
+        """
+        assert self.rate is not None
+        floored = 1.0 if remaining == math.floor(remaining) else 0.0
+        return min(self.burst, remaining + floored + elapsed * self.rate - started_since)
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """The server said we went too fast: no tokens now, nothing starts for ``blocked_for`` s."""

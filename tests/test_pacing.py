@@ -1,0 +1,155 @@
+"""Pacing against the throttling server: as early as the server allows, never earlier.
+
+Every test runs client and server in one ``trio.run`` on a MockClock, so each
+start time is exact: the calls the schedule can finish by their deadline are
+answered ok, none late, and jitter in the server's answers does not delay
+what it admits on arrival.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fanout
+from benchmarks.scenarios import earliest_starts, max_ok_by
+from fanout import Kind, Registry, Runner, Scope, Status, TokenBucket, ToolCall
+from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+
+
+async def _turn(
+    config: ServerConfig, scope: Scope, calls: int, *, deadline: float = 120.0
+) -> tuple[fanout.Turn, ThrottlingServer, float]:
+    """``calls`` fetches through ``scope`` against a server of ``config``; the turn's
+    result, the server, and the time the turn began."""
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=[scope.name], timeout=deadline)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return response.text
+
+        runner = Runner(reg, scopes=[scope], inline_wait=None, turn_timeout=deadline)
+        began = trio.current_time()
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
+    return turn, server, began
+
+
+def _answered(turn: fanout.Turn) -> list[float]:
+    return [e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+
+
+def _ok(turn: fanout.Turn) -> int:
+    return sum(r.status is Status.OK for r in turn.results)
+
+
+async def test_every_call_the_schedule_can_finish_by_its_deadline_is_sent(
+    autojump_clock: Any,
+) -> None:
+    """40 calls, 10/s with a burst of 10, 100 ms each, 2 s deadlines: the schedule can
+    finish 29, the last started at 1.9 s and answered at 2.0 s. Each is sent at its
+    token, in order; the rest are answered at once, and nothing is answered late."""
+    config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
+    turn, server, began = await _turn(config, Scope("api", rate=10, burst=10), 40, deadline=2.0)
+    starts = [round(start - began, 9) for start in server.starts()]
+    assert starts == [0.0] * 10 + [round(0.1 * k, 9) for k in range(1, 20)]
+    assert server.count(status=429) == 0
+    # The one started at 1.9 ends as the deadline fires, and the deadline wins the tie.
+    assert _ok(turn) == 28
+    assert max(_answered(turn)) - began <= 2.0
+
+
+async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_arrival(
+    autojump_clock: Any,
+) -> None:
+    """The server admits a request when it arrives and jitters only its answer (0-100 ms
+    here): the slack is how late the burst's earliest answer came, not how widely the
+    answers spread, and every start is within that of its token."""
+    config = ServerConfig(rate=20, burst=10, latency=0.05, jitter=0.1, headers="draft")
+    scope = Scope("api", rate=20, burst=10)
+    turn, server, began = await _turn(config, scope, 60)
+    assert _ok(turn) == 60
+    assert server.count(status=429) == 0
+    slack = scope.statistics().slack
+    records = server.records
+    durations = [r.end - r.start for r in records]
+    # The burst's earliest answer, less the fastest call: 26 ms here, a quarter of the
+    # spread of durations (98 ms), which the slack used to be.
+    earliest = min(r.end for r in records[:10]) - began
+    assert slack == pytest.approx(earliest - min(durations))
+    assert slack < (max(durations) - min(durations)) / 3
+    ideal = earliest_starts(60, rate=20, burst=10, latency=0.05)
+    late = [start - began - token for start, token in zip(server.starts(), ideal, strict=True)]
+    assert max(late) <= slack + 1e-9
+    assert min(late) >= -1e-9
+
+
+def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
+    """Remaining is floored: 0 may mean 0.9 tokens. A bucket that agrees with the server
+    up to that token is not synced down, so the next start does not move at each answer."""
+
+    async def main() -> None:
+        bucket = TokenBucket(10.0, 10.0)
+        for _ in range(10):
+            assert bucket.reserve(1.0) is not None
+        await trio.sleep(0.15)  # 1.5 tokens back; the answer to a request sent at 0.1
+        assert bucket.sync(0.0, started_since=0.0, elapsed=0.05) is False
+        assert bucket.wait_for(1.0) == 0.0
+        # A server that surely has less (another client spent it) still wins.
+        assert bucket.sync(0.0, started_since=1.0, elapsed=0.0) is True
+        assert bucket.wait_for(1.0) == pytest.approx(0.2)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_surplus_is_adopted_without_assuming_a_refill() -> None:
+    """The server counted when the request arrived, which may have been late (a slow
+    first connection): only the count itself is sure, not a refill since sending."""
+
+    async def main() -> None:
+        bucket = TokenBucket(10.0, 10.0)
+        for _ in range(10):
+            assert bucket.reserve(1.0) is not None
+        await trio.sleep(0.05)
+        assert bucket.sync(3.0, elapsed=0.05) is True
+        assert bucket.statistics().tokens == pytest.approx(3.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
+    burst=st.integers(1, 10),
+    latency=st.sampled_from([0.01, 0.05, 0.1, 0.25]),
+    deadline=st.sampled_from([0.5, 1.0, 2.0]),
+    calls=st.integers(1, 40),
+)
+def test_fanout_finishes_what_the_schedule_can_and_nothing_late(
+    rate: float, burst: int, latency: float, deadline: float, calls: int
+) -> None:
+    """For any limits and deadline, told the limits, fanout answers ok all but at most
+    one of the calls the optimal schedule can finish (the one that would end exactly
+    at the deadline, where the deadline wins the tie), causes no 429, and answers
+    every call by its deadline."""
+    can = max_ok_by(deadline, calls, rate=rate, burst=burst, latency=latency)
+
+    async def main() -> None:
+        config = ServerConfig(rate=rate, burst=burst, latency=latency, headers="draft")
+        scope = Scope("api", rate=rate, burst=burst)
+        turn, server, began = await _turn(config, scope, calls, deadline=deadline)
+        assert _ok(turn) >= can - 1
+        assert server.count(status=429) == 0
+        assert max(_answered(turn)) - began <= deadline + 1e-9
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
