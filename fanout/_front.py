@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, get_args
 import attrs
 import trio
 
-from ._bucket import Booking, BucketStatistics
+from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import Verdict
 from ._exceptions import ConfigurationError
 from ._learning import RateLearner
@@ -57,6 +57,9 @@ _RECENT = 4096  # bookings remembered, to count what started since a request was
 _RECENT_FOR = 60.0  # seconds a booking is remembered
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
+# Calls a scope told its concurrency (and no rate) probes with at once: a server
+# whose burst is one answers the others 429, three at most, the most learning allows.
+_PROBE_WIDTH = 4
 
 
 class SlotHolder(Protocol):
@@ -104,9 +107,7 @@ class Backend(Protocol):
     async def wait_for(self, cost: float) -> float: ...
     async def drain(self, blocked_for: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
-    async def sync(
-        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
-    ) -> None: ...
+    async def sync(self, count: ServerCount) -> None: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
@@ -223,7 +224,8 @@ class ScopeFront:
             backend.set_slack(self.slack)
         if self.rate is None and self.learn:
             self._learner = RateLearner()
-            self._probe = Probe()
+            width = 1 if self.max_concurrency is None else min(self.max_concurrency, _PROBE_WIDTH)
+            self._probe = Probe(width=width)
 
     # -- admission --------------------------------------------------------
 
@@ -436,12 +438,17 @@ class ScopeFront:
             # request was sent may have reached the server after it.
             since = sent - self._ledger.slowest()
             maybe = sum(cost for start, cost in self._recent if since <= start <= sent)
-            await self._backend.sync(
+            count = ServerCount(
                 remaining,
                 started_since=surely,
                 unsure=max(0.0, maybe - 1.0),  # one of them is the request itself
                 elapsed=now - sent,
+                # The request may have reached the server as late as the slowest
+                # call here was slower than the fastest.
+                late=self._ledger.slowest() - self._ledger.fastest(),
+                rate_known=self._learner is None or self._learner.ceiling is not None,
             )
+            await self._backend.sync(count)
         else:
             await trio.lowlevel.checkpoint()
 
@@ -452,9 +459,12 @@ class ScopeFront:
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after, at=sent, started=started
             ):
-                # The first answer is the probe's, alone in flight: what it says
-                # remains is what the bucket may spend now.
-                self._apply_learned(tokens=info.remaining if first else None)
+                # The first answer is a probe's: what it says remains is what the
+                # bucket may spend now, less the other probes it may not have counted.
+                tokens = None
+                if first and info.remaining is not None:
+                    tokens = info.remaining - (self._started - 1.0)
+                self._apply_learned(tokens=tokens)
             return
         if self.trust == "config" or info.limit is None or info.limit < 1:
             return
@@ -483,13 +493,15 @@ class ScopeFront:
     def observe_call(self, seconds: float, *, ok: bool) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.
 
-        Only an attempt that went fine is a call's duration: a 429 answers
-        at once, with none of the work's latency, and a cut-off attempt ends
-        at its deadline, not its answer; either would drag the latency down
-        and widen the spread (and with it the slack) by a whole latency.
+        Only an attempt that went fine is a sample of a call's duration: a
+        429 answers at once, with none of the work's latency, and a cut-off
+        attempt ends at its deadline, not its answer; as the fastest call,
+        either would widen the slack by a whole latency. It only shows that
+        calls take at least that long.
         """
         self._probe.finished()
         if not ok:
+            self._ledger.observe_cut_short(seconds)
             return
         self._ledger.observe_latency(seconds)
         self._observe_arrival(seconds)

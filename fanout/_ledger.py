@@ -44,6 +44,16 @@ class Ledger:
         else:
             self.latency += _SMOOTHING * (seconds - self.latency)
 
+    def observe_cut_short(self, seconds: float) -> None:
+        """An attempt refused or cut off after ``seconds``: the work takes at least that.
+
+        It raises the latency when longer than it (a throttled call that had
+        worked 0.8 s shows calls take that long) and is no sample of how fast
+        a call can be: a 429 answered in 2 ms says nothing of the work.
+        """
+        if seconds >= 0 and math.isfinite(seconds) and seconds > (self.latency or 0.0):
+            self.latency = seconds
+
     def fastest(self) -> float:
         """The shortest recent call duration (zero before any finished)."""
         return min(self._samples, default=0.0)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import fanout
 from benchmarks.scenarios import earliest_starts, max_ok_by
-from fanout import Kind, Registry, Runner, Scope, Status, TokenBucket, ToolCall
+from fanout import Kind, Registry, Runner, Scope, ServerCount, Status, TokenBucket, ToolCall
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 
@@ -103,10 +103,10 @@ def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
         for _ in range(10):
             assert bucket.reserve(1.0) is not None
         await trio.sleep(0.15)  # 1.5 tokens back; the answer to a request sent at 0.1
-        assert bucket.sync(0.0, started_since=0.0, elapsed=0.05) is False
+        assert bucket.sync(ServerCount(0.0, elapsed=0.05)) is False
         assert bucket.wait_for(1.0) == 0.0
         # A server that surely has less (another client spent it) still wins.
-        assert bucket.sync(0.0, started_since=1.0, elapsed=0.0) is True
+        assert bucket.sync(ServerCount(0.0, started_since=1.0)) is True
         assert bucket.wait_for(1.0) == pytest.approx(0.2)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -121,7 +121,7 @@ def test_a_surplus_is_adopted_without_assuming_a_refill() -> None:
         for _ in range(10):
             assert bucket.reserve(1.0) is not None
         await trio.sleep(0.05)
-        assert bucket.sync(3.0, elapsed=0.05) is True
+        assert bucket.sync(ServerCount(3.0, elapsed=0.05)) is True
         assert bucket.statistics().tokens == pytest.approx(3.0)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -153,3 +153,37 @@ def test_fanout_finishes_what_the_schedule_can_and_nothing_late(
         assert max(_answered(turn)) - began <= deadline + 1e-9
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_scope_told_its_concurrency_probes_with_that_many_calls(
+    autojump_clock: Any,
+) -> None:
+    """No rate, 4 in flight: the probe is 4 calls at once, so no latency is spent
+    learning that there is no rate; every wave of 4 starts as the last one ends."""
+    config = ServerConfig(rate=None, max_in_flight=4, latency=0.2, headers="draft")
+    turn, server, began = await _turn(config, Scope("api", max_concurrency=4), 40)
+    assert _ok(turn) == 40
+    assert server.count(status=503) == 0
+    starts = [round(start - began, 9) for start in server.starts()]
+    assert starts == [round(0.2 * (i // 4), 9) for i in range(40)]
+
+
+async def test_a_wide_probe_costs_at_most_three_429s_and_counts_its_own_requests(
+    autojump_clock: Any,
+) -> None:
+    """A server with a burst of one refuses three of the four probes; a burst of four
+    admits them all, and its first answer's Remaining (3) is read as what is left
+    after the other three probes too, so the calls after the probe wait for tokens
+    instead of being refused. (Later, learning's additive increase may overshoot the
+    guessed rate once: that is the learner's, whatever the probe's width.)"""
+    one = ServerConfig(rate=4, burst=1, latency=0.1, headers="draft")
+    turn, server, _ = await _turn(one, Scope("api", max_concurrency=4), 8)
+    assert _ok(turn) == 8
+    assert server.count(status=429) <= 3
+    four = ServerConfig(rate=4, burst=4, latency=0.1, headers="draft")
+    turn, server, began = await _turn(four, Scope("api", max_concurrency=4), 12)
+    assert _ok(turn) == 12
+    first = server.records[:6]
+    assert [r.status for r in first] == [200] * 6
+    assert [r.start - began for r in first[:4]] == [0.0] * 4
+    assert first[4].start - began >= 0.25  # one token a quarter second after the four
