@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fanout
-from benchmarks.scenarios import earliest_starts, max_ok_by
+from benchmarks.scenarios import FULL, earliest_starts, max_ok_by, min_makespan
 from fanout import Kind, Registry, Runner, Scope, ServerCount, Status, TokenBucket, ToolCall
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
@@ -187,3 +187,32 @@ async def test_a_wide_probe_costs_at_most_three_429s_and_counts_its_own_requests
     assert [r.status for r in first] == [200] * 6
     assert [r.start - began for r in first[:4]] == [0.0] * 4
     assert first[4].start - began >= 0.25  # one token a quarter second after the four
+
+
+async def test_the_jitter_rows_minimum_is_met_by_the_optimal_schedule(
+    autojump_clock: Any,
+) -> None:
+    """The benchmark's minimum with jitter is exact: requests sent at the optimal
+    schedule's starts finish exactly then, and none is refused."""
+    scenario = next(s for s in FULL if s.name == "jitter")
+    config = ServerConfig(
+        rate=scenario.rate, burst=scenario.burst, latency=scenario.latency,
+        jitter=scenario.jitter, seed=scenario.seed,
+    )  # fmt: skip
+    starts = earliest_starts(
+        scenario.calls, rate=scenario.rate, burst=scenario.burst, latency=scenario.latency
+    )
+    async with serve_throttled(config) as server, fanout.http_client(base_url=server.url) as client:
+        began = trio.current_time()
+
+        async def send(at: float) -> None:
+            await trio.sleep_until(began + at)
+            (await client.get("/")).raise_for_status()
+
+        async with trio.open_nursery() as nursery:
+            for at in starts:
+                nursery.start_soon(send, at)
+    assert trio.current_time() - began == pytest.approx(scenario.min_makespan, abs=1e-9)
+    assert scenario.min_makespan > min_makespan(
+        scenario.calls, rate=scenario.rate, burst=scenario.burst, latency=scenario.latency
+    )
