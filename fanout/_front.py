@@ -532,6 +532,7 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
 
     def _measured_slack(self) -> float:
+        """The margin measured so far: the later of the two signs of a late first arrival."""
         return max(self._send_lag, self._arrival_lag)
 
     def observe_send_lag(self, seconds: float) -> None:
