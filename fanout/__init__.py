@@ -18,6 +18,7 @@ from ._adapters import openai_tool_messages as openai_tool_messages
 from ._binding import ArgumentError as ArgumentError
 from ._bucket import Booking as Booking
 from ._bucket import BucketStatistics as BucketStatistics
+from ._bucket import ServerCount as ServerCount
 from ._bucket import TokenBucket as TokenBucket
 from ._budget import Budget as Budget
 from ._budget import Verdict as Verdict
@@ -107,6 +108,7 @@ __all__ = [
     "ScopeLike",
     "ScopeStatistics",
     "Secret",
+    "ServerCount",
     "Status",
     "StreamDecoder",
     "StreamingTurn",

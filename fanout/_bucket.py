@@ -29,7 +29,7 @@ import trio
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Booking", "BucketStatistics", "TokenBucket"]
+__all__ = ["Booking", "BucketStatistics", "ServerCount", "TokenBucket"]
 
 _HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-admits)
 
@@ -62,6 +62,61 @@ class Booking:
     epoch: int
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
+
+    @property
+    def opens_burst(self) -> bool:
+        """Whether the bucket was full when this booking starts: a burst begins with it."""
+        before = self.before[0] if isinstance(self.before, tuple) else self.before
+        return isinstance(before, float) and before < self.start
+
+
+@attrs.frozen
+class ServerCount:
+    """What a response's ``Remaining`` says of the server's bucket, and how sure it is.
+
+    The server had ``remaining`` tokens when it counted the request, which
+    reached it somewhere in the ``elapsed`` s between sending and the answer
+    (at most ``late`` s after it was sent). ``started_since`` is what this
+    process surely started after it was counted; ``unsure``, what else
+    started that the server may not have counted yet (requests sent before
+    it that reached the server after it). ``rate_known``: the rate was
+    configured or stated, not learned. Each bound is used only in its safe
+    direction: syncing down to a floored count refilled from a guessed
+    arrival, or up by a refill the server may not have had, would move every
+    start by that guess at each answer (later without end, or into a 429).
+    """
+
+    remaining: float
+    started_since: float = 0.0
+    unsure: float = 0.0
+    elapsed: float = 0.0
+    late: float = 0.0
+    rate_known: bool = True
+
+    def estimate(self, rate: float, burst: float) -> float:
+        """The server's tokens now, refilled since the latest the request may have arrived."""
+        refilled = max(0.0, self.elapsed - self.late) * rate
+        return min(burst, self.remaining + refilled - self.started_since)
+
+    def at_most(self, rate: float, burst: float) -> float:
+        """The most tokens the server can have now.
+
+        A whole count is floored (up to a token more was there), and the
+        request may have reached the server as soon as it was sent, so it has
+        refilled for all of ``elapsed``, while what started since drew it
+        down (the burst caps the result, not the refill: the server was not
+        full while those requests took their tokens).
+        """
+        floored = 1.0 if self.remaining == math.floor(self.remaining) else 0.0
+        return min(burst, self.remaining + floored + self.elapsed * rate - self.started_since)
+
+    def at_least(self, burst: float) -> float:
+        """The least tokens the server can have now: its count, with no refill assumed.
+
+        A request that reached the server late (a slow first connection) was
+        counted late: refilling from its sending would overstate the server.
+        """
+        return min(burst, self.remaining) - self.started_since - self.unsure
 
 
 @attrs.define
@@ -197,37 +252,26 @@ class TokenBucket:
         if rate is not None:
             self._set_balance(now, min(balance, burst))
 
-    def sync(
-        self,
-        remaining: float,
-        *,
-        started_since: float = 0.0,
-        unsure: float = 0.0,
-        elapsed: float = 0.0,
-    ) -> bool:
-        """The server said ``remaining`` tokens were left ``elapsed`` s ago.
+    def sync(self, count: ServerCount) -> bool:
+        """The server's count (``ServerCount``) replaces the bucket's where it is sure.
 
-        ``started_since`` is what this process surely started after the
-        server counted; ``unsure``, what else it started that the server may
-        not have counted yet (requests that started before this one was sent
-        but reached the server after it). The server's count, refilled at the
-        rate since (less the slack) and less ``started_since``, replaces the
-        bucket's own when it is lower (bookings not yet due are void, and book
-        again against it); less ``unsure`` too, a surplus of a token or more
-        is added (the bucket could not see the server refill). True when the
-        bucket changed.
+        A bucket above the most the server can have (or, while the rate is
+        only learned, above its estimate) drops to the estimate; bookings not
+        yet due are void, and book again against it. A surplus of a token or
+        more over the bucket by the least the server can have is added (the
+        bucket could not see the server refill). True when the bucket changed.
         """
-        if self.rate is None or not math.isfinite(remaining):
+        if self.rate is None or not math.isfinite(count.remaining):
             return False
         now = trio.current_time()
-        refilled = max(0.0, elapsed - self.slack) * self.rate
-        server = min(self.burst, remaining + refilled) - started_since
         present = self._present(now)
-        if server < present - 1e-9:
+        estimate = count.estimate(self.rate, self.burst)
+        ahead = count.at_most(self.rate, self.burst) if count.rate_known else estimate
+        if present > ahead + 1e-9:
             self._void()
-            self._set_balance(now, server)
+            self._set_balance(now, estimate)
             return True
-        adopt = min(server - unsure, self.burst)
+        adopt = count.at_least(self.burst)
         if adopt >= present + 1.0:
             # The bucket could not see the server refill: bookings ahead may
             # start sooner, so they are void and book again (``voided`` wakes them).

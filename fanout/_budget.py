@@ -11,7 +11,8 @@ Three reasons not to sleep a wait, checked in this order:
 * it would end at or past the deadline (nothing would be left to do the work);
 * it fits, but the work that follows usually takes longer than what would be
   left, so the call would be cut off mid-flight (a wasted request, and for a
-  write an unknown effect);
+  write an unknown effect); work expected to end exactly at the deadline is
+  in time (a call of 100 ms started at 1.9 s ends at 2.0 s);
 * it fits, but is longer than ``inline_wait``, the longest wait fanout sleeps
   without telling the model; a longer one is surfaced so the model can plan.
 """
@@ -27,6 +28,8 @@ import trio
 from ._validate import require_non_negative
 
 __all__ = ["MAX_WAIT", "Budget", "Verdict", "usable_wait"]
+
+_NOISE = 1e-9  # seconds: float noise in sums of clock readings, not lateness
 
 MAX_WAIT: float = 7 * 24 * 3600.0
 """Seconds. A server or tool asking for a longer wait is wrong, not patient."""
@@ -87,6 +90,14 @@ class Budget:
         """
         return trio.current_time() + wait < self.deadline
 
+    def ends_late(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` from now is expected to end past the deadline.
+
+        Unlike a wait, work that ends exactly at the deadline is in time: its
+        answer is there when the deadline comes.
+        """
+        return trio.current_time() + seconds > self.deadline + _NOISE
+
     def patience(self) -> float:
         """The absolute time until which a wait starting now may be slept."""
         if self.inline_wait is None:
@@ -102,7 +113,7 @@ class Budget:
         """
         if math.isnan(wait) or not self.fits(max(0.0, wait)):  # max() would turn NaN into 0
             return Verdict.PAST_DEADLINE
-        if wait > 0 and latency is not None and not self.fits(wait + latency):
+        if wait > 0 and latency is not None and self.ends_late(wait + latency):
             return Verdict.ENDS_LATE
         if self.inline_wait is not None and wait > self.inline_wait:
             return Verdict.TOO_LONG

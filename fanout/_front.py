@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, get_args
 import attrs
 import trio
 
-from ._bucket import Booking, BucketStatistics
+from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import Verdict
 from ._exceptions import ConfigurationError
 from ._learning import RateLearner
@@ -57,6 +57,9 @@ _RECENT = 4096  # bookings remembered, to count what started since a request was
 _RECENT_FOR = 60.0  # seconds a booking is remembered
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
+# Calls a scope told its concurrency (and no rate) probes with at once: a server
+# whose burst is one answers the others 429, three at most, the most learning allows.
+_PROBE_WIDTH = 4
 
 
 class SlotHolder(Protocol):
@@ -104,9 +107,7 @@ class Backend(Protocol):
     async def wait_for(self, cost: float) -> float: ...
     async def drain(self, blocked_for: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
-    async def sync(
-        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
-    ) -> None: ...
+    async def sync(self, count: ServerCount) -> None: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
@@ -167,7 +168,7 @@ class ScopeFront:
     rather than an exhausted quota; ``slack``: seconds of margin for requests
     that reach the server out of step (None, the default: measured, from how
     late a call's first request leaves after its admission and from the
-    spread of call durations); ``trust``: when configured limits and the
+    earliest answer to a burst); ``trust``: when configured limits and the
     limits a server states disagree, use the stricter (default), the
     configuration, or the headers; ``window``: how ``Remaining: 0`` is read
     (``"auto"``: as a token bucket until a 429 shows a fixed window).
@@ -201,6 +202,8 @@ class ScopeFront:
     )
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _fixed: bool = attrs.field(init=False, default=False, repr=False)
     _fixed_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
@@ -221,7 +224,8 @@ class ScopeFront:
             backend.set_slack(self.slack)
         if self.rate is None and self.learn:
             self._learner = RateLearner()
-            self._probe = Probe()
+            width = 1 if self.max_concurrency is None else min(self.max_concurrency, _PROBE_WIDTH)
+            self._probe = Probe(width=width)
 
     # -- admission --------------------------------------------------------
 
@@ -333,6 +337,8 @@ class ScopeFront:
             self._probe.step_done()
         if booking is not None:
             self._remember(booking.start, cost)
+            if booking.opens_burst:
+                self._burst = (booking.start, math.inf)  # its first answer is still to come
         return booking
 
     async def refund(self, booking: Booking) -> None:
@@ -432,12 +438,17 @@ class ScopeFront:
             # request was sent may have reached the server after it.
             since = sent - self._ledger.slowest()
             maybe = sum(cost for start, cost in self._recent if since <= start <= sent)
-            await self._backend.sync(
+            count = ServerCount(
                 remaining,
                 started_since=surely,
                 unsure=max(0.0, maybe - 1.0),  # one of them is the request itself
                 elapsed=now - sent,
+                # The request may have reached the server as late as the slowest
+                # call here was slower than the fastest.
+                late=self._ledger.slowest() - self._ledger.fastest(),
+                rate_known=self._learner is None or self._learner.ceiling is not None,
             )
+            await self._backend.sync(count)
         else:
             await trio.lowlevel.checkpoint()
 
@@ -448,9 +459,12 @@ class ScopeFront:
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after, at=sent, started=started
             ):
-                # The first answer is the probe's, alone in flight: what it says
-                # remains is what the bucket may spend now.
-                self._apply_learned(tokens=info.remaining if first else None)
+                # The first answer is a probe's: what it says remains is what the
+                # bucket may spend now, less the other probes it may not have counted.
+                tokens = None
+                if first and info.remaining is not None:
+                    tokens = info.remaining - (self._started - 1.0)
+                self._apply_learned(tokens=tokens)
             return
         if self.trust == "config" or info.limit is None or info.limit < 1:
             return
@@ -477,14 +491,49 @@ class ScopeFront:
         return self._ledger.exhausted_until()
 
     def observe_call(self, seconds: float, *, ok: bool) -> None:
-        """One attempt finished: its duration, the probe's end, the slack, and learning."""
-        self._ledger.observe_latency(seconds)
+        """One attempt finished: its duration, the probe's end, the slack, and learning.
+
+        Only an attempt that went fine is a sample of a call's duration: a
+        429 answers at once, with none of the work's latency, and a cut-off
+        attempt ends at its deadline, not its answer; as the fastest call,
+        either would widen the slack by a whole latency. It only shows that
+        calls take at least that long.
+        """
         self._probe.finished()
-        if self.slack is None and self._ledger.samples >= 2:
-            self._backend.set_slack(max(self._send_lag, self._ledger.spread()))
-        if ok and self._learner is not None:
+        if not ok:
+            self._ledger.observe_cut_short(seconds)
+            return
+        self._ledger.observe_latency(seconds)
+        self._observe_arrival(seconds)
+        if self._learner is not None:
             self._learner.on_success()
             self._apply_learned()
+
+    def _observe_arrival(self, seconds: float) -> None:
+        """How late the first request of the latest burst reached the server, at most.
+
+        The server refills a burst's bucket from its *first arrival*; every
+        request of the burst arrives no earlier, so the earliest answer to
+        any of them, less the fastest a call here has ever been, bounds how
+        long after the burst began that was (the request that arrived first
+        had at least the fastest call's server time and way back). It is
+        not the spread of durations: a server whose response time jitters
+        stretches the slowest answers, but it admitted those requests when
+        they arrived, and the earliest answer is not stretched by much.
+        """
+        now = trio.current_time()
+        if self._burst is None or now - seconds < self._burst[0]:
+            return  # no burst, or a call that began before the latest burst
+        began, first = self._burst[0], min(self._burst[1], now)
+        self._burst = (began, first)
+        lag = first - began - self._ledger.fastest()
+        if self.slack is None and lag > self._arrival_lag:
+            self._arrival_lag = lag
+            self._backend.set_slack(self._measured_slack())
+
+    def _measured_slack(self) -> float:
+        """The margin measured so far: the later of the two signs of a late first arrival."""
+        return max(self._send_lag, self._arrival_lag)
 
     def observe_send_lag(self, seconds: float) -> None:
         """A call's first request left ``seconds`` after admission let it start.
@@ -495,12 +544,31 @@ class ScopeFront:
         first request of a burst, long before any answer could show it: the
         slack needs it at once, or the first request after the burst leaves
         early and draws a 429.
+
+        A call of the burst itself (admitted on the tokens the burst began
+        with) counts from the burst's start: until an answer shows when the
+        server took in its first request (``_observe_arrival``), the server
+        is taken to be as slow to take in the burst's connections as this
+        process was to send them. (Measured: the server reads the first of
+        ten new connections a few ms after they were sent; counting from
+        each call's own admission, a ms each, drew a 429 on the request
+        after the burst whenever latency and ``1 / rate`` were equal.)
         """
         if self.slack is not None or not (0.0 < seconds < _MAX_LAG):
             return
-        if seconds > self._send_lag:
-            self._send_lag = seconds
-            self._backend.set_slack(max(seconds, self._ledger.spread()))
+        lag = max(seconds, self._since_burst(trio.current_time() - seconds))
+        if lag > self._send_lag:
+            self._send_lag = lag
+            self._backend.set_slack(self._measured_slack())
+
+    def _since_burst(self, admitted: float) -> float:
+        """How long after the latest burst began a call of it, admitted then, leaves now."""
+        rate, _ = self._limits
+        if self._burst is None or rate is None:
+            return 0.0
+        began = self._burst[0]
+        in_burst = began <= admitted < began + 1.0 / rate  # before the burst's first new token
+        return trio.current_time() - began if in_burst else 0.0
 
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""
@@ -539,7 +607,5 @@ class ScopeFront:
             exhausted_until=self.exhausted_until(), latency=self._ledger.latency,
             shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
             retries_refused=budget.refused,
-            slack=self.slack
-            if self.slack is not None
-            else max(self._send_lag, self._ledger.spread()),
+            slack=self.slack if self.slack is not None else self._measured_slack(),
         )  # fmt: skip

@@ -16,7 +16,7 @@ import trio
 __all__ = ["Ledger"]
 
 _SMOOTHING = 0.2  # weight of the newest sample in the latency's moving average
-_SAMPLES = 32  # recent durations kept for their spread
+_SAMPLES = 32  # recent durations kept for the fastest and slowest
 _GUESS = 1.0  # seconds a call is assumed to take, for a hint, before any has finished
 
 
@@ -35,7 +35,7 @@ class Ledger:
     _exhausted_until: float | None = attrs.field(default=None, alias="_exhausted_until")
 
     def observe_latency(self, seconds: float) -> None:
-        """Fold one attempt's duration into the moving average and the spread."""
+        """Fold one attempt's duration into the moving average and the recent samples."""
         if not (seconds >= 0 and math.isfinite(seconds)):
             return
         self._samples.append(seconds)
@@ -44,21 +44,19 @@ class Ledger:
         else:
             self.latency += _SMOOTHING * (seconds - self.latency)
 
-    def spread(self) -> float:
-        """How much recent call durations differ (slowest minus fastest).
+    def observe_cut_short(self, seconds: float) -> None:
+        """An attempt refused or cut off after ``seconds``: the work takes at least that.
 
-        Requests that left in order may reach the server this much out of
-        step: the first of a burst opens its connection, others meet a
-        slower path. It is the margin a bucket needs, measured, not guessed.
+        It raises the latency when longer than it (a throttled call that had
+        worked 0.8 s shows calls take that long) and is no sample of how fast
+        a call can be: a 429 answered in 2 ms says nothing of the work.
         """
-        if len(self._samples) < 2:
-            return 0.0
-        return max(self._samples) - min(self._samples)
+        if seconds >= 0 and math.isfinite(seconds) and seconds > (self.latency or 0.0):
+            self.latency = seconds
 
-    @property
-    def samples(self) -> int:
-        """How many recent durations the spread is taken from."""
-        return len(self._samples)
+    def fastest(self) -> float:
+        """The shortest recent call duration (zero before any finished)."""
+        return min(self._samples, default=0.0)
 
     def slowest(self) -> float:
         """The longest recent call duration (zero before any finished)."""

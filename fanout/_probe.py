@@ -2,9 +2,12 @@
 
 A scope that was told no rate sends its first call alone and learns from the
 answer (the server's stated limits, or at least its latency) before the rest
-go. The calls that queued behind the probe then pass one at a time, in the
-order they arrived: each hands the gate on once it has reserved its tokens,
-so which of them gets the first learned token never depends on the order in
+go. A scope told its concurrency may send a few at once (``width``): the user
+said that many may be in flight, and the first answer still comes within one
+latency, while a one-call probe costs a whole latency of idle slots. The
+calls that queued behind the probe then pass one at a time, in the order
+they arrived: each hands the gate on once it has reserved its tokens, so
+which of them gets the first learned token never depends on the order in
 which trio happens to wake tasks.
 """
 
@@ -23,7 +26,8 @@ class Probe:
     """A first-in, first-out gate that opens for good once the probe call finishes."""
 
     done: bool = False
-    _holder: object | None = attrs.field(default=None, alias="_holder")
+    width: int = 1  # calls that may probe at once
+    _holders: list[object] = attrs.field(factory=list, init=False)
     _queue: collections.deque[trio.Event] = attrs.field(factory=collections.deque, init=False)
     _passing: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
 
@@ -31,13 +35,13 @@ class Probe:
         """Whether a call arriving now would pass without waiting."""
         if self._queue or self._passing is not None:
             return False
-        return self.done or self._holder is None
+        return self.done or len(self._holders) < self.width
 
     async def wait_turn(self, holder: object, deadline: float) -> bool:
         """Pass the gate (as the probe, or in turn), or return False at ``deadline``."""
         if self.is_open():
             if not self.done:
-                self._holder = holder
+                self._holders.append(holder)
             return True
         turn = trio.Event()
         self._queue.append(turn)
@@ -56,7 +60,7 @@ class Probe:
         if self.done:
             self._passing = trio.lowlevel.current_task()
         else:
-            self._holder = holder  # the earlier probe gave up: this call is the probe now
+            self._holders.append(holder)  # an earlier probe gave up: this call probes now
         return True
 
     def step_done(self) -> None:
@@ -67,13 +71,14 @@ class Probe:
     def finished(self) -> None:
         """The probe call finished: the gate opens for good, queued calls first."""
         if not self.done:
-            self.done, self._holder = True, None
+            self.done = True
+            self._holders.clear()
             self._hand_on()
 
     def abandoned(self, holder: object) -> None:
         """The probe gave up before finishing (denied, cancelled): the next call probes."""
-        if not self.done and holder is self._holder:
-            self._holder = None
+        if not self.done and any(held is holder for held in self._holders):
+            self._holders = [held for held in self._holders if held is not holder]
             self._hand_on()
 
     def _hand_on(self) -> None:

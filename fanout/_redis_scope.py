@@ -54,6 +54,7 @@ from ._validate import positive
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from ._bucket import ServerCount
     from ._front import SlotHolder
     from ._scope import ScopeLike
 
@@ -289,18 +290,14 @@ class RedisBackend:
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("block", extra=delay)
 
-    async def sync(
-        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
-    ) -> None:
-        """Only ever lowers the shared bucket: other processes' starts since are unknown here."""
-        del unsure
+    async def sync(self, count: ServerCount) -> None:
+        """Only ever lowers the shared bucket to the server's estimate: other processes'
+        starts since are unknown here."""
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return
-        refilled = max(0.0, elapsed - self.slack) * self.rate
-        server = min(self.burst, remaining + refilled) - started_since
         with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("sync", extra=server)
+            await self._shared("sync", extra=count.estimate(self.rate, self.burst))
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """Each script refills with the limits its caller sends; processes agree once

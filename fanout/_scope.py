@@ -19,7 +19,7 @@ from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
 
 if TYPE_CHECKING:
-    from ._bucket import Booking, BucketStatistics
+    from ._bucket import Booking, BucketStatistics, ServerCount
     from ._budget import Budget
     from ._headers import RateLimitInfo
     from ._retry import RetryBudget
@@ -160,10 +160,8 @@ class LocalBackend:
         self.bucket.block_until(when)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
-    async def sync(
-        self, remaining: float, *, started_since: float, unsure: float, elapsed: float
-    ) -> None:
-        self.bucket.sync(remaining, started_since=started_since, unsure=unsure, elapsed=elapsed)
+    async def sync(self, count: ServerCount) -> None:
+        self.bucket.sync(count)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:

@@ -9,7 +9,11 @@ same ``trio.run`` as the client every timestamp is virtual and exact.
 Per key (``x-api-key``, else ``Authorization: Bearer <key>``, else
 ``"anonymous"``) the server keeps a rate limiter (over it: 429) and an
 in-flight cap (over it: 503). An admitted request sleeps ``latency`` plus
-seeded uniform ``jitter`` while it counts as in flight, then gets a 200.
+uniform ``jitter`` while it counts as in flight, then gets a 200. The jitter
+is drawn from the key's own generator, seeded with ``seed``, in the order the
+key's requests are admitted: the k-th admission of every key gets the same
+draw, whatever other keys did, so a benchmark knows the fastest any client
+could finish (``benchmarks/scenarios.py``).
 ``connect_delay`` holds back the first request of every connection (a slow
 TLS handshake): it reaches the server that much later than it was sent.
 
@@ -282,6 +286,7 @@ _Limiter = _TokenBucket | _FixedWindow | _SlidingLog
 class _KeyState:
     limits: KeyLimits
     bucket: _Limiter | None
+    rng: random.Random  # the jitter of this key's admissions, in order
     in_flight: int = 0
     due: list[float] = attrs.Factory(list)  # expected end times of admitted requests
 
@@ -295,7 +300,6 @@ class ThrottlingServer:
     ) -> None:
         self.config = config if config is not None else ServerConfig()
         self._wall_clock = wall_clock
-        self._rng = random.Random(self.config.seed)
         self._keys: dict[str, _KeyState] = {}
         self._records: list[RequestRecord] = []
         self._arrivals = 0
@@ -384,7 +388,7 @@ class ThrottlingServer:
             body: dict[str, object] = {"ok": True, "path": path, "n": n}
             delay = self.config.latency
             if self.config.jitter:
-                delay += self._rng.uniform(0, self.config.jitter)
+                delay += state.rng.uniform(0, self.config.jitter)
             self._enter(state, key, start + delay)
         else:
             body = {"ok": False, "error": _ERRORS[status], "n": n}
@@ -411,7 +415,7 @@ class ThrottlingServer:
             bucket: _Limiter | None = None
             if limits.rate is not None:
                 bucket = self._limiter(limits.rate, limits.burst, now)
-            self._keys[key] = _KeyState(limits, bucket)
+            self._keys[key] = _KeyState(limits, bucket, random.Random(self.config.seed))
         return self._keys[key]
 
     def _limiter(self, rate: float, burst: int, now: float) -> _Limiter:

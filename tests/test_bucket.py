@@ -12,7 +12,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout import Booking, ConfigurationError, TokenBucket
+from fanout import Booking, ConfigurationError, ServerCount, TokenBucket
 
 
 def waits(bookings: list[Booking | None]) -> list[float | None]:
@@ -188,11 +188,11 @@ async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
 ) -> None:
     """Remaining: 0 with a known rate means the next token is 1/rate away, not a reset away."""
     bucket = TokenBucket(rate=8, burst=8)
-    assert bucket.sync(0.0)
+    assert bucket.sync(ServerCount(0.0))
     assert bucket.wait_for() == 0.125
-    assert not bucket.sync(0.5)  # less than a token more: not worth voiding bookings
-    assert not bucket.sync(2.0, unsure=2.0)  # what started with it may not be counted yet
-    assert bucket.sync(2.0)  # the server refilled where this bucket could not see
+    assert not bucket.sync(ServerCount(0.5))  # less than a token more: not worth voiding
+    assert not bucket.sync(ServerCount(2.0, unsure=2.0))  # started with it: maybe uncounted
+    assert bucket.sync(ServerCount(2.0))  # the server refilled where this bucket could not see
     assert bucket.wait_for() == 0
 
 
@@ -282,7 +282,7 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
                 blocks.append((next(counter), now + args[0]))
             elif name == "sync":
                 # The model cannot vouch for an arbitrary count: it may only lower.
-                bucket.sync(args[0], elapsed=args[1], unsure=bucket.burst)
+                bucket.sync(ServerCount(args[0], elapsed=args[1], unsure=bucket.burst))
             elif name == "limits":
                 bucket.set_limits(args[0], args[1])
                 limits.append((next(counter), args[0], args[1]))

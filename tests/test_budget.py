@@ -59,6 +59,17 @@ async def test_verdicts_in_order_past_deadline_ends_late_too_long(autojump_clock
     assert budget.judge(math.nan) is Verdict.PAST_DEADLINE
 
 
+async def test_work_that_ends_exactly_at_the_deadline_is_in_time(autojump_clock: Any) -> None:
+    """A call of 100 ms whose token comes at 1.9 s ends at 2.0 s: in time, even when the
+    times are sums of clock readings with float noise; a hair longer ends late."""
+    await trio.sleep(0.1)
+    budget = Budget(deadline=2.1)
+    assert budget.judge(1.9, latency=0.1) is Verdict.SLEEP
+    assert budget.judge(1.9, latency=1.2000000000000002 - 1.1) is Verdict.SLEEP
+    assert budget.judge(1.9, latency=0.1 + 1e-6) is Verdict.ENDS_LATE
+    assert budget.judge(2.0) is Verdict.PAST_DEADLINE  # a wait that ends there still does not fit
+
+
 async def test_patience_is_the_deadline_or_the_inline_wait_whichever_is_first(
     autojump_clock: Any,
 ) -> None:

@@ -175,15 +175,6 @@ async def test_what_cannot_drain_within_the_budget_is_answered_at_once(
     assert all(r.retry_after_ms is not None for r in turn.results if r.status is not Status.OK)
 
 
-async def test_slack_is_measured_from_the_spread_of_call_durations(autojump_clock: Any) -> None:
-    """No magic number: the margin is the spread of observed durations."""
-    scope = Scope("key", rate=10)
-    for seconds in (0.25, 0.5, 0.375):
-        scope.observe_call(seconds, ok=True)
-    assert scope.statistics().slack == 0.25
-    assert scope.bucket.slack == 0.25
-
-
 @pytest.mark.parametrize(
     "options",
     [

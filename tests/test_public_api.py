@@ -14,7 +14,8 @@ EXPECTED = {
     # values
     "Kind", "Status", "ToolCall", "ToolResult",
     # primitives
-    "Booking", "Budget", "Verdict", "BucketStatistics", "TokenBucket", "RetryPolicy",
+    "Booking", "Budget", "Verdict", "BucketStatistics", "ServerCount", "TokenBucket",
+    "RetryPolicy",
     "RetryBudget",
     "RetryBudgetStatistics",
     "Scope", "ScopeLike", "ScopeStatistics", "concurrency_for",

@@ -162,14 +162,17 @@ async def test_latency_is_exact(autojump_clock: trio.testing.MockClock) -> None:
 
 
 async def test_jitter_is_seeded(autojump_clock: trio.testing.MockClock) -> None:
-    """Each admitted request takes latency + Random(seed).uniform(0, jitter), exactly."""
+    """Each admitted request takes latency + Random(seed).uniform(0, jitter), exactly, drawn
+    per key: the k-th admission of every key gets the same jitter."""
     rng = random.Random(7)
     expected = [1.0 + rng.uniform(0, 0.5) for _ in range(5)]
     async with running(ServerConfig(latency=1.0, jitter=0.5, seed=7)) as (server, client):
-        for _ in range(5):
-            await client.get("/")
-    records = server.records
-    assert [r.end for r in records] == [r.start + d for r, d in zip(records, expected, strict=True)]
+        for i in range(10):
+            await client.get("/", headers={"x-api-key": "ab"[i % 2]})
+    for key in "ab":
+        records = [r for r in server.records if r.key == key]
+        durations = [r.end - r.start for r in records]
+        assert durations == pytest.approx(expected, abs=1e-9)
     assert all(1.0 <= d <= 1.5 for d in expected)
 
 

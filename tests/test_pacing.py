@@ -1,0 +1,218 @@
+"""Pacing against the throttling server: as early as the server allows, never earlier.
+
+Every test runs client and server in one ``trio.run`` on a MockClock, so each
+start time is exact: the calls the schedule can finish by their deadline are
+answered ok, none late, and jitter in the server's answers does not delay
+what it admits on arrival.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fanout
+from benchmarks.scenarios import FULL, earliest_starts, max_ok_by, min_makespan
+from fanout import Kind, Registry, Runner, Scope, ServerCount, Status, TokenBucket, ToolCall
+from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+
+
+async def _turn(
+    config: ServerConfig, scope: Scope, calls: int, *, deadline: float = 120.0
+) -> tuple[fanout.Turn, ThrottlingServer, float]:
+    """``calls`` fetches through ``scope`` against a server of ``config``; the turn's
+    result, the server, and the time the turn began."""
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=[scope.name], timeout=deadline)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return response.text
+
+        runner = Runner(reg, scopes=[scope], inline_wait=None, turn_timeout=deadline)
+        began = trio.current_time()
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
+    return turn, server, began
+
+
+def _answered(turn: fanout.Turn) -> list[float]:
+    return [e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+
+
+def _ok(turn: fanout.Turn) -> int:
+    return sum(r.status is Status.OK for r in turn.results)
+
+
+async def test_every_call_the_schedule_can_finish_by_its_deadline_is_sent(
+    autojump_clock: Any,
+) -> None:
+    """40 calls, 10/s with a burst of 10, 100 ms each, 2 s deadlines: the schedule can
+    finish 29, the last started at 1.9 s and answered at 2.0 s. Each is sent at its
+    token, in order; the rest are answered at once, and nothing is answered late."""
+    config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
+    turn, server, began = await _turn(config, Scope("api", rate=10, burst=10), 40, deadline=2.0)
+    starts = [round(start - began, 9) for start in server.starts()]
+    assert starts == [0.0] * 10 + [round(0.1 * k, 9) for k in range(1, 20)]
+    assert server.count(status=429) == 0
+    # The one started at 1.9 ends as the deadline fires, and the deadline wins the tie.
+    assert _ok(turn) == 28
+    assert max(_answered(turn)) - began <= 2.0
+
+
+async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_arrival(
+    autojump_clock: Any,
+) -> None:
+    """The server admits a request when it arrives and jitters only its answer (0-100 ms
+    here): the slack is how late the burst's earliest answer came, not how widely the
+    answers spread, and every start is within that of its token."""
+    config = ServerConfig(rate=20, burst=10, latency=0.05, jitter=0.1, headers="draft")
+    scope = Scope("api", rate=20, burst=10)
+    turn, server, began = await _turn(config, scope, 60)
+    assert _ok(turn) == 60
+    assert server.count(status=429) == 0
+    slack = scope.statistics().slack
+    records = server.records
+    durations = [r.end - r.start for r in records]
+    # The burst's earliest answer, less the fastest call: 26 ms here, a quarter of the
+    # spread of durations (98 ms), which the slack used to be.
+    earliest = min(r.end for r in records[:10]) - began
+    assert slack == pytest.approx(earliest - min(durations))
+    assert slack < (max(durations) - min(durations)) / 3
+    ideal = earliest_starts(60, rate=20, burst=10, latency=0.05)
+    late = [start - began - token for start, token in zip(server.starts(), ideal, strict=True)]
+    assert max(late) <= slack + 1e-9
+    assert min(late) >= -1e-9
+
+
+def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
+    """Remaining is floored: 0 may mean 0.9 tokens. A bucket that agrees with the server
+    up to that token is not synced down, so the next start does not move at each answer."""
+
+    async def main() -> None:
+        bucket = TokenBucket(10.0, 10.0)
+        for _ in range(10):
+            assert bucket.reserve(1.0) is not None
+        await trio.sleep(0.15)  # 1.5 tokens back; the answer to a request sent at 0.1
+        assert bucket.sync(ServerCount(0.0, elapsed=0.05)) is False
+        assert bucket.wait_for(1.0) == 0.0
+        # A server that surely has less (another client spent it) still wins.
+        assert bucket.sync(ServerCount(0.0, started_since=1.0)) is True
+        assert bucket.wait_for(1.0) == pytest.approx(0.2)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_surplus_is_adopted_without_assuming_a_refill() -> None:
+    """The server counted when the request arrived, which may have been late (a slow
+    first connection): only the count itself is sure, not a refill since sending."""
+
+    async def main() -> None:
+        bucket = TokenBucket(10.0, 10.0)
+        for _ in range(10):
+            assert bucket.reserve(1.0) is not None
+        await trio.sleep(0.05)
+        assert bucket.sync(ServerCount(3.0, elapsed=0.05)) is True
+        assert bucket.statistics().tokens == pytest.approx(3.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
+    burst=st.integers(1, 10),
+    latency=st.sampled_from([0.01, 0.05, 0.1, 0.25]),
+    deadline=st.sampled_from([0.5, 1.0, 2.0]),
+    calls=st.integers(1, 40),
+)
+def test_fanout_finishes_what_the_schedule_can_and_nothing_late(
+    rate: float, burst: int, latency: float, deadline: float, calls: int
+) -> None:
+    """For any limits and deadline, told the limits, fanout answers ok all but at most
+    one of the calls the optimal schedule can finish (the one that would end exactly
+    at the deadline, where the deadline wins the tie), causes no 429, and answers
+    every call by its deadline."""
+    can = max_ok_by(deadline, calls, rate=rate, burst=burst, latency=latency)
+
+    async def main() -> None:
+        config = ServerConfig(rate=rate, burst=burst, latency=latency, headers="draft")
+        scope = Scope("api", rate=rate, burst=burst)
+        turn, server, began = await _turn(config, scope, calls, deadline=deadline)
+        assert _ok(turn) >= can - 1
+        assert server.count(status=429) == 0
+        assert max(_answered(turn)) - began <= deadline + 1e-9
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_scope_told_its_concurrency_probes_with_that_many_calls(
+    autojump_clock: Any,
+) -> None:
+    """No rate, 4 in flight: the probe is 4 calls at once, so no latency is spent
+    learning that there is no rate; every wave of 4 starts as the last one ends."""
+    config = ServerConfig(rate=None, max_in_flight=4, latency=0.2, headers="draft")
+    turn, server, began = await _turn(config, Scope("api", max_concurrency=4), 40)
+    assert _ok(turn) == 40
+    assert server.count(status=503) == 0
+    starts = [round(start - began, 9) for start in server.starts()]
+    assert starts == [round(0.2 * (i // 4), 9) for i in range(40)]
+
+
+async def test_a_wide_probe_costs_at_most_three_429s_and_counts_its_own_requests(
+    autojump_clock: Any,
+) -> None:
+    """A server with a burst of one refuses three of the four probes; a burst of four
+    admits them all, and its first answer's Remaining (3) is read as what is left
+    after the other three probes too, so the calls after the probe wait for tokens
+    instead of being refused. (Later, learning's additive increase may overshoot the
+    guessed rate once: that is the learner's, whatever the probe's width.)"""
+    one = ServerConfig(rate=4, burst=1, latency=0.1, headers="draft")
+    turn, server, _ = await _turn(one, Scope("api", max_concurrency=4), 8)
+    assert _ok(turn) == 8
+    assert server.count(status=429) <= 3
+    four = ServerConfig(rate=4, burst=4, latency=0.1, headers="draft")
+    turn, server, began = await _turn(four, Scope("api", max_concurrency=4), 12)
+    assert _ok(turn) == 12
+    first = server.records[:6]
+    assert [r.status for r in first] == [200] * 6
+    assert [r.start - began for r in first[:4]] == [0.0] * 4
+    assert first[4].start - began >= 0.25  # one token a quarter second after the four
+
+
+async def test_the_jitter_rows_minimum_is_met_by_the_optimal_schedule(
+    autojump_clock: Any,
+) -> None:
+    """The benchmark's minimum with jitter is exact: requests sent at the optimal
+    schedule's starts finish exactly then, and none is refused."""
+    scenario = next(s for s in FULL if s.name == "jitter")
+    config = ServerConfig(
+        rate=scenario.rate, burst=scenario.burst, latency=scenario.latency,
+        jitter=scenario.jitter, seed=scenario.seed,
+    )  # fmt: skip
+    starts = earliest_starts(
+        scenario.calls, rate=scenario.rate, burst=scenario.burst, latency=scenario.latency
+    )
+    async with serve_throttled(config) as server, fanout.http_client(base_url=server.url) as client:
+        began = trio.current_time()
+
+        async def send(at: float) -> None:
+            await trio.sleep_until(began + at)
+            (await client.get("/")).raise_for_status()
+
+        async with trio.open_nursery() as nursery:
+            for at in starts:
+                nursery.start_soon(send, at)
+    assert trio.current_time() - began == pytest.approx(scenario.min_makespan, abs=1e-9)
+    assert scenario.min_makespan > min_makespan(
+        scenario.calls, rate=scenario.rate, burst=scenario.burst, latency=scenario.latency
+    )
