@@ -14,18 +14,29 @@ Three sources, in order of trust:
    estimate only ever rises with evidence. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
    the first guess: 429s correct it downward (AIMD), the refill upward.
-3. **Bare 429s.** Without numbers, the rate is found the way TCP finds a
-   link's capacity: additive increase, multiplicative decrease. A 429 halves
-   the rate (from the rate we were actually sending at); each success adds a
-   little back. AIMD turns 429s into pacing; we chose it over client-side
-   adaptive throttling, which *rejects* requests locally (right for an
-   overloaded backend, wrong for a rate limit, where a request should wait).
+3. **429s alone.** With no numbers at all, the rate is found from which
+   requests the server admitted. After the probe comes a *slow start*, as
+   TCP's: the rate grows by one request per latency with each success
+   (doubling per round trip), paced one at a time, so the first 429 finds
+   few requests in flight. A 429 means the server's bucket was empty when
+   that request arrived: an *anchor*. Every request admitted after an
+   anchor proves a lower bound on the rate, ``rate >= (n - 1) / (t -
+   anchor)`` for the ``n``-th admission at ``t`` (less than one token was
+   left at the anchor; a bucket that filled up in between only admits
+   fewer), whatever the burst and whatever wait the server imposed. A 429
+   is a congestion event (429s of requests sent before the last event are
+   the same event): the rate drops to the best bound proven (after the
+   first event, when none is proven yet, to a burst's worth a second: the
+   requests admitted so far per second), then grows again, each time more
+   slowly (its growth halves), so the next event finds the rate closer.
+   This is AIMD whose decrease lands on evidence instead of a blind half.
 
 A response never resets the estimate: only new evidence moves it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import attrs
@@ -37,6 +48,11 @@ _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
 _MIN_RATE = 0.1  # requests a second: never learn a rate of zero
 _STEP = 0.05  # additive increase per success, as a share of the reference rate
 _BASELINE = 0.5  # seconds: the shortest span a refill is measured over
+_GROWTH = 1.0  # seconds: after the first 429, the rate grows e-fold in this long, then slower
+_SETTLED = 20.0  # seconds: from the second 429 on, it grows e-fold only in this long
+_PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
+_SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
+_KEPT = 512  # admissions remembered since the last anchor
 
 
 @attrs.define
@@ -45,16 +61,24 @@ class RateLearner:
 
     A burst of 429s from one burst of requests is one congestion event: after
     a decrease, further 429s within the server's wait (at least a second) do
-    not decrease again.
+    not decrease again. With no numbers stated, an event is told apart by
+    when its request was sent (module docstring, source 3).
     """
 
     rate: float | None = None
     burst: float = 1.0
     ceiling: float | None = None  # the server's stated rate; never exceeded
     measured: float | None = None  # the best lower bound from Remaining's refill
+    floor: float = 0.0  # the best lower bound proven by admissions after a 429
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
+    _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
+    _slow_start: bool = attrs.field(default=True, alias="_slow_start")
+    _growth: float = attrs.field(default=_GROWTH, alias="_growth")
+    _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
+    _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
+    _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
 
     def from_headers(
         self,
@@ -72,6 +96,7 @@ class RateLearner:
         of ours booked to start up to then (a running total).
         """
         changed = False
+        self._stated = self._stated or limit is not None or remaining is not None
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
         if limit is not None and window is not None and limit >= 1 and window > 0:
@@ -108,8 +133,18 @@ class RateLearner:
             return True
         return False
 
-    def on_throttled(self, sending_rate: float, *, now: float, wait: float) -> None:
-        """A 429: decrease from the rate we were sending at, once per congestion event."""
+    def on_throttled(
+        self, sending_rate: float, *, now: float, wait: float, sent_at: float, started: float
+    ) -> None:
+        """A 429: decrease, once per congestion event.
+
+        ``sending_rate`` is what we sent in the last second; ``sent_at`` is
+        when the refused request was sent, ``started`` how many requests of
+        ours were booked to start up to then.
+        """
+        if not self._stated:
+            self._throttled_blind(now, sent_at, started)
+            return
         if now < self._hold_until:
             return
         self._hold_until = now + max(wait, 1.0)
@@ -121,13 +156,53 @@ class RateLearner:
         # The measured bound was too high (429s it did not count): start over.
         self.measured, self._anchor = None, None
 
-    def on_success(self) -> None:
+    def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
+        """A 429 with no numbers: an anchor, and a new rate from the bounds it proves."""
+        if sent_at < self._event_at:
+            return  # sent before we slowed down: the same event
+        self._event_at = now
+        if self._slow_start:
+            self._slow_start = False
+            # Nothing is proven yet: a burst's worth a second (the requests
+            # admitted so far, this one aside) is the first guess.
+            guess = max(started - 1.0, 1.0) / _PHASE_ONE
+        else:
+            self._growth = _SETTLED
+            guess = (self.rate or _MIN_RATE) * _DECREASE
+        self.rate = max(_MIN_RATE, self.floor, guess)
+        self._empty_at, self._admitted = sent_at, []
+
+    def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
 
         A rate measured from the server's own counts does not creep upward:
-        only evidence raises it.
+        only evidence raises it. ``began`` is when the successful request was
+        sent; ``latency`` the scope's usual call duration.
         """
+        if not self._stated:
+            self._admitted_blind(began, latency)
+            return
         if self.rate is None or self.measured is not None:
             return
         grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
+
+    def _admitted_blind(self, began: float | None, latency: float | None) -> None:
+        """An admission with no numbers: a bound to prove, and the rate grows."""
+        if self._empty_at is not None and began is not None and began > self._empty_at:
+            bisect.insort(self._admitted, began)
+            del self._admitted[:-_KEPT]
+            anchor = self._empty_at
+            proven = max(
+                (n / (t - anchor) for n, t in enumerate(self._admitted) if t > anchor),
+                default=0.0,
+            )
+            self.floor = max(self.floor, proven)
+        if self._slow_start:
+            # One request per latency more with each success: doubling per round trip.
+            per = _BASELINE if latency is None else max(latency, _SHORTEST)
+            self.rate = (self.rate or 1.0 / per) + 1.0 / per
+        elif self.rate is not None and began is not None and began > self._event_at:
+            # Grow e-fold in ``_growth`` seconds (successes come at the rate);
+            # a request sent before the last event says nothing of the new rate.
+            self.rate = max(self.rate + 1.0 / self._growth, self.floor)
