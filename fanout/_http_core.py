@@ -238,7 +238,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             ) from None
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
-            server_now=self._server_now(request, response.headers.get("date")),
+            server_now=self._server_now(request, response.headers.get("date"), sent_at),
         )  # fmt: skip
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         for scope in scopes_named(context.scopes, info.scope):
@@ -257,7 +257,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )
         return response
 
-    def _server_now(self, request: RequestT, date: str | None) -> float | None:
+    def _server_now(self, request: RequestT, date: str | None, sent: float) -> float | None:
         """The server's clock now, finer than its ``Date`` (`fanout._server_clock`)."""
         host = str(request.url.host)
         clock = self._clocks.get(host)
@@ -265,7 +265,9 @@ class HttpCore(Generic[RequestT, ResponseT]):
             if len(self._clocks) >= _CLOCKS:
                 self._clocks.clear()  # many hosts: forgetting only costs precision
             clock = self._clocks[host] = ServerClock()
-        return clock.read(http_date(date), trio.current_time())
+        return clock.read(
+            http_date(date), now=trio.current_time(), sent=sent, wall=self._wall_clock()
+        )
 
     def _failed(
         self, context: CallContext, exc: Exception, *, sent: bool, body: bool = False

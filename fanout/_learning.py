@@ -48,11 +48,15 @@ _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
 _MIN_RATE = 0.1  # requests a second: never learn a rate of zero
 _STEP = 0.05  # additive increase per success, as a share of the reference rate
 _BASELINE = 0.5  # seconds: the shortest span a refill is measured over
-_GROWTH = 1.0  # seconds: after the first 429, the rate grows e-fold in this long, then slower
+_GROWTH = 0.5  # seconds: after the first 429, the rate grows e-fold in this long, then slower
 _SETTLED = 20.0  # seconds: from the second 429 on, it grows e-fold only in this long
 _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
+_LOGGED = 1024  # requests replayed to fit a bucket; later ones are not logged
+_FIT_STEP = 1.02  # the rates tried differ by 2%
+_FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
+_TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
 
 
 @attrs.define
@@ -79,6 +83,8 @@ class RateLearner:
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
     _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
+    _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")  # (sent, admitted)
+    _refit: bool = attrs.field(default=False, alias="_refit")
 
     def from_headers(
         self,
@@ -158,6 +164,7 @@ class RateLearner:
 
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
         """A 429 with no numbers: an anchor, and a new rate from the bounds it proves."""
+        self._note(sent_at, admitted=False)
         if sent_at < self._event_at:
             return  # sent before we slowed down: the same event
         self._event_at = now
@@ -168,7 +175,8 @@ class RateLearner:
             guess = max(started - 1.0, 1.0) / _PHASE_ONE
         else:
             self._growth = _SETTLED
-            guess = (self.rate or _MIN_RATE) * _DECREASE
+            guess = self._fit() or (self.rate or _MIN_RATE) * _DECREASE
+            self._refit = True
         self.rate = max(_MIN_RATE, self.floor, guess)
         self._empty_at, self._admitted = sent_at, []
 
@@ -189,6 +197,8 @@ class RateLearner:
 
     def _admitted_blind(self, began: float | None, latency: float | None) -> None:
         """An admission with no numbers: a bound to prove, and the rate grows."""
+        if began is not None:
+            self._note(began, admitted=True)
         if self._empty_at is not None and began is not None and began > self._empty_at:
             bisect.insort(self._admitted, began)
             del self._admitted[:-_KEPT]
@@ -203,6 +213,77 @@ class RateLearner:
             per = _BASELINE if latency is None else max(latency, _SHORTEST)
             self.rate = (self.rate or 1.0 / per) + 1.0 / per
         elif self.rate is not None and began is not None and began > self._event_at:
+            if self._refit:
+                # Every request sent before the event has answered by now: fit again.
+                self._refit = False
+                self.rate = max(self.rate, self._fit() or 0.0)
             # Grow e-fold in ``_growth`` seconds (successes come at the rate);
             # a request sent before the last event says nothing of the new rate.
             self.rate = max(self.rate + 1.0 / self._growth, self.floor)
+
+    def _note(self, sent: float, *, admitted: bool) -> None:
+        if len(self._log) < _LOGGED:
+            bisect.insort(self._log, (sent, admitted))
+
+    def _fit(self) -> float | None:
+        """The slowest rate a token bucket could have that explains every answer so far.
+
+        For each rate (from the proven floor up, in small steps) the smallest
+        burst that admits every admitted request is found by replaying the
+        log (a bigger bucket only ever holds more); the rate fits when that
+        bucket also refuses every refused request. None when none fits
+        (answers out of step with any bucket: a server of another kind).
+        """
+        log = self._log
+        admitted = sum(ok for _, ok in log)
+        span = log[-1][0] - log[0][0] if log else 0.0
+        if admitted < 2 or span <= 0:
+            return None
+        low = max(self.floor, _MIN_RATE)
+        high = max(4 * low, 2 * (admitted + 1) / span)
+        fits = []
+        rate = low
+        while rate <= high:
+            burst = _smallest_burst(log, rate, admitted + 1.0)
+            if burst is not None and _refuses(log, rate, burst):
+                fits.append(rate)
+            elif fits:
+                break
+            rate *= _FIT_STEP
+        if not fits:
+            return None
+        # The answers rarely pin the rate down: lean to the slow end of what fits.
+        return fits[0] + (fits[-1] - fits[0]) * _FIT_SHARE
+
+
+def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[bool, bool]:
+    """Whether a bucket of ``rate`` and ``burst``, full at the first request, admits
+    every admitted request, and refuses every refused one (within a tolerance)."""
+    tokens, last = burst, log[0][0]
+    admits = refuses = True
+    for sent, admitted in log:
+        tokens, last = min(burst, tokens + (sent - last) * rate), sent
+        if admitted:
+            admits = admits and tokens >= 1.0 - _TOLERANCE
+            tokens = max(tokens - 1.0, 0.0)
+        else:
+            refuses = refuses and tokens < 1.0 + _TOLERANCE
+    return admits, refuses
+
+
+def _smallest_burst(log: list[tuple[float, bool]], rate: float, most: float) -> float | None:
+    """The smallest burst (to a tenth of a token) admitting every admission at ``rate``."""
+    low, high = 1.0, most
+    if not _replay(log, rate, high)[0]:
+        return None
+    while high - low > 0.1:
+        middle = (low + high) / 2
+        if _replay(log, rate, middle)[0]:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _refuses(log: list[tuple[float, bool]], rate: float, burst: float) -> bool:
+    return _replay(log, rate, burst)[1]
