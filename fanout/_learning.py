@@ -85,6 +85,9 @@ class RateLearner:
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
     _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")  # (sent, admitted)
     _refit: bool = attrs.field(default=False, alias="_refit")
+    _events: int = attrs.field(default=0, alias="_events")
+    _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
+    _latency: float = attrs.field(default=_BASELINE, alias="_latency")
 
     def from_headers(
         self,
@@ -163,22 +166,26 @@ class RateLearner:
         self.measured, self._anchor = None, None
 
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
-        """A 429 with no numbers: an anchor, and a new rate from the bounds it proves."""
+        """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._note(sent_at, admitted=False)
         if sent_at < self._event_at:
             return  # sent before we slowed down: the same event
         self._event_at = now
+        self._events += 1
         if self._slow_start:
             self._slow_start = False
             # Nothing is proven yet: a burst's worth a second (the requests
             # admitted so far, this one aside) is the first guess.
             guess = max(started - 1.0, 1.0) / _PHASE_ONE
         else:
-            self._growth = _SETTLED
-            guess = self._fit() or (self.rate or _MIN_RATE) * _DECREASE
-            self._refit = True
+            guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)
         self._empty_at, self._admitted = sent_at, []
+        if self._events > 1:
+            # Admissions still in flight are missing from the log: the fit is
+            # slower than the truth for now, and is made again once they answer.
+            self._settle()
+        self._refit = True
 
     def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
@@ -208,31 +215,47 @@ class RateLearner:
                 default=0.0,
             )
             self.floor = max(self.floor, proven)
+        if latency is not None:
+            self._latency = max(latency, _SHORTEST)
         if self._slow_start:
             # One request per latency more with each success: doubling per round trip.
-            per = _BASELINE if latency is None else max(latency, _SHORTEST)
-            self.rate = (self.rate or 1.0 / per) + 1.0 / per
+            self.rate = (self.rate or 1.0 / self._latency) + 1.0 / self._latency
         elif self.rate is not None and began is not None and began > self._event_at:
             if self._refit:
-                # Every request sent before the event has answered by now: fit again.
+                # Every request sent before the event has answered by now: fit.
                 self._refit = False
-                self.rate = max(self.rate, self._fit() or 0.0)
+                self._settle()
             # Grow e-fold in ``_growth`` seconds (successes come at the rate);
             # a request sent before the last event says nothing of the new rate.
-            self.rate = max(self.rate + 1.0 / self._growth, self.floor)
+            self.rate = max(min(self.rate + 1.0 / self._growth, self._cap), self.floor)
+
+    def _settle(self) -> None:
+        """Move the rate to what the answers so far allow (``_fit``)."""
+        region = self._fit()
+        if region is None:
+            return
+        low, high, bounded = region
+        if bounded and self._events > 1:
+            # Two drains bound the rate from both sides: settle, lean slow,
+            # and never grow past the fastest rate the answers allow.
+            self.rate = max(self.floor, low + (high - low) * _FIT_SHARE)
+            self._growth, self._cap = _SETTLED, high
+        else:
+            self.rate = max(self.rate or _MIN_RATE, low)
 
     def _note(self, sent: float, *, admitted: bool) -> None:
         if len(self._log) < _LOGGED:
             bisect.insort(self._log, (sent, admitted))
 
-    def _fit(self) -> float | None:
-        """The slowest rate a token bucket could have that explains every answer so far.
+    def _fit(self) -> tuple[float, float, bool] | None:
+        """The rates a token bucket could have that explain every answer so far.
 
         For each rate (from the proven floor up, in small steps) the smallest
         burst that admits every admitted request is found by replaying the
         log (a bigger bucket only ever holds more); the rate fits when that
-        bucket also refuses every refused request. None when none fits
-        (answers out of step with any bucket: a server of another kind).
+        bucket also refuses every refused request. Returns the slowest and
+        fastest rate that fit, and whether a faster one was seen not to fit;
+        None when none fits (a server of another kind).
         """
         log = self._log
         admitted = sum(ok for _, ok in log)
@@ -252,13 +275,17 @@ class RateLearner:
             rate *= _FIT_STEP
         if not fits:
             return None
-        # The answers rarely pin the rate down: lean to the slow end of what fits.
-        return fits[0] + (fits[-1] - fits[0]) * _FIT_SHARE
+        return fits[0], fits[-1], rate <= high
 
 
 def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[bool, bool]:
     """Whether a bucket of ``rate`` and ``burst``, full at the first request, admits
-    every admitted request, and refuses every refused one (within a tolerance)."""
+    every admitted request, and refuses every refused one.
+
+    A request reaches the server after it left, so the server's bucket held
+    at least what the replay says when it refused, and perhaps a little more
+    (``_TOLERANCE``) when it admitted.
+    """
     tokens, last = burst, log[0][0]
     admits = refuses = True
     for sent, admitted in log:
@@ -267,7 +294,7 @@ def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[b
             admits = admits and tokens >= 1.0 - _TOLERANCE
             tokens = max(tokens - 1.0, 0.0)
         else:
-            refuses = refuses and tokens < 1.0 + _TOLERANCE
+            refuses = refuses and tokens < 1.0
     return admits, refuses
 
 
