@@ -55,6 +55,7 @@ _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
 _LOGGED = 1024  # requests replayed to fit a bucket; later ones are not logged
 _FIT_STEP = 1.02  # the rates tried differ by 2%
+_COARSE = 1.1  # the first pass tries rates 10% apart
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
 _TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
 
@@ -87,6 +88,7 @@ class RateLearner:
     _refit: bool = attrs.field(default=False, alias="_refit")
     _events: int = attrs.field(default=0, alias="_events")
     _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
+    _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
 
     def from_headers(
@@ -172,6 +174,7 @@ class RateLearner:
             return  # sent before we slowed down: the same event
         self._event_at = now
         self._events += 1
+        self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
             self._slow_start = False
             # Nothing is proven yet: a burst's worth a second (the requests
@@ -262,20 +265,32 @@ class RateLearner:
         span = log[-1][0] - log[0][0] if log else 0.0
         if admitted < 2 or span <= 0:
             return None
-        low = max(self.floor, _MIN_RATE)
-        high = max(4 * low, 2 * (admitted + 1) / span)
-        fits = []
-        rate = low
-        while rate <= high:
+        # No bucket admits much faster than we ever sent and still refused us.
+        high = 2 * max((admitted + 1) / span, self._fastest)
+
+        def fits(rate: float) -> bool:
             burst = _smallest_burst(log, rate, admitted + 1.0)
-            if burst is not None and _refuses(log, rate, burst):
-                fits.append(rate)
-            elif fits:
-                break
-            rate *= _FIT_STEP
-        if not fits:
+            return burst is not None and _refuses(log, rate, burst)
+
+        # Coarse steps first, then the ends of the longest run of rates that
+        # fit in fine ones (rounding can make a lone rate fit, or miss one).
+        coarse = _rates(max(self.floor, _MIN_RATE), high, _COARSE)
+        runs: list[list[float]] = [[]]
+        for rate in coarse:
+            if fits(rate):
+                runs[-1].append(rate)
+            elif runs[-1]:
+                runs.append([])
+        longest = max(runs, key=len)
+        if not longest:
             return None
-        return fits[0], fits[-1], rate <= high
+        low = next(r for r in _rates(longest[0] / _COARSE, longest[0], _FIT_STEP) if fits(r))
+        top = longest[-1]
+        for rate in _rates(top, top * _COARSE, _FIT_STEP):
+            if not fits(rate):
+                break
+            top = rate
+        return low, top, longest[-1] != coarse[-1]
 
 
 def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[bool, bool]:
@@ -314,3 +329,9 @@ def _smallest_burst(log: list[tuple[float, bool]], rate: float, most: float) -> 
 
 def _refuses(log: list[tuple[float, bool]], rate: float, burst: float) -> bool:
     return _replay(log, rate, burst)[1]
+
+
+def _rates(low: float, high: float, step: float) -> list[float]:
+    """Rates from ``low`` to ``high`` (both included), each ``step`` times the last."""
+    count = max(0, math.ceil(math.log(max(high, low) / low) / math.log(step)))
+    return [min(low * step**k, high) for k in range(count + 1)]
