@@ -57,6 +57,7 @@ _LOGGED = 1024  # requests replayed to fit a bucket; later ones are not logged
 _FIT_STEP = 1.02  # the rates tried differ by 2%
 _COARSE = 1.1  # the first pass tries rates 10% apart
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
+_LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
 _TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
 
 
@@ -84,7 +85,8 @@ class RateLearner:
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
     _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
-    _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")  # (sent, admitted)
+    # (sent, refused), in order: of two sent at once, the admitted one came first.
+    _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")
     _refit: bool = attrs.field(default=False, alias="_refit")
     _events: int = attrs.field(default=0, alias="_events")
     _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
@@ -241,14 +243,15 @@ class RateLearner:
         if bounded and self._events > 1:
             # Two drains bound the rate from both sides: settle, lean slow,
             # and never grow past the fastest rate the answers allow.
-            self.rate = max(self.floor, low + (high - low) * _FIT_SHARE)
+            lean = min(low + (high - low) * _FIT_SHARE, low * _LEAP)
+            self.rate = max(self.floor, lean)
             self._growth, self._cap = _SETTLED, high
         else:
             self.rate = max(self.rate or _MIN_RATE, low)
 
     def _note(self, sent: float, *, admitted: bool) -> None:
         if len(self._log) < _LOGGED:
-            bisect.insort(self._log, (sent, admitted))
+            bisect.insort(self._log, (sent, not admitted))
 
     def _fit(self) -> tuple[float, float, bool] | None:
         """The rates a token bucket could have that explain every answer so far.
@@ -261,7 +264,7 @@ class RateLearner:
         None when none fits (a server of another kind).
         """
         log = self._log
-        admitted = sum(ok for _, ok in log)
+        admitted = sum(not refused for _, refused in log)
         span = log[-1][0] - log[0][0] if log else 0.0
         if admitted < 2 or span <= 0:
             return None
@@ -303,9 +306,9 @@ def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[b
     """
     tokens, last = burst, log[0][0]
     admits = refuses = True
-    for sent, admitted in log:
+    for sent, refused in log:
         tokens, last = min(burst, tokens + (sent - last) * rate), sent
-        if admitted:
+        if not refused:
             admits = admits and tokens >= 1.0 - _TOLERANCE
             tokens = max(tokens - 1.0, 0.0)
         else:
