@@ -9,8 +9,9 @@ Three facts shape every line:
 
 * **Client clocks skew.** An absolute time (an HTTP-date, an epoch, an RFC 3339
   stamp) is measured against the response's own ``Date`` header when it has a
-  parseable one, so the server's clock is compared with the server's clock.
-  Only without ``Date`` do we fall back to ``now``.
+  parseable one, so the server's clock is compared with the server's clock
+  (the HTTP transport passes a reading finer than ``Date``'s whole second,
+  `fanout._server_clock`). Only without ``Date`` do we fall back to ``now``.
 * **Servers lie, proxies mangle.** Values can be negative, NaN, ``1e400``,
   thirty years long, or repeated and comma-joined by ``httpx.Headers``.
 * **Fail closed.** An unparsable value is ignored (``None``), never guessed at;
