@@ -53,7 +53,8 @@ _SETTLED = 20.0  # seconds: from the second 429 on, it grows e-fold only in this
 _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
-_LOGGED = 1024  # requests replayed to fit a bucket; later ones are not logged
+_LOGGED = 512  # answers replayed to fit a bucket (a fit takes about 0.1 ms per answer)
+_PRECISION = 0.1  # tokens: how finely the smallest burst is found
 _FIT_STEP = 1.02  # the rates tried differ by 2%
 _COARSE = 1.1  # the first pass tries rates 10% apart
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
@@ -83,11 +84,13 @@ class RateLearner:
     _slow_start: bool = attrs.field(default=True, alias="_slow_start")
     _growth: float = attrs.field(default=_GROWTH, alias="_growth")
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
+    _quiet_until: float = attrs.field(default=-math.inf, alias="_quiet_until")
     _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
     # (sent, refused), in order: of two sent at once, the admitted one came first.
     _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")
     _refit: bool = attrs.field(default=False, alias="_refit")
+    _trimmed: bool = attrs.field(default=False, alias="_trimmed")  # the log starts at a 429
     _events: int = attrs.field(default=0, alias="_events")
     _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
@@ -172,8 +175,10 @@ class RateLearner:
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._note(sent_at, admitted=False)
-        if sent_at < self._event_at:
-            return  # sent before we slowed down: the same event
+        if sent_at < self._quiet_until:
+            # Sent before we slowed down, or sooner than the slower rate allows
+            # (a retry, a token left over): the same event.
+            return
         self._event_at = now
         self._events += 1
         self._fastest = max(self._fastest, self.rate or 0.0)
@@ -191,6 +196,7 @@ class RateLearner:
             # slower than the truth for now, and is made again once they answer.
             self._settle()
         self._refit = True
+        self._quiet_until = now + 1.0 / self.rate
 
     def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
@@ -250,8 +256,15 @@ class RateLearner:
             self.rate = max(self.rate or _MIN_RATE, low)
 
     def _note(self, sent: float, *, admitted: bool) -> None:
-        if len(self._log) < _LOGGED:
-            bisect.insort(self._log, (sent, not admitted))
+        """Log one answer. A long log starts over at a 429 (its bucket was empty then)."""
+        log = self._log
+        if admitted and len(log) >= 2 * _LOGGED:
+            return  # unlogged admissions only make the fit slower, never faster
+        bisect.insort(log, (sent, not admitted))
+        if not admitted and len(log) > _LOGGED:
+            tail = len(log) - _LOGGED
+            del log[: next((i for i in range(tail, len(log)) if log[i][1]), len(log) - 1)]
+            self._trimmed = True
 
     def _fit(self) -> tuple[float, float, bool] | None:
         """The rates a token bucket could have that explain every answer so far.
@@ -271,9 +284,11 @@ class RateLearner:
         # No bucket admits much faster than we ever sent and still refused us.
         high = 2 * max((admitted + 1) / span, self._fastest)
 
+        empty = self._trimmed
+
         def fits(rate: float) -> bool:
-            burst = _smallest_burst(log, rate, admitted + 1.0)
-            return burst is not None and _refuses(log, rate, burst)
+            burst = _smallest_burst(log, rate, admitted + 1.0, empty=empty)
+            return burst is not None and _replay(log, rate, burst, empty=empty)[1]
 
         # Coarse steps first, then the ends of the longest run of rates that
         # fit in fine ones (rounding can make a lone rate fit, or miss one).
@@ -284,7 +299,8 @@ class RateLearner:
                 runs[-1].append(rate)
             elif runs[-1]:
                 runs.append([])
-        longest = max(runs, key=len)
+        # The slowest run of two or more: a lone rate may fit by rounding alone.
+        longest = next((run for run in runs if len(run) > 1), max(runs, key=len))
         if not longest:
             return None
         low = next(r for r in _rates(longest[0] / _COARSE, longest[0], _FIT_STEP) if fits(r))
@@ -296,17 +312,21 @@ class RateLearner:
         return low, top, longest[-1] != coarse[-1]
 
 
-def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[bool, bool]:
-    """Whether a bucket of ``rate`` and ``burst``, full at the first request, admits
-    every admitted request, and refuses every refused one.
+def _replay(
+    log: list[tuple[float, bool]], rate: float, burst: float, *, empty: bool
+) -> tuple[bool, bool]:
+    """Whether a bucket of ``rate`` and ``burst`` admits every admitted request, and
+    refuses every refused one.
 
-    A request reaches the server after it left, so the server's bucket held
-    at least what the replay says when it refused, and perhaps a little more
-    (``_TOLERANCE``) when it admitted.
+    The bucket is full at the first request, or (``empty``: the log starts
+    at a 429) holds less than a token then, taken as one. A request reaches
+    the server after it left, so the server's bucket held at least what the
+    replay says when it refused, and perhaps a little more (``_TOLERANCE``)
+    when it admitted.
     """
-    tokens, last = burst, log[0][0]
+    tokens, last = (min(burst, 1.0) if empty else burst), log[0][0]
     admits = refuses = True
-    for sent, refused in log:
+    for sent, refused in log[1:] if empty else log:
         tokens, last = min(burst, tokens + (sent - last) * rate), sent
         if not refused:
             admits = admits and tokens >= 1.0 - _TOLERANCE
@@ -316,22 +336,20 @@ def _replay(log: list[tuple[float, bool]], rate: float, burst: float) -> tuple[b
     return admits, refuses
 
 
-def _smallest_burst(log: list[tuple[float, bool]], rate: float, most: float) -> float | None:
+def _smallest_burst(
+    log: list[tuple[float, bool]], rate: float, most: float, *, empty: bool
+) -> float | None:
     """The smallest burst (to a tenth of a token) admitting every admission at ``rate``."""
     low, high = 1.0, most
-    if not _replay(log, rate, high)[0]:
+    if not _replay(log, rate, high, empty=empty)[0]:
         return None
-    while high - low > 0.1:
+    while high - low > _PRECISION:
         middle = (low + high) / 2
-        if _replay(log, rate, middle)[0]:
+        if _replay(log, rate, middle, empty=empty)[0]:
             high = middle
         else:
             low = middle
     return high
-
-
-def _refuses(log: list[tuple[float, bool]], rate: float, burst: float) -> bool:
-    return _replay(log, rate, burst)[1]
 
 
 def _rates(low: float, high: float, step: float) -> list[float]:
