@@ -15,21 +15,24 @@ Three sources, in order of trust:
    Until a bound exists, a burst's worth per reset (at least a second) is
    the first guess: 429s correct it downward (AIMD), the refill upward.
 3. **429s alone.** With no numbers at all, the rate is found from which
-   requests the server admitted. After the probe comes a *slow start*, as
-   TCP's: the rate grows by one request per latency with each success
-   (doubling per round trip), paced one at a time, so the first 429 finds
-   few requests in flight. A 429 means the server's bucket was empty when
-   that request arrived: an *anchor*. Every request admitted after an
-   anchor proves a lower bound on the rate, ``rate >= (n - 1) / (t -
-   anchor)`` for the ``n``-th admission at ``t`` (less than one token was
-   left at the anchor; a bucket that filled up in between only admits
-   fewer), whatever the burst and whatever wait the server imposed. A 429
-   is a congestion event (429s of requests sent before the last event are
-   the same event): the rate drops to the best bound proven (after the
-   first event, when none is proven yet, to a burst's worth a second: the
-   requests admitted so far per second), then grows again, each time more
-   slowly (its growth halves), so the next event finds the rate closer.
-   This is AIMD whose decrease lands on evidence instead of a blind half.
+   requests the server admitted and which it refused. After the probe comes
+   a *slow start*, as TCP's: the rate grows by one request per latency with
+   each success (doubling per round trip), paced one at a time, so the first
+   429 finds few requests in flight. A 429 means the server's bucket was
+   empty when that request arrived: an *anchor*. The ``n``-th request
+   admitted ``t`` after it proves ``rate >= (n - 1) / t`` (less than a token
+   was left; a bucket that filled up in between only admits fewer), whatever
+   the burst and whatever wait the server imposed: the rate never drops
+   below the best such *floor*. A 429 is one congestion event with every
+   429 of a request sent before it, or sooner after it than the slower rate
+   allows. After the first, the rate drops to a burst's worth a second (the
+   requests admitted so far), then grows e-fold every half second. From the
+   second on, it is *fitted*: every answer is replayed against token buckets
+   of each rate (`fanout._bucket_fit`), at once (the requests still in
+   flight make that fit slow) and again when they have answered. The rate
+   settles between the slowest and the fastest that fit, nearer the
+   slowest, grows only slowly after, and never past the fastest. This is
+   AIMD whose decrease lands on evidence instead of a blind half.
 
 A response never resets the estimate: only new evidence moves it.
 """
@@ -40,6 +43,8 @@ import bisect
 import math
 
 import attrs
+
+from ._bucket_fit import AnswerLog
 
 __all__ = ["RateLearner"]
 
@@ -53,13 +58,8 @@ _SETTLED = 20.0  # seconds: from the second 429 on, it grows e-fold only in this
 _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
-_LOGGED = 512  # answers replayed to fit a bucket (a fit takes about 0.1 ms per answer)
-_PRECISION = 0.1  # tokens: how finely the smallest burst is found
-_FIT_STEP = 1.02  # the rates tried differ by 2%
-_COARSE = 1.1  # the first pass tries rates 10% apart
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
-_TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
 
 
 @attrs.define
@@ -87,10 +87,8 @@ class RateLearner:
     _quiet_until: float = attrs.field(default=-math.inf, alias="_quiet_until")
     _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
-    # (sent, refused), in order: of two sent at once, the admitted one came first.
-    _log: list[tuple[float, bool]] = attrs.field(factory=list, alias="_log")
+    _log: AnswerLog = attrs.field(factory=AnswerLog, alias="_log")
     _refit: bool = attrs.field(default=False, alias="_refit")
-    _trimmed: bool = attrs.field(default=False, alias="_trimmed")  # the log starts at a 429
     _events: int = attrs.field(default=0, alias="_events")
     _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
@@ -174,7 +172,7 @@ class RateLearner:
 
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
-        self._note(sent_at, admitted=False)
+        self._log.note(sent_at, admitted=False)
         if sent_at < self._quiet_until:
             # Sent before we slowed down, or sooner than the slower rate allows
             # (a retry, a token left over): the same event.
@@ -216,7 +214,7 @@ class RateLearner:
     def _admitted_blind(self, began: float | None, latency: float | None) -> None:
         """An admission with no numbers: a bound to prove, and the rate grows."""
         if began is not None:
-            self._note(began, admitted=True)
+            self._log.note(began, admitted=True)
         if self._empty_at is not None and began is not None and began > self._empty_at:
             bisect.insort(self._admitted, began)
             del self._admitted[:-_KEPT]
@@ -241,12 +239,12 @@ class RateLearner:
             self.rate = max(min(self.rate + 1.0 / self._growth, self._cap), self.floor)
 
     def _settle(self) -> None:
-        """Move the rate to what the answers so far allow (``_fit``)."""
-        region = self._fit()
-        if region is None:
+        """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""
+        fit = self._log.fit(slowest=max(self.floor, _MIN_RATE), fastest=self._fastest)
+        if fit is None:
             return
-        low, high, bounded = region
-        if bounded and self._events > 1:
+        low, high = fit.low, fit.high
+        if fit.bounded and self._events > 1:
             # Two drains bound the rate from both sides: settle, lean slow,
             # and never grow past the fastest rate the answers allow.
             lean = min(low + (high - low) * _FIT_SHARE, low * _LEAP)
@@ -254,105 +252,3 @@ class RateLearner:
             self._growth, self._cap = _SETTLED, high
         else:
             self.rate = max(self.rate or _MIN_RATE, low)
-
-    def _note(self, sent: float, *, admitted: bool) -> None:
-        """Log one answer. A long log starts over at a 429 (its bucket was empty then)."""
-        log = self._log
-        if admitted and len(log) >= 2 * _LOGGED:
-            return  # unlogged admissions only make the fit slower, never faster
-        bisect.insort(log, (sent, not admitted))
-        if not admitted and len(log) > _LOGGED:
-            tail = len(log) - _LOGGED
-            del log[: next((i for i in range(tail, len(log)) if log[i][1]), len(log) - 1)]
-            self._trimmed = True
-
-    def _fit(self) -> tuple[float, float, bool] | None:
-        """The rates a token bucket could have that explain every answer so far.
-
-        For each rate (from the proven floor up, in small steps) the smallest
-        burst that admits every admitted request is found by replaying the
-        log (a bigger bucket only ever holds more); the rate fits when that
-        bucket also refuses every refused request. Returns the slowest and
-        fastest rate that fit, and whether a faster one was seen not to fit;
-        None when none fits (a server of another kind).
-        """
-        log = self._log
-        admitted = sum(not refused for _, refused in log)
-        span = log[-1][0] - log[0][0] if log else 0.0
-        if admitted < 2 or span <= 0:
-            return None
-        # No bucket admits much faster than we ever sent and still refused us.
-        high = 2 * max((admitted + 1) / span, self._fastest)
-
-        empty = self._trimmed
-
-        def fits(rate: float) -> bool:
-            burst = _smallest_burst(log, rate, admitted + 1.0, empty=empty)
-            return burst is not None and _replay(log, rate, burst, empty=empty)[1]
-
-        # Coarse steps first, then the ends of the longest run of rates that
-        # fit in fine ones (rounding can make a lone rate fit, or miss one).
-        coarse = _rates(max(self.floor, _MIN_RATE), high, _COARSE)
-        runs: list[list[float]] = [[]]
-        for rate in coarse:
-            if fits(rate):
-                runs[-1].append(rate)
-            elif runs[-1]:
-                runs.append([])
-        # The slowest run of two or more: a lone rate may fit by rounding alone.
-        longest = next((run for run in runs if len(run) > 1), max(runs, key=len))
-        if not longest:
-            return None
-        low = next(r for r in _rates(longest[0] / _COARSE, longest[0], _FIT_STEP) if fits(r))
-        top = longest[-1]
-        for rate in _rates(top, top * _COARSE, _FIT_STEP):
-            if not fits(rate):
-                break
-            top = rate
-        return low, top, longest[-1] != coarse[-1]
-
-
-def _replay(
-    log: list[tuple[float, bool]], rate: float, burst: float, *, empty: bool
-) -> tuple[bool, bool]:
-    """Whether a bucket of ``rate`` and ``burst`` admits every admitted request, and
-    refuses every refused one.
-
-    The bucket is full at the first request, or (``empty``: the log starts
-    at a 429) holds less than a token then, taken as one. A request reaches
-    the server after it left, so the server's bucket held at least what the
-    replay says when it refused, and perhaps a little more (``_TOLERANCE``)
-    when it admitted.
-    """
-    tokens, last = (min(burst, 1.0) if empty else burst), log[0][0]
-    admits = refuses = True
-    for sent, refused in log[1:] if empty else log:
-        tokens, last = min(burst, tokens + (sent - last) * rate), sent
-        if not refused:
-            admits = admits and tokens >= 1.0 - _TOLERANCE
-            tokens = max(tokens - 1.0, 0.0)
-        else:
-            refuses = refuses and tokens < 1.0
-    return admits, refuses
-
-
-def _smallest_burst(
-    log: list[tuple[float, bool]], rate: float, most: float, *, empty: bool
-) -> float | None:
-    """The smallest burst (to a tenth of a token) admitting every admission at ``rate``."""
-    low, high = 1.0, most
-    if not _replay(log, rate, high, empty=empty)[0]:
-        return None
-    while high - low > _PRECISION:
-        middle = (low + high) / 2
-        if _replay(log, rate, middle, empty=empty)[0]:
-            high = middle
-        else:
-            low = middle
-    return high
-
-
-def _rates(low: float, high: float, step: float) -> list[float]:
-    """Rates from ``low`` to ``high`` (both included), each ``step`` times the last."""
-    count = max(0, math.ceil(math.log(max(high, low) / low) / math.log(step)))
-    return [min(low * step**k, high) for k in range(count + 1)]

@@ -168,30 +168,3 @@ def test_stated_numbers_keep_the_aimd_of_before() -> None:
     assert learner.from_headers(10, 1.0)
     learner.on_throttled(10.0, now=1.0, wait=1.0, sent_at=1.0, started=12.0)
     assert learner.rate == 8.0
-
-
-def answers(rate: float, burst: float, pace: float, count: int) -> list[tuple[float, bool]]:
-    """What a token bucket answers to requests sent ``pace`` a second: (sent, admitted)."""
-    tokens, last, out = burst, 0.0, []
-    for k in range(count):
-        sent = k / pace
-        tokens, last = min(burst, tokens + (sent - last) * rate), sent
-        admitted = tokens >= 1.0
-        tokens -= admitted
-        out.append((sent, admitted))
-    return out
-
-
-def test_a_long_log_starts_over_at_a_429_and_still_fits_the_true_rate() -> None:
-    """3000 answers of a 10/s bucket sent 12/s: the log keeps the last few hundred, from a 429
-    (a fit's cost is bounded), and the rates that fit still hold the server's."""
-    learner = RateLearner()
-    for sent, admitted in answers(10.0, 5.0, 12.0, 3000):
-        learner._note(sent, admitted=admitted)
-    fitted = learner._fit()
-    assert fitted is not None
-    low, high, bounded = fitted
-    assert low <= 10.0 <= high <= 12.0
-    assert bounded
-    assert learner._log[0][1]  # a refusal
-    assert len(learner._log) <= 2 * 512
