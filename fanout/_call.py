@@ -361,7 +361,7 @@ async def _decide(
     if isinstance(signal, RateLimitedError):
         for scope in targets:
             # A bare 429 (no wait stated) still drains the bucket and drives AIMD.
-            await scope.on_throttled(wait)
+            await scope.on_throttled(wait, sent_at=signal.sent_at)
             if wait is not None:
                 recorder.emit(
                     EventKind.SCOPE_BLOCKED, call_id=call.id, tool=call.name,

@@ -79,6 +79,8 @@ class RateLimitedError(ToolSignal):
     ``scope`` names the bucket the server said was hit, when it said one; the
     wait is then charged to that scope rather than to every scope of the call.
     ``retryable`` is False when the server said not to retry at all.
+    ``sent_at`` is when the refused request was sent (trio time), when known:
+    a scope learning its rate tells one congestion event from the next by it.
     """
 
     def __init__(
@@ -88,9 +90,11 @@ class RateLimitedError(ToolSignal):
         retry_after: float | None = None,
         scope: str | None = None,
         retryable: bool = True,
+        sent_at: float | None = None,
     ) -> None:
         super().__init__(message, retry_after=retry_after, scope=scope)
         self.retryable = retryable
+        self.sent_at = sent_at
 
 
 class TransientError(ToolSignal):

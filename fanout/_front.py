@@ -385,11 +385,12 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
-    async def on_throttled(self, wait: float | None) -> None:
+    async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
         """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
 
-        A 429 without a wait still drains the bucket and, when learning,
-        slows the rate down (AIMD). A 429 inside a window that a response
+        ``sent_at`` is when the refused request was sent (default: now). A
+        429 without a wait still drains the bucket and, when learning, slows
+        the rate down (AIMD). A 429 inside a window that a response
         reported as exhausted waits for that window's end; the second such
         429 shows a fixed window, and from then on ``Remaining: 0`` blocks
         until its reset. (One is not enough: requests that reach a token
@@ -407,9 +408,11 @@ class ScopeFront:
             blocked_for = max(blocked_for, opened - now)
         await self._backend.drain(blocked_for)
         if self._learner is not None:
+            sent = now if sent_at is None or not sent_at <= now else sent_at
             self._learner.on_throttled(
-                float(self.retry_budget.recent_requests(1.0)), now=now, wait=blocked_for
-            )
+                float(self.retry_budget.recent_requests(1.0)), now=now, wait=blocked_for,
+                sent_at=sent, started=self._started_by(sent),
+            )  # fmt: skip
             self._apply_learned()
 
     async def block_until(self, when: float) -> None:
@@ -506,7 +509,8 @@ class ScopeFront:
         self._ledger.observe_latency(seconds)
         self._observe_arrival(seconds)
         if self._learner is not None:
-            self._learner.on_success()
+            began = trio.current_time() - seconds
+            self._learner.on_success(began=began, latency=self._ledger.latency)
             self._apply_learned()
 
     def _observe_arrival(self, seconds: float) -> None:

@@ -9,8 +9,9 @@ Three facts shape every line:
 
 * **Client clocks skew.** An absolute time (an HTTP-date, an epoch, an RFC 3339
   stamp) is measured against the response's own ``Date`` header when it has a
-  parseable one, so the server's clock is compared with the server's clock.
-  Only without ``Date`` do we fall back to ``now``.
+  parseable one, so the server's clock is compared with the server's clock
+  (the HTTP transport passes a reading finer than ``Date``'s whole second,
+  `fanout._server_clock`). Only without ``Date`` do we fall back to ``now``.
 * **Servers lie, proxies mangle.** Values can be negative, NaN, ``1e400``,
   thirty years long, or repeated and comma-joined by ``httpx.Headers``.
 * **Fail closed.** An unparsable value is ignored (``None``), never guessed at;
@@ -58,6 +59,7 @@ __all__ = [
     "MAX_WAIT",
     "SCOPE_NAME",
     "RateLimitInfo",
+    "http_date",
     "parse_duration",
     "parse_rate_limit_headers",
     "parse_retry_after",
@@ -131,7 +133,7 @@ def _wait(seconds: float | None, max_wait: float) -> float | None:
     return seconds if seconds is not None and seconds <= max_wait else None
 
 
-def _http_date(value: str | None) -> float | None:
+def http_date(value: str | None) -> float | None:
     """Epoch seconds of an IMF-fixdate, RFC 850 or asctime date, or None."""
     if value is None or len(value) > _MAX_LEN:
         return None
@@ -195,8 +197,8 @@ def parse_retry_after(value: str, *, now: float, date: str | None = None) -> flo
     stretch or shrink the server's intended wait. A date in the past means 0.
     """
     delay = _number(value)
-    if delay is None and (target := _http_date(value)) is not None:
-        server_now = _http_date(date)
+    if delay is None and (target := http_date(value)) is not None:
+        server_now = http_date(date)
         delay = target - (now if server_now is None else server_now)
     return _clamped(delay)
 
@@ -361,13 +363,16 @@ def _scope(h: Mapping[str, str]) -> str | None:
     return None
 
 
-def _retry_after(h: Mapping[str, str], now: float, max_wait: float) -> float | None:
-    """``retry-after-ms`` when it is usable (it is more precise), else ``Retry-After``."""
+def _retry_after(h: Mapping[str, str], reference: float, max_wait: float) -> float | None:
+    """``retry-after-ms`` when it is usable (it is more precise), else ``Retry-After``.
+
+    ``reference`` is the server's time now (from its ``Date``, else our clock).
+    """
     milliseconds = _number(h.get("retry-after-ms"))
     if milliseconds is not None and (wait := _wait(milliseconds / 1000, max_wait)) is not None:
         return wait
     value = h.get("retry-after")
-    seconds = None if value is None else parse_retry_after(value, now=now, date=h.get("date"))
+    seconds = None if value is None else parse_retry_after(value, now=reference)
     return _wait(seconds, max_wait)
 
 
@@ -376,16 +381,23 @@ def _first(values: Iterable[float | None]) -> float | None:
 
 
 def parse_rate_limit_headers(
-    headers: Mapping[str, str], *, now: float, max_wait: float = MAX_WAIT
+    headers: Mapping[str, str],
+    *,
+    now: float,
+    max_wait: float = MAX_WAIT,
+    server_now: float | None = None,
 ) -> RateLimitInfo:
     """Everything the response's headers say about waiting and quota; see the module docstring.
 
     ``headers`` is an ``httpx.Headers`` or any mapping, keys in any case (one
     header given in two cases: the later wins). ``now`` is wall-clock epoch
-    seconds, used only when there is no ``Date``.
+    seconds, used only when there is no ``Date``. ``server_now`` replaces the
+    ``Date`` header's whole second with a finer reading of the server's clock
+    (`fanout._server_clock`), when the caller has one.
     """
     h = {k.lower(): v for k, v in headers.items() if isinstance(k, str) and isinstance(v, str)}
-    server_now = _http_date(h.get("date"))
+    if server_now is None:
+        server_now = http_date(h.get("date"))
     reference = now if server_now is None else server_now
     quotas = (
         _structured(h, max_wait),
@@ -397,7 +409,7 @@ def parse_rate_limit_headers(
     with_limit = next((q for q in quotas if q.limit is not None), _Quota())
     should_retry = {"true": True, "false": False}.get(h.get("x-should-retry", "").strip().lower())
     return RateLimitInfo(
-        retry_after=_retry_after(h, now, max_wait),
+        retry_after=_retry_after(h, reference, max_wait),
         limit=with_limit.limit,
         remaining=_first(q.remaining for q in quotas),
         reset_after=_first(q.reset_after for q in quotas),

@@ -49,10 +49,11 @@ from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
-from ._headers import parse_rate_limit_headers
+from ._headers import http_date, parse_rate_limit_headers
 from ._redact import REDACTED, redact_text, redact_url
 from ._scope import scopes_named
 from ._secrets import learn
+from ._server_clock import ServerClock
 from ._values import Kind, Status
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
 
 _TRANSIENT = frozenset({500, 502, 503, 504})
+_CLOCKS = 256  # servers whose clocks are remembered
 
 
 class _Request(Protocol):
@@ -216,6 +218,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         self._unbound = itertools.cycle(self._transports)
         self._wall_clock = wall_clock
         self._credentials = credentials
+        self._clocks: dict[str, ServerClock] = {}
 
     async def handle(self, request: RequestT) -> ResponseT:
         context = maybe_current_call()
@@ -245,14 +248,17 @@ class HttpCore(Generic[RequestT, ResponseT]):
             raise self._failed(
                 context, exc, sent=not isinstance(exc, self._seam.not_sent)
             ) from None
-        info = parse_rate_limit_headers(response.headers, now=self._wall_clock())
+        info = parse_rate_limit_headers(
+            response.headers, now=self._wall_clock(),
+            server_now=self._server_now(request, response.headers.get("date"), sent_at),
+        )  # fmt: skip
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(info, sent_at=sent_at)
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
         )
-        signal = _signal_for(response.status_code, info, f"{request.method} {url}")
+        signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
         if signal is not None:
             await response.aclose()
             raise signal
@@ -262,6 +268,18 @@ class HttpCore(Generic[RequestT, ResponseT]):
             lambda exc: self._failed(context, exc, sent=True, body=True),
         )
         return response
+
+    def _server_now(self, request: RequestT, date: str | None, sent: float) -> float | None:
+        """The server's clock now, finer than its ``Date`` (`fanout._server_clock`)."""
+        host = str(request.url.host)
+        clock = self._clocks.get(host)
+        if clock is None:
+            if len(self._clocks) >= _CLOCKS:
+                self._clocks.clear()  # many hosts: forgetting only costs precision
+            clock = self._clocks[host] = ServerClock()
+        return clock.read(
+            http_date(date), now=trio.current_time(), sent=sent, wall=self._wall_clock()
+        )
 
     def _failed(
         self, context: CallContext, exc: Exception, *, sent: bool, body: bool = False
@@ -303,14 +321,14 @@ async def _charge(context: CallContext) -> None:
 
 
 def _signal_for(
-    status: int, info: RateLimitInfo, what: str
+    status: int, info: RateLimitInfo, what: str, sent_at: float
 ) -> RateLimitedError | TransientError | None:
     """The exception a response's status and headers call for, if any."""
     retry = info.should_retry
     if status == 429 or (status == 503 and info.retry_after is not None):
         return RateLimitedError(
-            f"{what} answered {status}",
-            retry_after=info.retry_after, scope=info.scope, retryable=retry is not False,
+            f"{what} answered {status}", retry_after=info.retry_after, scope=info.scope,
+            retryable=retry is not False, sent_at=sent_at,
         )  # fmt: skip
     if retry is False:
         return None

@@ -14,21 +14,37 @@ Three sources, in order of trust:
    estimate only ever rises with evidence. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
    the first guess: 429s correct it downward (AIMD), the refill upward.
-3. **Bare 429s.** Without numbers, the rate is found the way TCP finds a
-   link's capacity: additive increase, multiplicative decrease. A 429 halves
-   the rate (from the rate we were actually sending at); each success adds a
-   little back. AIMD turns 429s into pacing; we chose it over client-side
-   adaptive throttling, which *rejects* requests locally (right for an
-   overloaded backend, wrong for a rate limit, where a request should wait).
+3. **429s alone.** With no numbers at all, the rate is found from which
+   requests the server admitted and which it refused. After the probe comes
+   a *slow start*, as TCP's: the rate grows by one request per latency with
+   each success (doubling per round trip), paced one at a time, so the first
+   429 finds few requests in flight. A 429 means the server's bucket was
+   empty when that request arrived: an *anchor*. The ``n``-th request
+   admitted ``t`` after it proves ``rate >= (n - 1) / t`` (less than a token
+   was left; a bucket that filled up in between only admits fewer), whatever
+   the burst and whatever wait the server imposed: the rate never drops
+   below the best such *floor*. A 429 is one congestion event with every
+   429 of a request sent before it, or sooner after it than the slower rate
+   allows. After the first, the rate drops to a burst's worth a second (the
+   requests admitted so far), then grows e-fold every half second. From the
+   second on, it is *fitted*: every answer is replayed against token buckets
+   of each rate (`fanout._bucket_fit`), at once (the requests still in
+   flight make that fit slow) and again when they have answered. The rate
+   settles between the slowest and the fastest that fit, nearer the
+   slowest, grows only slowly after, and never past the fastest. This is
+   AIMD whose decrease lands on evidence instead of a blind half.
 
 A response never resets the estimate: only new evidence moves it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import attrs
+
+from ._bucket_fit import AnswerLog
 
 __all__ = ["RateLearner"]
 
@@ -37,6 +53,13 @@ _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
 _MIN_RATE = 0.1  # requests a second: never learn a rate of zero
 _STEP = 0.05  # additive increase per success, as a share of the reference rate
 _BASELINE = 0.5  # seconds: the shortest span a refill is measured over
+_GROWTH = 0.5  # seconds: after the first 429, the rate grows e-fold in this long, then slower
+_SETTLED = 60.0  # seconds: from the second 429 on, it grows e-fold only in this long
+_PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
+_SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
+_KEPT = 512  # admissions remembered since the last anchor
+_FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
+_LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
 
 
 @attrs.define
@@ -45,16 +68,31 @@ class RateLearner:
 
     A burst of 429s from one burst of requests is one congestion event: after
     a decrease, further 429s within the server's wait (at least a second) do
-    not decrease again.
+    not decrease again. With no numbers stated, an event is told apart by
+    when its request was sent (module docstring, source 3).
     """
 
     rate: float | None = None
     burst: float = 1.0
     ceiling: float | None = None  # the server's stated rate; never exceeded
     measured: float | None = None  # the best lower bound from Remaining's refill
+    floor: float = 0.0  # the best lower bound proven by admissions after a 429
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
+    _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
+    _slow_start: bool = attrs.field(default=True, alias="_slow_start")
+    _growth: float = attrs.field(default=_GROWTH, alias="_growth")
+    _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
+    _quiet_until: float = attrs.field(default=-math.inf, alias="_quiet_until")
+    _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
+    _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
+    _log: AnswerLog = attrs.field(factory=AnswerLog, alias="_log")
+    _refit: bool = attrs.field(default=False, alias="_refit")
+    _events: int = attrs.field(default=0, alias="_events")
+    _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
+    _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
+    _latency: float = attrs.field(default=_BASELINE, alias="_latency")
 
     def from_headers(
         self,
@@ -72,6 +110,7 @@ class RateLearner:
         of ours booked to start up to then (a running total).
         """
         changed = False
+        self._stated = self._stated or limit is not None or remaining is not None
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
         if limit is not None and window is not None and limit >= 1 and window > 0:
@@ -108,8 +147,18 @@ class RateLearner:
             return True
         return False
 
-    def on_throttled(self, sending_rate: float, *, now: float, wait: float) -> None:
-        """A 429: decrease from the rate we were sending at, once per congestion event."""
+    def on_throttled(
+        self, sending_rate: float, *, now: float, wait: float, sent_at: float, started: float
+    ) -> None:
+        """A 429: decrease, once per congestion event.
+
+        ``sending_rate`` is what we sent in the last second; ``sent_at`` is
+        when the refused request was sent, ``started`` how many requests of
+        ours were booked to start up to then.
+        """
+        if not self._stated:
+            self._throttled_blind(now, sent_at, started)
+            return
         if now < self._hold_until:
             return
         self._hold_until = now + max(wait, 1.0)
@@ -121,13 +170,85 @@ class RateLearner:
         # The measured bound was too high (429s it did not count): start over.
         self.measured, self._anchor = None, None
 
-    def on_success(self) -> None:
+    def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
+        """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
+        self._log.note(sent_at, admitted=False)
+        if sent_at < self._quiet_until:
+            # Sent before we slowed down, or sooner than the slower rate allows
+            # (a retry, a token left over): the same event.
+            return
+        self._event_at = now
+        self._events += 1
+        self._fastest = max(self._fastest, self.rate or 0.0)
+        if self._slow_start:
+            self._slow_start = False
+            # Nothing is proven yet: a burst's worth a second (the requests
+            # admitted so far, this one aside) is the first guess.
+            guess = max(started - 1.0, 1.0) / _PHASE_ONE
+        else:
+            guess = (self.rate or _MIN_RATE) * _DECREASE
+        self.rate = max(_MIN_RATE, self.floor, guess)
+        self._empty_at, self._admitted = sent_at, []
+        if self._events > 1:
+            # Admissions still in flight are missing from the log: the fit is
+            # slower than the truth for now, and is made again once they answer.
+            self._settle()
+        self._refit = True
+        self._quiet_until = now + 1.0 / self.rate
+
+    def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
 
         A rate measured from the server's own counts does not creep upward:
-        only evidence raises it.
+        only evidence raises it. ``began`` is when the successful request was
+        sent; ``latency`` the scope's usual call duration.
         """
+        if not self._stated:
+            self._admitted_blind(began, latency)
+            return
         if self.rate is None or self.measured is not None:
             return
         grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
+
+    def _admitted_blind(self, began: float | None, latency: float | None) -> None:
+        """An admission with no numbers: a bound to prove, and the rate grows."""
+        if began is not None:
+            self._log.note(began, admitted=True)
+        if self._empty_at is not None and began is not None and began > self._empty_at:
+            bisect.insort(self._admitted, began)
+            del self._admitted[:-_KEPT]
+            anchor = self._empty_at
+            proven = max(
+                (n / (t - anchor) for n, t in enumerate(self._admitted) if t > anchor),
+                default=0.0,
+            )
+            self.floor = max(self.floor, proven)
+        if latency is not None:
+            self._latency = max(latency, _SHORTEST)
+        if self._slow_start:
+            # One request per latency more with each success: doubling per round trip.
+            self.rate = (self.rate or 1.0 / self._latency) + 1.0 / self._latency
+        elif self.rate is not None and began is not None and began > self._event_at:
+            if self._refit:
+                # Every request sent before the event has answered by now: fit.
+                self._refit = False
+                self._settle()
+            # Grow e-fold in ``_growth`` seconds (successes come at the rate);
+            # a request sent before the last event says nothing of the new rate.
+            self.rate = max(min(self.rate + 1.0 / self._growth, self._cap), self.floor)
+
+    def _settle(self) -> None:
+        """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""
+        fit = self._log.fit(slowest=max(self.floor, _MIN_RATE), fastest=self._fastest)
+        if fit is None:
+            return
+        low, high = fit.low, fit.high
+        if fit.bounded and self._events > 1:
+            # Two drains bound the rate from both sides: settle, lean slow,
+            # and never grow past the fastest rate the answers allow.
+            lean = min(low + (high - low) * _FIT_SHARE, low * _LEAP)
+            self.rate = max(self.floor, lean)
+            self._growth, self._cap = _SETTLED, high
+        else:
+            self.rate = max(self.rate or _MIN_RATE, low)

@@ -164,9 +164,9 @@ class FaultyScope(Scope):
         garbage = await self.faults.hit("reserve")
         return await super().reserve(cost, max_wait) if garbage is None else garbage
 
-    async def on_throttled(self, wait: float) -> None:
+    async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
         await self.faults.hit("on_throttled")
-        await super().on_throttled(wait)
+        await super().on_throttled(wait, sent_at=sent_at)
 
 
 class FaultyStore(MemoryIdempotencyStore):

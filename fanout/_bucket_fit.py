@@ -1,0 +1,132 @@
+"""Which token buckets explain what a server admitted and refused.
+
+With no numbers stated, a server's answers are the only evidence of its
+limits. A token bucket is two numbers, a rate and a burst; for any rate, a
+bigger burst only ever holds more, so the smallest burst that admits every
+request the server admitted is found by bisection, replaying the answers.
+The rate *fits* when that bucket also refuses every request the server
+refused. Rates are tried from the slowest proven up, 10% apart, then the
+ends of the slowest run of two or more that fit (a lone rate may fit by
+rounding alone) are found 2% apart.
+
+The replay starts full at the first request (the server's bucket starts
+full at a key's first arrival), or, once the log is long and has started
+over at a 429, with the less than one token a 429 proves. A request reaches
+the server after it left: the server held at least what the replay says
+when it refused, and up to ``_TOLERANCE`` more when it admitted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import attrs
+
+__all__ = ["AnswerLog", "Fit"]
+
+_LOGGED = 512  # answers replayed (a fit takes about 0.1 ms per answer)
+_PRECISION = 0.1  # tokens: how finely the smallest burst is found
+_FINE = 1.02  # rates 2% apart, at the ends of a run that fits
+_COARSE = 1.1  # rates 10% apart, on the first pass
+_TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
+
+
+@attrs.frozen
+class Fit:
+    """The slowest and fastest rate that fit; ``bounded`` when a faster one was seen not to."""
+
+    low: float
+    high: float
+    bounded: bool
+
+
+@attrs.define
+class AnswerLog:
+    """A server's answers, in the order sent: of two sent at once, the admitted came first."""
+
+    _answers: list[tuple[float, bool]] = attrs.field(factory=list, alias="_answers")  # refused?
+    _from_429: bool = attrs.field(default=False, alias="_from_429")  # it starts at a 429
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def note(self, sent: float, *, admitted: bool) -> None:
+        """Log one answer. A long log starts over at a 429 (its bucket was empty then)."""
+        answers = self._answers
+        if admitted and len(answers) >= 2 * _LOGGED:
+            return  # unlogged admissions only make the fit slower, never faster
+        bisect.insort(answers, (sent, not admitted))
+        if not admitted and len(answers) > _LOGGED:
+            tail = len(answers) - _LOGGED
+            start = next((i for i in range(tail, len(answers)) if answers[i][1]), len(answers) - 1)
+            del answers[:start]
+            self._from_429 = True
+
+    def fit(self, *, slowest: float, fastest: float) -> Fit | None:
+        """The rates from ``slowest`` up that explain every answer, or None if none does.
+
+        ``fastest`` is a rate we were refused at: no bucket twice as fast fits.
+        """
+        answers = self._answers
+        admitted = sum(not refused for _, refused in answers)
+        span = answers[-1][0] - answers[0][0] if answers else 0.0
+        if admitted < 2 or span <= 0:
+            return None
+        high = 2 * max((admitted + 1) / span, fastest)
+
+        def fits(rate: float) -> bool:
+            burst = self._smallest_burst(rate, admitted + 1.0)
+            return burst is not None and self._replay(rate, burst)[1]
+
+        coarse = _rates(slowest, high, _COARSE)
+        runs: list[list[float]] = [[]]
+        for rate in coarse:
+            if fits(rate):
+                runs[-1].append(rate)
+            elif runs[-1]:
+                runs.append([])
+        run = next((run for run in runs if len(run) > 1), max(runs, key=len))
+        if not run:
+            return None
+        low = next(r for r in _rates(run[0] / _COARSE, run[0], _FINE) if fits(r))
+        top = run[-1]
+        for rate in _rates(top, top * _COARSE, _FINE):
+            if not fits(rate):
+                break
+            top = rate
+        return Fit(low, top, run[-1] != coarse[-1])
+
+    def _replay(self, rate: float, burst: float) -> tuple[bool, bool]:
+        """Whether a bucket of ``rate`` and ``burst`` admits every admitted request,
+        and refuses every refused one."""
+        answers, empty = self._answers, self._from_429
+        tokens, last = (min(burst, 1.0) if empty else burst), answers[0][0]
+        admits = refuses = True
+        for sent, refused in answers[1:] if empty else answers:
+            tokens, last = min(burst, tokens + (sent - last) * rate), sent
+            if not refused:
+                admits = admits and tokens >= 1.0 - _TOLERANCE
+                tokens = max(tokens - 1.0, 0.0)
+            else:
+                refuses = refuses and tokens < 1.0
+        return admits, refuses
+
+    def _smallest_burst(self, rate: float, most: float) -> float | None:
+        """The smallest burst (to ``_PRECISION``) admitting every admission at ``rate``."""
+        low, high = 1.0, most
+        if not self._replay(rate, high)[0]:
+            return None
+        while high - low > _PRECISION:
+            middle = (low + high) / 2
+            if self._replay(rate, middle)[0]:
+                high = middle
+            else:
+                low = middle
+        return high
+
+
+def _rates(low: float, high: float, step: float) -> list[float]:
+    """Rates from ``low`` to ``high`` (both included), each ``step`` times the last."""
+    count = max(0, math.ceil(math.log(max(high, low) / low) / math.log(step)))
+    return [min(low * step**k, high) for k in range(count + 1)]

@@ -1,0 +1,170 @@
+"""Learning a rate from 429s alone: no limit, no Remaining, perhaps not even a Retry-After.
+
+Against the real throttling server on 127.0.0.1, on trio's mock clock, with
+both sides on one wall clock (so HTTP-dates are exact): every start time and
+request count asserted here is exact.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fanout
+from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout._learning import RateLearner
+from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+# The wall clock of server and client at trio time 0: a quarter past a whole second.
+EPOCH = 1_700_000_000.25
+
+
+def wall() -> float:
+    return EPOCH + trio.current_time()
+
+
+@asynccontextmanager
+async def api(config: ServerConfig) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
+    transport = fanout.FanoutTransport(wall_clock=wall)
+    async with (
+        serve_throttled(config, wall_clock=wall) as server,
+        httpx.AsyncClient(
+            transport=transport, base_url=server.url, headers={"x-api-key": "k"}
+        ) as client,
+    ):
+        yield server, client
+
+
+async def learn(config: ServerConfig, calls: int) -> tuple[ThrottlingServer, fanout.Turn]:
+    """``calls`` fetches through a scope told nothing, against ``config``."""
+    async with api(config) as (server, client):
+        registry = Registry()
+
+        @registry.tool(kind=Kind.READS, scopes=["key"], timeout=600)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return f"item {n}"
+
+        runner = Runner(registry, scopes=[Scope("key")], inline_wait=None, turn_timeout=600)
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
+    return server, turn
+
+
+def shape(retry_after: Any) -> ServerConfig:
+    """The benchmark's shape: 20/s, burst 10, 50 ms, no state headers."""
+    return ServerConfig(rate=20, burst=10, latency=0.05, headers="none", retry_after=retry_after)
+
+
+async def test_after_the_probe_the_rate_starts_slow_and_doubles_each_round_trip(
+    autojump_clock: Any,
+) -> None:
+    """A slow start, as TCP's: the probe alone, then 2 per latency, 3, 4... never all at once."""
+    server, _ = await learn(shape("absent"), 60)
+    starts = server.starts()
+    assert starts[:5] == pytest.approx([0.0, 0.05, 0.075, 0.1, 0.1 + 1 / 60], abs=1e-9)
+    # The first 429 finds the rate at its fastest, and the server's bucket drained by it
+    # alone: one refused request, not a wave.
+    refused = [r.start for r in server.records if r.status == 429]
+    assert refused[0] == pytest.approx(0.2079629629629616, abs=1e-9)
+    assert sum(1 for t in refused if t < refused[0] + 0.05) == 1
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "second", "end"),
+    [
+        ("ms", 0.7437899051180337, 2.6959633036025408),
+        ("http-date", 1.5348366962090134, 2.823391550054088),
+        ("absent", 0.7437899051180332, 2.6959633036025505),
+    ],
+)
+async def test_no_numbers_at_all_costs_two_429s(
+    autojump_clock: Any, retry_after: Any, second: float, end: float
+) -> None:
+    """60 calls against 20/s, burst 10, with no headers: two 429s, every call answered ok.
+
+    The first ends the slow start; the second bounds the rate from above, and
+    the rate fitted to every answer holds from then on: 1.06 times the
+    minimum of 2.55 s (1.11 with HTTP-dates, whose 429s block until a whole
+    second of the server's clock).
+    """
+    server, turn = await learn(shape(retry_after), 60)
+    assert all(r.status is Status.OK for r in turn.results)
+    refused = [r.start for r in server.records if r.status == 429]
+    assert refused == pytest.approx([0.2079629629629616, second], abs=1e-9)
+    assert server.count(status=200) == 60
+    assert server.records[-1].end == pytest.approx(end, abs=1e-9)
+
+
+async def test_an_http_date_wait_ends_at_the_servers_next_second(autojump_clock: Any) -> None:
+    """Read against the server's clock, not its Date's whole second: the wait ends on time.
+
+    The server's clock reads a quarter past at t=0; the 429 at 0.208 says
+    "retry at the next whole second", which is t=0.75 (a Date alone would
+    have said a whole second from 0.208).
+    """
+    server, _ = await learn(shape("http-date"), 60)
+    refused = next(r.start for r in server.records if r.status == 429)
+    after = min(t for t in server.starts() if t > refused)
+    assert after == pytest.approx(0.75, abs=1e-6)  # epoch-sized floats: a microsecond
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    rate=st.floats(5, 50),
+    burst=st.integers(1, 25),
+    latency=st.floats(0.01, 0.2),
+    calls=st.integers(20, 60),
+)
+def test_learning_from_bare_429s_draws_at_most_three(
+    rate: float, burst: int, latency: float, calls: int
+) -> None:
+    """Any token bucket in range, no headers, no Retry-After: at most three 429s, none failed."""
+
+    async def main() -> tuple[ThrottlingServer, fanout.Turn]:
+        config = ServerConfig(
+            rate=rate, burst=burst, latency=latency, headers="none", retry_after="absent"
+        )
+        return await learn(config, calls)
+
+    server, turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert server.count(status=429) <= 3
+    assert all(r.status is Status.OK for r in turn.results)
+
+
+def test_admissions_after_a_429_prove_a_floor() -> None:
+    """The n-th admission t seconds after a 429 proves rate >= (n - 1) / t, whatever the burst."""
+    learner = RateLearner()
+    learner.on_success(began=0.0, latency=0.05)  # the probe
+    learner.on_throttled(40.0, now=0.1, wait=0.0, sent_at=0.1, started=3.0)
+    for k in range(1, 6):
+        learner.on_success(began=0.1 + 0.1 * k, latency=0.05)
+    assert learner.floor == pytest.approx(4 / 0.5)
+
+
+def test_429s_of_requests_sent_before_the_last_one_are_the_same_event() -> None:
+    """A wave of 429s from one burst decreases the rate once, not once per 429."""
+    learner = RateLearner()
+    learner.on_success(began=0.0, latency=0.05)
+    learner.on_throttled(40.0, now=0.1, wait=0.0, sent_at=0.1, started=9.0)
+    after_one = learner.rate
+    learner.on_throttled(40.0, now=0.101, wait=0.0, sent_at=0.099, started=9.0)
+    assert learner.rate == after_one == 8.0  # a burst's worth (8 admitted) a second
+
+
+def test_stated_numbers_keep_the_aimd_of_before() -> None:
+    """A server that states a limit is learned from its numbers: a 429 there is AIMD's decrease."""
+    learner = RateLearner()
+    assert learner.from_headers(10, 1.0)
+    learner.on_throttled(10.0, now=1.0, wait=1.0, sent_at=1.0, started=12.0)
+    assert learner.rate == 8.0
