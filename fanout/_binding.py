@@ -105,7 +105,8 @@ def _arrays_only(hint: Any) -> Any:
     args = typing.get_args(hint)
     item = args[0] if args else Any
     as_list = cattrs.cols.list_structure_factory(list[item], _converter)  # type: ignore[valid-type]
-    fixed = origin is tuple and args and args[-1] is not Ellipsis and args != ((),)
+    # tuple[int, str] and tuple[()] (no args, unlike a bare tuple: no origin) have a length.
+    fixed = typing.get_origin(hint) is tuple and args[-1:] != (Ellipsis,)
 
     def structure(value: Any, _: Any) -> Any:
         if not isinstance(value, list | tuple):
