@@ -371,6 +371,7 @@ async def test_a_call_that_does_not_fit_is_answered_error_and_not_run() -> None:
 
 # -- the promise: the schema and the binding agree on every JSON value -------------------
 
+
 def _hashable(hint: Any) -> bool:
     """Whether a union may hold ``hint`` (Python's own unions refuse unhashable metadata)."""
     try:
