@@ -21,8 +21,9 @@ import pytest
 import trio
 import trio.testing
 
+import fanout
 import fanout.testing
-from fanout._throttle_server import _go_duration, key_label
+from fanout._throttle_server import go_duration, key_label, parse_command_line
 from fanout.testing import (
     HeaderStyle,
     KeyLimits,
@@ -384,7 +385,7 @@ async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClo
 )
 def test_go_duration(seconds: float, text: str) -> None:
     """OpenAI-style reset durations are Go durations, rounded up to the millisecond."""
-    assert _go_duration(seconds) == text
+    assert go_duration(seconds) == text
 
 
 def test_config_validates() -> None:
@@ -395,6 +396,29 @@ def test_config_validates() -> None:
         KeyLimits(rate=0)
     with pytest.raises(ValueError, match="headers"):
         ServerConfig(headers="bogus")  # type: ignore[arg-type]
+
+
+def test_the_command_line_spells_every_option() -> None:
+    """Each flag reaches the config; 'none' lifts a limit; no flags give the defaults."""
+    port, config = parse_command_line(
+        ["--port", "8080", "--rate", "none", "--burst", "3", "--max-in-flight", "2",
+         "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
+         "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
+         "--model", "fixed", "--reset", "next", "--connect-delay", "0.25"]
+    )  # fmt: skip
+    assert port == 8080
+    assert config == ServerConfig(
+        rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
+        headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
+        model="fixed", reset="next", connect_delay=0.25,
+    )  # fmt: skip
+    assert parse_command_line([]) == (0, ServerConfig())
+
+
+def test_a_server_not_yet_listening_has_no_url() -> None:
+    """Asking a server for its URL before it listens is a UsageError, not a wrong URL."""
+    with pytest.raises(fanout.UsageError, match="not listening yet"):
+        ThrottlingServer(ServerConfig()).url  # noqa: B018
 
 
 async def test_cli_runs_in_its_own_process() -> None:
