@@ -92,8 +92,6 @@ def _spellings(char: str) -> str:
     percent = "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
     alternatives = {re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped)}
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
-    if len(alternatives) == 1:
-        return re.escape(char)
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
 
 
