@@ -446,8 +446,8 @@ class Turn:
 
     async def _execute(self, state: CallState, budget: Budget) -> None:
         """Answer one call: a replay of a write already done, or a run of it."""
+        invalidate_for(self._run, state)  # any write, repeatable or not, may make reads stale
         if is_idempotent_write(state):
-            invalidate_for(self._run, state)
             replay = await claim(self._run, state, budget, self._recorder)
             if replay is not None:
                 self._answer(state, replay)

@@ -164,6 +164,28 @@ async def test_a_write_declaring_nothing_invalidates_everything(
     assert executions["prices"] == 2
 
 
+async def test_a_repeatable_write_still_makes_cached_reads_stale(autojump_clock: Any) -> None:
+    """A write that opts out of replay (repeatable) still changes the world: it drops the
+    cached reads it declares, like any other write."""
+    reg = Registry()
+    count: Counter[str] = Counter()
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60)
+    async def balance() -> str:
+        count["balance"] += 1
+        return f"balance v{count['balance']}"
+
+    @reg.tool(kind=Kind.MUTATING, repeatable=True, invalidates=["balance"])
+    async def deposit() -> str:
+        return "deposited"
+
+    runner, run = Runner(reg), Run()
+    await runner.run_turn([ToolCall("b1", "balance", {})], run=run)
+    await runner.run_turn([ToolCall("d", "deposit", {})], run=run)
+    after = await runner.run_turn([ToolCall("b2", "balance", {})], run=run)
+    assert after.results[0].content == "balance v2"
+
+
 async def test_duplicate_write_in_one_turn_takes_effect_once(
     runner: Runner, executions: Counter[str], autojump_clock: Any
 ) -> None:
