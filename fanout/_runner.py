@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 import trio
 
-from ._call import CallSettings, CallState
+from ._call import CallPlan, CallSettings, CallState
 from ._canonical import idempotency_key
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
@@ -203,7 +203,7 @@ class Runner:
             valid = call.arguments_valid
             key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
             seed = f"{turn_seed}:{call.id}"
-            return CallState(call, spec, scopes=scopes, idempotency_key=key, seed=seed)
+            return CallState(CallPlan(call, spec, scopes, key, seed))
 
         options: dict[str, Any] = {
             "registry": self.registry,
