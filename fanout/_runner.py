@@ -127,6 +127,9 @@ class Runner:
         """Open the runner's nursery, where its turns' calls run and unwind."""
         if self._nursery_manager is not None:
             raise UsageError("this runner is already open; enter it once")
+        # Opening a nursery does not yield; an async method does (trio's rule), before
+        # anything opens, so a cancellation here leaves the runner closed.
+        await trio.lowlevel.checkpoint()
         manager = trio.open_nursery()
         self._nursery = await manager.__aenter__()
         self._nursery_manager = manager
@@ -140,9 +143,12 @@ class Runner:
         assert manager is not None
         self._nursery = None
         try:
-            return await manager.__aexit__(kind, exc, tb)
+            suppressed = await manager.__aexit__(kind, exc, tb)
         finally:
             self._nursery_manager = None
+        if kind is None:  # a nursery with nothing left to wait for does not yield; we do
+            await trio.lowlevel.checkpoint()
+        return suppressed
 
     def scope(self, name: str) -> ScopeLike:
         """The scope called ``name``, created without limits if none was configured."""
