@@ -77,7 +77,8 @@ def _strict_int(value: Any, _: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Mismatch(f"expected an integer, got {_kind_of(value)} {_short(value)}")
+        got = " ".join(filter(None, (_kind_of(value), _short(value))))
+        raise _Mismatch(f"expected an integer, got {got}")
     return value
 
 

@@ -482,3 +482,28 @@ def test_the_empty_tuple_binds_only_the_empty_array() -> None:
     refused = bind(signature, {"none": [1]})
     assert isinstance(refused, ArgumentError)
     assert refused.problems == ("none: expected an array of 0 items, got 1",)
+
+
+def test_metadata_is_dropped_inside_unions_too() -> None:
+    """Annotated[int, 5] | None: the union keeps its members, each without the metadata."""
+
+    def maybe(count: Annotated[int, 5] | None = None) -> None:
+        """Maybe."""
+
+    signature = read_signature(maybe)
+    assert schema_of(signature, tool="maybe")["properties"]["count"] == {
+        "anyOf": [{"type": "integer"}, {"type": "null"}], "default": None,
+    }  # fmt: skip
+    assert bind(signature, {"count": 3}) == {"count": 3}
+    assert bind(signature, {"count": None}) == {"count": None}
+
+
+def test_a_value_json_cannot_hold_is_named_by_its_python_type() -> None:
+    """An argument that is no JSON value at all (a set, from code) is named by its type."""
+
+    def count(n: int) -> None:
+        """Count."""
+
+    refused = bind(read_signature(count), {"n": {1, 2}})
+    assert isinstance(refused, ArgumentError)
+    assert refused.problems == ("n: expected an integer, got set",)
