@@ -38,6 +38,7 @@ __all__ = [
     "MIN_LENGTH",
     "REDACTED",
     "Secret",
+    "SecretRegistry",
     "learn",
     "register_secret",
     "scrub_cut_secrets",
@@ -99,7 +100,7 @@ def _spellings(char: str) -> str:
 _EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}}
 
 
-class _Registry:
+class SecretRegistry:
     """Every secret fanout has learned in this process, newest last, bounded.
 
     Kept so that an answer is scrubbed of any key fanout has seen sent. One
@@ -150,7 +151,7 @@ def _alternation(secrets: Iterable[Secret]) -> re.Pattern[str] | None:
     return re.compile("|".join(patterns)) if patterns else None
 
 
-_known = _Registry(_MAX_KNOWN)
+_known = SecretRegistry(_MAX_KNOWN)
 
 
 def register_secret(value: str | Secret) -> Secret:
