@@ -202,7 +202,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         context = CallContext(
             call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
             idempotency_key=plan.idempotency_key, run_id=within.run_id, attempt=state.attempts,
-            recorder=recorder, inline_wait=within.settings.inline_wait,
+            recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(),
         )  # fmt: skip
         return await _run_tool(state, spec, context, within.settings)
