@@ -41,7 +41,14 @@ from ._retry import RetryPolicy
 from ._scope import ScopeLike, scopes_named
 from ._values import Kind, Status, ToolCall, ToolResult
 
-__all__ = ["CallPlan", "CallSettings", "CallState", "describe", "execute"]
+__all__ = [
+    "CallPlan",
+    "CallSettings",
+    "CallState",
+    "describe",
+    "execute",
+    "let_the_deadline_answer",
+]
 
 _log = logging.getLogger("fanout")
 
@@ -188,6 +195,8 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         denial = await _admit(state, within, holder, held)
         within.queued()
         if denial is not None:
+            if trio.current_time() >= within.budget.deadline:
+                await let_the_deadline_answer()
             return failure(
                 call, denial.status, denial.message, started=state.started, kind=spec.kind,
                 scope=denial.scope, retry_after=denial.retry_after,
@@ -235,6 +244,17 @@ async def _admit(
             f"the limiter of this call failed ({describe(exc)}); the call was not sent",
             _UNAVAILABLE,
         )
+
+
+async def let_the_deadline_answer() -> None:
+    """Yield once at the call's deadline, so the turn's answer for it is the one given.
+
+    A wait that ran to the deadline (a slot, an idempotency claim) wakes at
+    the same instant as the turn's deadline watcher, in an order trio picks
+    at random. The watcher answers the call and cancels it; after one yield
+    it has, whichever ran first, and the answer is the same on every run.
+    """
+    await trio.lowlevel.checkpoint()
 
 
 async def _run_tool(

@@ -28,7 +28,7 @@ import trio
 
 from ._answers import failure
 from ._budget import Verdict
-from ._call import describe
+from ._call import describe, let_the_deadline_answer
 from ._events import EventDetail, EventKind
 from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._redact import scrubbed
@@ -169,6 +169,7 @@ async def _ask_store(run: Run, plan: CallPlan, budget: Budget) -> Claim | ToolRe
             started=False, kind=plan.kind, scope=STORE_SCOPE,
             hint="the write was not run; re-issue it once the store is back",
         )  # fmt: skip
+    await let_the_deadline_answer()
     return failure(
         call, Status.TIMED_OUT,
         "the idempotency store did not answer before the call's deadline; the write was not run",
