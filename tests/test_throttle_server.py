@@ -369,6 +369,22 @@ async def test_garbage_gets_4xx_and_close(
     assert server.count() == 1
 
 
+async def test_a_request_asking_to_close_is_answered_then_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Connection: close gets its one answer, then the server ends the connection."""
+    async with running(ServerConfig()) as (server, _):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        async with stream:
+            await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            reply = b""
+            while chunk := await stream.receive_some():  # ends: the server closed
+                reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert reply.count(b"HTTP/1.1") == 1
+    assert server.count() == 1
+
+
 async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
     """A client closing mid-body ends only its own connection handler."""
     async with running(ServerConfig()) as (server, client):
