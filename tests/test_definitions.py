@@ -312,6 +312,7 @@ def test_arguments_are_structured_into_their_hints() -> None:
     ("arguments", "problems"),
     [
         ({}, ["place: missing (", "window: missing ("]),
+        ({"place": {}, "window": {"days": 1}}, ["place.city: missing (a string)"]),
         ({"place": "Oslo", "window": {"days": 1}}, ["place: expected an object, got string"]),
         (
             {"place": {"city": 5}, "window": {"days": "3"}},

@@ -124,6 +124,12 @@ def test_structured_policy_and_state() -> None:
     assert (info.limit, info.window, info.remaining, info.reset_after) == (100.0, 60.0, 50.0, 30.0)
 
 
+def test_structured_parameters_fanout_does_not_read_are_ignored() -> None:
+    """A parameter of another meaning (a partition key, a quota unit) spoils nothing."""
+    info = parse({"RateLimit-Policy": '"burst";q=100;qu="requests";w=60;pk=:YWJj:'})
+    assert (info.limit, info.window) == (100.0, 60.0)
+
+
 def test_structured_policy_accepts_l_for_q() -> None:
     """An "l" parameter is accepted where "q" is expected."""
     assert parse({"RateLimit-Policy": '"burst";l=100;w=60'}).limit == 100.0
