@@ -77,7 +77,8 @@ def _strict_int(value: Any, _: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Mismatch(f"expected an integer, got {_kind_of(value)} {_short(value)}")
+        got = " ".join(filter(None, (_kind_of(value), _short(value))))
+        raise _Mismatch(f"expected an integer, got {got}")
     return value
 
 
@@ -105,7 +106,8 @@ def _arrays_only(hint: Any) -> Any:
     args = typing.get_args(hint)
     item = args[0] if args else Any
     as_list = cattrs.cols.list_structure_factory(list[item], _converter)  # type: ignore[valid-type]
-    fixed = origin is tuple and args and args[-1] is not Ellipsis and args != ((),)
+    # tuple[int, str] and tuple[()] (no args, unlike a bare tuple: no origin) have a length.
+    fixed = typing.get_origin(hint) is tuple and args[-1:] != (Ellipsis,)
 
     def structure(value: Any, _: Any) -> Any:
         if not isinstance(value, list | tuple):

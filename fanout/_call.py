@@ -15,14 +15,14 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
 
 from ._admission import Denial, admit
 from ._answers import failure, success
-from ._budget import Verdict, usable_wait
+from ._budget import Budget, Verdict, usable_wait
 from ._canonical import safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
@@ -41,10 +41,14 @@ from ._retry import RetryPolicy
 from ._scope import ScopeLike, scopes_named
 from ._values import Kind, Status, ToolCall, ToolResult
 
-if TYPE_CHECKING:
-    from ._budget import Budget
-
-__all__ = ["CallSettings", "CallState", "describe", "execute"]
+__all__ = [
+    "CallPlan",
+    "CallSettings",
+    "CallState",
+    "describe",
+    "execute",
+    "let_the_deadline_answer",
+]
 
 _log = logging.getLogger("fanout")
 
@@ -62,54 +66,62 @@ class CallSettings:
     threads: trio.CapacityLimiter
 
 
-@attrs.define(eq=False)
-class CallState:
-    """What the turn knows of one call while it runs (compared by identity)."""
+@attrs.frozen
+class CallPlan:
+    """What a call is and how it will run: fixed when its turn is built.
+
+    ``seed`` seeds the call's own jitter generator (the turn's seed and the
+    call's id), so which call drew first cannot change anyone's backoff.
+    """
 
     call: ToolCall
     spec: ToolSpec | None
     scopes: tuple[ScopeLike, ...] = ()
     idempotency_key: str = ""
-    started: bool = False
-    attempts: int = 0
-    result: ToolResult | None = None
-    queued: Callable[[], None] = attrs.field(default=lambda: None, eq=False)
-    # Each call draws its jitter from its own generator, seeded from the turn
-    # and its id (made on first use), so which call drew first cannot change
-    # anyone's backoff.
     seed: str = ""
-    _rng: random.Random | None = attrs.field(default=None, eq=False, alias="_rng")
-    # Credentials the HTTP layer sent for this call; scrubbed from its answer.
-    secrets: set[str] = attrs.field(factory=set, eq=False, repr=False)
-    # Whether the final answer is the tool's own (a return value or its own
-    # error), as opposed to fanout's; only those are kept for replay.
-    answered_by_tool: bool = False
-    claimed: bool = False  # holds its idempotency key in the run's store
-    # Why the arguments are unusable, when a stream said more than "not JSON".
-    problem: str | None = None
-    # The arguments structured into the tool's annotated types (set when checked).
-    bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
-    # Single-flight: an identical earlier call of the turn answers this one.
-    leader: CallState | None = attrs.field(default=None, eq=False, repr=False)
-    followers: list[CallState] = attrs.field(factory=list, eq=False, repr=False)
-
-    @property
-    def rng(self) -> random.Random:
-        if self._rng is None:
-            self._rng = random.Random(self.seed)
-        return self._rng
-
-    def arguments(self) -> dict[str, Any]:
-        """The keyword arguments to call the tool with: bound if checked, else as sent."""
-        if self.bound is not None:
-            return self.bound
-        assert isinstance(self.call.arguments, dict)
-        return self.call.arguments
 
     @property
     def kind(self) -> Kind:
         """The tool's kind; an unknown tool is taken to be a write."""
         return self.spec.kind if self.spec is not None else Kind.MUTATING
+
+
+@attrs.define(eq=False)
+class CallState:
+    """A call's progress through its turn, over its fixed plan (compared by identity).
+
+    Only the turn and the call's own run write here; what needs nothing but
+    the plan (the read cache, the retry's patience) is given the plan.
+    """
+
+    plan: CallPlan
+    # Why the arguments are unusable, when a stream said more than "not JSON".
+    problem: str | None = None
+    # The arguments structured into the tool's annotated types (set when checked).
+    bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
+    started: bool = False
+    attempts: int = 0
+    result: ToolResult | None = None
+    # Credentials the HTTP layer sent for this call; scrubbed from its answer.
+    secrets: set[str] = attrs.field(factory=set, repr=False)
+    # Whether the final answer is the tool's own (a return value or its own
+    # error), as opposed to fanout's; only those are kept for replay.
+    answered_by_tool: bool = False
+    claimed: bool = False  # holds its idempotency key in the run's store
+    # Single-flight: the identical later calls of the turn this one answers.
+    followers: list[CallState] = attrs.field(factory=list, repr=False)
+    _rng: random.Random | None = attrs.field(default=None, alias="_rng", repr=False)
+
+    @property
+    def call(self) -> ToolCall:
+        return self.plan.call
+
+    @property
+    def rng(self) -> random.Random:
+        """The call's own jitter generator, made from its plan's seed on first use."""
+        if self._rng is None:
+            self._rng = random.Random(self.plan.seed)
+        return self._rng
 
 
 @attrs.frozen
@@ -121,26 +133,49 @@ class _Retry:
     scope: str | None
 
 
+@attrs.frozen
+class _Within:
+    """What every attempt of one call runs within: its budget, run, knobs, trace and turn."""
+
+    queued: Callable[[], None]
+    budget: Budget
+    run_id: str
+    settings: CallSettings
+    recorder: Recorder
+
+
 class _SlotHolder:
     """A fresh identity per attempt, so a CapacityLimiter never sees one twice."""
 
 
 async def execute(
-    state: CallState, *, budget: Budget, run_id: str, settings: CallSettings, recorder: Recorder
+    state: CallState,
+    *,
+    queued: Callable[[], None],
+    budget: Budget,
+    run_id: str,
+    settings: CallSettings,
+    recorder: Recorder,
 ) -> ToolResult:
-    """Run one call to its answer: admit, invoke, and retry what may be retried."""
-    assert state.spec is not None
-    policy = state.spec.retry or settings.retry
+    """Run one call to its answer: admit, invoke, and retry what may be retried.
+
+    ``queued`` gives up the call's place in the turn's admission order (the
+    next call may start); admission calls it, at the latest when the first
+    attempt has been admitted or denied. Calling it again does nothing.
+    """
+    assert state.plan.spec is not None
+    policy = state.plan.spec.retry or settings.retry
+    within = _Within(queued, budget, run_id, settings, recorder)
     retries = 0
     while True:
         state.attempts += 1
-        outcome = await _attempt(state, budget, run_id, settings, recorder)
+        outcome = await _attempt(state, within)
         if isinstance(outcome, ToolResult):
             return outcome
-        decision = await _decide(state, outcome, policy, retries, budget, recorder)
+        decision = await _decide(state, outcome, policy, retries, within)
         if isinstance(decision, ToolResult):
             return decision
-        call = state.call
+        call = state.plan.call
         recorder.emit(
             EventKind.RETRY_SCHEDULED, call_id=call.id, tool=call.name, attempt=state.attempts,
             wait=decision.delay, reason=decision.reason, scope=decision.scope,
@@ -149,19 +184,19 @@ async def execute(
         retries += 1
 
 
-async def _attempt(
-    state: CallState, budget: Budget, run_id: str, settings: CallSettings, recorder: Recorder
-) -> ToolResult | ToolSignal:
+async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal:
     """One admission and one invocation; a signal means the runner decides what next."""
-    spec, call = state.spec, state.call
+    plan, recorder = state.plan, within.recorder
+    spec, call = plan.spec, plan.call
     assert spec is not None
-    assert isinstance(call.arguments, dict)
     holder = _SlotHolder()
     held: list[ScopeLike] = []
     try:
-        denial = await _admit(state, spec, budget, settings, recorder, holder, held)
-        state.queued()
+        denial = await _admit(state, within, holder, held)
+        within.queued()
         if denial is not None:
+            if trio.current_time() >= within.budget.deadline:
+                await let_the_deadline_answer()
             return failure(
                 call, denial.status, denial.message, started=state.started, kind=spec.kind,
                 scope=denial.scope, retry_after=denial.retry_after,
@@ -170,38 +205,34 @@ async def _attempt(
         # wait (no scope) has not checkpointed yet, so check here.
         await trio.lowlevel.checkpoint_if_cancelled()
         state.started = True
-        for scope in state.scopes:
+        for scope in plan.scopes:
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
         context = CallContext(
-            call=call, kind=spec.kind, budget=budget, scopes=state.scopes,
-            idempotency_key=state.idempotency_key, run_id=run_id,
-            attempt=state.attempts, recorder=recorder, inline_wait=settings.inline_wait,
+            call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
+            idempotency_key=plan.idempotency_key, run_id=within.run_id, attempt=state.attempts,
+            recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(),
         )  # fmt: skip
-        return await _run_tool(state, spec, context, settings)
+        return await _run_tool(state, spec, context, within.settings)
     finally:
         for scope in reversed(held):
             await scope.release_slot(holder)
 
 
 async def _admit(
-    state: CallState,
-    spec: ToolSpec,
-    budget: Budget,
-    settings: CallSettings,
-    recorder: Recorder,
-    holder: _SlotHolder,
-    held: list[ScopeLike],
+    state: CallState, within: _Within, holder: _SlotHolder, held: list[ScopeLike]
 ) -> Denial | None:
     """Admission, with a limiter that fails or cannot be reached refusing the call."""
-    call = state.call
+    plan = state.plan
+    call = plan.call
+    assert plan.spec is not None
     assert isinstance(call.arguments, dict)
     try:
         return await admit(
-            call, state.scopes, holder=holder, held=held, budget=budget,
-            cost=spec.cost_of(call.arguments), inline_wait=settings.inline_wait,
-            recorder=recorder, attempt=state.attempts, queued=state.queued,
+            call, plan.scopes, holder=holder, held=held, budget=within.budget,
+            cost=plan.spec.cost_of(call.arguments), inline_wait=within.settings.inline_wait,
+            recorder=within.recorder, attempt=state.attempts, queued=within.queued,
         )  # fmt: skip
     except LimiterUnavailableError as exc:
         # Fail closed: a limiter we cannot reach cannot say the call may go.
@@ -215,17 +246,29 @@ async def _admit(
         )
 
 
+async def let_the_deadline_answer() -> None:
+    """Yield once at the call's deadline, so the turn's answer for it is the one given.
+
+    A wait that ran to the deadline (a slot, an idempotency claim) wakes at
+    the same instant as the turn's deadline watcher, in an order trio picks
+    at random. The watcher answers the call and cancels it; after one yield
+    it has, whichever ran first, and the answer is the same on every run.
+    """
+    await trio.lowlevel.checkpoint()
+
+
 async def _run_tool(
     state: CallState, spec: ToolSpec, context: CallContext, settings: CallSettings
 ) -> ToolResult | ToolSignal:
     """Invoke the tool and turn whatever it does into an answer or a signal."""
-    call = state.call
+    call = state.plan.call
+    assert state.bound is not None  # the turn checked the arguments before the call ran
     began = trio.current_time()
     # For learning, an attempt went fine unless it was throttled or cut off:
     # a tool's own error still says the rate was acceptable.
     went_fine = False
     try:
-        value = await _invoke(spec, state.arguments(), context, settings.threads)
+        value = await _invoke(spec, state.bound, context, settings.threads)
         went_fine = True
         # A write whose request broke mid-answer has an unknown effect, even
         # when the tool swallowed the error: its answer is not kept for replay.
@@ -250,7 +293,7 @@ async def _run_tool(
         )  # fmt: skip
     finally:
         elapsed = trio.current_time() - began
-        for scope in state.scopes:
+        for scope in state.plan.scopes:
             scope.observe_call(elapsed, ok=went_fine)
 
 
@@ -328,15 +371,16 @@ async def _decide(
     signal: ToolSignal,
     policy: RetryPolicy,
     retries: int,
-    budget: Budget,
-    recorder: Recorder,
+    within: _Within,
 ) -> ToolResult | _Retry:
     """Tell the scopes what the downstream said; answer now, or retry after a delay."""
-    spec, call = state.spec, state.call
+    budget, recorder = within.budget, within.recorder
+    plan = state.plan
+    spec, call = plan.spec, plan.call
     assert spec is not None
     wait = usable_wait(signal.retry_after)
     named = signal.scope if isinstance(signal.scope, str) else None
-    targets = scopes_named(state.scopes, named)
+    targets = scopes_named(plan.scopes, named)
     scope_name = targets[0].name if targets else named
 
     def answer(status: Status, message: str, **extra: Any) -> ToolResult:
@@ -385,23 +429,23 @@ async def _decide(
             retry_after=retry_after,
         )  # fmt: skip
     delay = wait if wait is not None else policy.backoff(retries, state.rng)
-    why = _retry_refused(state, delay, budget)
+    why = _retry_refused(plan, delay, budget)
     if why is not None:
         shown = delay if status is Status.RATE_LIMITED else None
         return answer(status, f"{describe(signal)}; {why}", retry_after=shown)
     return _Retry(delay, type(signal).__name__, scope_name)
 
 
-def _retry_refused(state: CallState, delay: float, budget: Budget) -> str | None:
+def _retry_refused(plan: CallPlan, delay: float, budget: Budget) -> str | None:
     """Why a retry after ``delay`` may not be made, or None to make it."""
-    latencies = [s.expected_latency() for s in state.scopes]
+    latencies = [s.expected_latency() for s in plan.scopes]
     known = [latency for latency in latencies if latency is not None]
     latency = max(known) if known else None
     verdict = budget.judge(delay, latency=latency)
     if verdict is not Verdict.SLEEP:
         why = budget.explain(verdict, latency=latency)
         return f"the retry would wait {delay:.3f}s, {why}; it was not sent"
-    for scope in state.scopes:
+    for scope in plan.scopes:
         if not scope.retry_budget.try_spend():
             return (
                 f"scope {scope.name!r} has spent its retry budget; the downstream "

@@ -43,11 +43,9 @@ def safe_text(value: object) -> str:
     """
     for render in (str, repr):
         try:
-            text = render(value)
+            return clean_text(render(value))
         except Exception:
             continue
-        if isinstance(text, str):
-            return clean_text(text)
     return f"<unprintable {type(value).__name__}>"
 
 

@@ -50,7 +50,6 @@ class CallContext:
     run_id: str
     attempt: int
     recorder: Recorder
-    inline_wait: float | None = None
     secrets: set[str] = attrs.field(factory=set, repr=False)
     requests: int = 0
     effect_unknown: bool = False

@@ -126,21 +126,24 @@ def repair_responses_input(items: Iterable[Any]) -> list[ResponseInputItemParam]
             answered.add(call_id)
         kept.append(item)
     repaired: list[Any] = []
-    block: list[tuple[str, str]] = []
-    for item in [*kept, None]:
-        kind = item.get("type") if item is not None else None
-        if kind not in ("function_call", "function_call_output"):
-            repaired += [
-                {"type": "function_call_output", "call_id": call_id, "output": cancelled_text(name)}
-                for call_id, name in block
-                if call_id not in answered
-            ]
-            block = []
-        if item is None:
-            break
+    block: list[tuple[str, str]] = []  # the calls of the current run of call and output items
+
+    def close_block() -> None:
+        repaired.extend(
+            {"type": "function_call_output", "call_id": call_id, "output": cancelled_text(name)}
+            for call_id, name in block
+            if call_id not in answered
+        )
+        block.clear()
+
+    for item in kept:
+        kind = item.get("type")
         if kind == "function_call":
             block.append((item["call_id"], item.get("name", "")))
+        elif kind != "function_call_output":
+            close_block()
         repaired.append(item)
+    close_block()
     return repaired
 
 

@@ -68,11 +68,6 @@ class RedisLink:
     failures: int = attrs.field(init=False, default=0)  # ops that failed, ever
     recoveries: int = attrs.field(init=False, default=0)  # outages that ended, ever
 
-    @property
-    def down(self) -> bool:
-        """Whether an outage is going on (an op failed and none succeeded since)."""
-        return self._outage_since is not None
-
     async def run(self, op: str, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``operation`` or raise ``LimiterUnavailableError``, within ``op_timeout``."""
         what = f"the shared limiter of scope {self.scope!r}"
@@ -330,7 +325,3 @@ class SharedLeases:
                     self.orphans[member] = now + self.ttl + self.link.op_timeout
                 elif now >= forget_at:
                     del self.orphans[member]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

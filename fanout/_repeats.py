@@ -28,7 +28,7 @@ import trio
 
 from ._answers import failure
 from ._budget import Verdict
-from ._call import describe
+from ._call import describe, let_the_deadline_answer
 from ._events import EventDetail, EventKind
 from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._redact import scrubbed
@@ -36,7 +36,7 @@ from ._values import Kind, Status, ToolResult
 
 if TYPE_CHECKING:
     from ._budget import Budget
-    from ._call import CallState
+    from ._call import CallPlan, CallState
     from ._events import Recorder
     from ._run import Run
 
@@ -59,17 +59,17 @@ def join_flight(
     one: in a streaming turn the leader may have finished before its
     repeat arrived). Repeatable tools never coalesce.
     """
-    assert state.spec is not None
-    if state.spec.repeatable:
+    plan = state.plan
+    assert plan.spec is not None
+    if plan.spec.repeatable:
         return None
-    leader = leaders.setdefault(state.idempotency_key, state)
+    leader = leaders.setdefault(plan.idempotency_key, state)
     if leader is state:
         return None
-    state.leader = leader
     leader.followers.append(state)
-    kind = EventKind.REPLAYED if state.spec.kind is Kind.MUTATING else EventKind.COALESCED
+    kind = EventKind.REPLAYED if plan.spec.kind is Kind.MUTATING else EventKind.COALESCED
     recorder.emit(
-        kind, call_id=state.call.id, tool=state.call.name, detail=EventDetail(leader=leader.call.id)
+        kind, call_id=plan.call.id, tool=plan.call.name, detail=EventDetail(leader=leader.call.id)
     )
     return leader
 
@@ -79,42 +79,41 @@ def shared(result: ToolResult, follower: CallState) -> ToolResult:
     return attrs.evolve(result, tool_use_id=follower.call.id)
 
 
-def cached_answer(run: Run, state: CallState, recorder: Recorder) -> ToolResult | None:
-    """A fresh cached answer for a cacheable read, or None."""
-    spec = state.spec
+def _cacheable(plan: CallPlan) -> bool:
+    spec = plan.spec
     assert spec is not None
-    if spec.cache_ttl is None or spec.repeatable or spec.kind is Kind.MUTATING:
+    return spec.cache_ttl is not None and not spec.repeatable and spec.kind is not Kind.MUTATING
+
+
+def cached_answer(run: Run, plan: CallPlan, recorder: Recorder) -> ToolResult | None:
+    """A fresh cached answer for a cacheable read, or None."""
+    if not _cacheable(plan):
         return None
-    content = run.cache.get(state.idempotency_key)
+    content = run.cache.get(plan.idempotency_key)
     if content is None:
         return None
-    recorder.emit(EventKind.CACHE_HIT, call_id=state.call.id, tool=state.call.name)
-    return ToolResult(state.call.id, Status.OK, content)
+    recorder.emit(EventKind.CACHE_HIT, call_id=plan.call.id, tool=plan.call.name)
+    return ToolResult(plan.call.id, Status.OK, content)
 
 
-def remember(run: Run, state: CallState, result: ToolResult) -> None:
+def remember(run: Run, plan: CallPlan, result: ToolResult, secrets: set[str]) -> None:
     """Cache an ok answer of a cacheable read, scrubbed: a hit has no secrets to scrub with."""
-    spec = state.spec
-    assert spec is not None
-    cacheable = (
-        spec.cache_ttl is not None and not spec.repeatable and spec.kind is not Kind.MUTATING
-    )
-    if cacheable and result.status is Status.OK:
-        assert spec.cache_ttl is not None
-        content = scrubbed(result, state.secrets).content
-        run.cache.put(state.idempotency_key, spec.name, content, spec.cache_ttl)
+    if _cacheable(plan) and result.status is Status.OK:
+        assert plan.spec is not None
+        assert plan.spec.cache_ttl is not None
+        content = scrubbed(result, secrets).content
+        run.cache.put(plan.idempotency_key, plan.spec.name, content, plan.spec.cache_ttl)
 
 
-def invalidate_for(run: Run, state: CallState) -> None:
+def invalidate_for(run: Run, plan: CallPlan) -> None:
     """A write is about to run: drop the cached reads it may make stale."""
-    spec = state.spec
-    assert spec is not None
-    if spec.kind is Kind.MUTATING:
-        run.cache.invalidate(spec.invalidates)
+    if plan.kind is Kind.MUTATING:
+        assert plan.spec is not None
+        run.cache.invalidate(plan.spec.invalidates)
 
 
-def is_idempotent_write(state: CallState) -> bool:
-    spec = state.spec
+def is_idempotent_write(plan: CallPlan) -> bool:
+    spec = plan.spec
     return spec is not None and spec.kind is Kind.MUTATING and not spec.repeatable
 
 
@@ -129,12 +128,11 @@ async def claim(
     whose key cannot be checked is not run); one that does not answer within
     the budget times it out.
     """
-    spec = state.spec
-    assert spec is not None
-    call = state.call
+    plan = state.plan
+    call = plan.call
     pause, waited = _POLL_FIRST, 0.0
     while True:
-        outcome = await _ask_store(run, state, budget)
+        outcome = await _ask_store(run, plan, budget)
         if isinstance(outcome, ToolResult):
             return outcome
         if outcome.state is ClaimState.NEW:
@@ -151,51 +149,48 @@ async def claim(
         if verdict is Verdict.SLEEP and budget.inline_wait is not None:
             verdict = Verdict.TOO_LONG if waited + pause > budget.inline_wait else verdict
         if verdict is not Verdict.SLEEP:
-            return _still_running(state, budget, verdict, waited)
+            return _still_running(plan, verdict, waited)
         await trio.sleep(pause)
         waited += pause
         pause = min(pause * 2, _POLL_MAX)
 
 
-async def _ask_store(run: Run, state: CallState, budget: Budget) -> Claim | ToolResult:
+async def _ask_store(run: Run, plan: CallPlan, budget: Budget) -> Claim | ToolResult:
     """One claim, bounded by the budget; a failure or a silence is the write's answer."""
-    spec = state.spec
-    assert spec is not None
-    call = state.call
+    call = plan.call
     try:
         with trio.move_on_at(budget.deadline):
-            return await run.store.claim(state.idempotency_key, lease=run.claim_lease)
+            return await run.store.claim(plan.idempotency_key, lease=run.claim_lease)
     except Exception as exc:
         return failure(
             call, Status.REFUSED,
             f"the idempotency store failed ({describe(exc)}); a write whose key cannot be "
             "checked is not run",
-            started=False, kind=spec.kind, scope=STORE_SCOPE,
+            started=False, kind=plan.kind, scope=STORE_SCOPE,
             hint="the write was not run; re-issue it once the store is back",
         )  # fmt: skip
+    await let_the_deadline_answer()
     return failure(
         call, Status.TIMED_OUT,
         "the idempotency store did not answer before the call's deadline; the write was not run",
-        started=False, kind=spec.kind, scope=STORE_SCOPE,
+        started=False, kind=plan.kind, scope=STORE_SCOPE,
     )  # fmt: skip
 
 
-def _still_running(state: CallState, budget: Budget, verdict: Verdict, waited: float) -> ToolResult:
-    spec = state.spec
-    assert spec is not None
+def _still_running(plan: CallPlan, verdict: Verdict, waited: float) -> ToolResult:
     running = "an identical call of this run is still running elsewhere"
     if verdict is Verdict.TOO_LONG:
         return failure(
-            state.call, Status.RATE_LIMITED,
+            plan.call, Status.RATE_LIMITED,
             f"{running}; this one waited {waited:.3f}s for its answer, as long as fanout "
             "waits inline, and was not run",
-            started=False, kind=spec.kind, retry_after=_POLL_MAX,
+            started=False, kind=plan.kind, retry_after=_POLL_MAX,
             hint="re-issue the same call later: it is answered from the other call's result",
         )  # fmt: skip
     return failure(
-        state.call, Status.TIMED_OUT,
+        plan.call, Status.TIMED_OUT,
         f"{running}; this one waited for its answer until its deadline and was not run",
-        started=False, kind=spec.kind,
+        started=False, kind=plan.kind,
     )  # fmt: skip
 
 
@@ -226,7 +221,7 @@ async def settle(run: Run, state: CallState, budget: Budget) -> None:
     that fails is logged, never raised.
     """
     result = state.result
-    key = state.idempotency_key
+    key = state.plan.idempotency_key
     with trio.CancelScope(shield=True, deadline=budget.bound(_STORE_TIMEOUT)) as bounded:
         try:
             if result is not None and state.answered_by_tool:

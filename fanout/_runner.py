@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 import trio
 
-from ._call import CallSettings, CallState
+from ._call import CallPlan, CallSettings, CallState
 from ._canonical import idempotency_key
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
@@ -127,6 +127,9 @@ class Runner:
         """Open the runner's nursery, where its turns' calls run and unwind."""
         if self._nursery_manager is not None:
             raise UsageError("this runner is already open; enter it once")
+        # Opening a nursery does not yield; an async method does (trio's rule), before
+        # anything opens, so a cancellation here leaves the runner closed.
+        await trio.lowlevel.checkpoint()
         manager = trio.open_nursery()
         self._nursery = await manager.__aenter__()
         self._nursery_manager = manager
@@ -140,9 +143,12 @@ class Runner:
         assert manager is not None
         self._nursery = None
         try:
-            return await manager.__aexit__(kind, exc, tb)
+            suppressed = await manager.__aexit__(kind, exc, tb)
         finally:
             self._nursery_manager = None
+        if kind is None:  # a nursery with nothing left to wait for does not yield; we do
+            await trio.lowlevel.checkpoint()
+        return suppressed
 
     def scope(self, name: str) -> ScopeLike:
         """The scope called ``name``, created without limits if none was configured."""
@@ -203,7 +209,7 @@ class Runner:
             valid = call.arguments_valid
             key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
             seed = f"{turn_seed}:{call.id}"
-            return CallState(call, spec, scopes=scopes, idempotency_key=key, seed=seed)
+            return CallState(CallPlan(call, spec, scopes, key, seed))
 
         options: dict[str, Any] = {
             "registry": self.registry,

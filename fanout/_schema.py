@@ -86,7 +86,7 @@ def read_signature(fn: Any) -> Signature:
             f"cannot read the signature of {fn!r} ({exc}); pass schema= to describe it by hand"
         ) from exc
     hints = {
-        name: parameter.annotation
+        name: _plain(parameter.annotation)
         for name, parameter in signature.parameters.items()
         if parameter.annotation is not _EMPTY
     }
@@ -203,9 +203,9 @@ def _union(args: tuple[Any, ...], seen: tuple[Any, ...]) -> dict[str, Any]:
 
 def _array(hint: Any, origin: Any, args: tuple[Any, ...], seen: tuple[Any, ...]) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "array"}
-    if origin is tuple and args and args[-1] is not Ellipsis:
-        if args == ((),):  # tuple[()]
-            return {**schema, "maxItems": 0}
+    if origin is tuple and not args:  # tuple[()]: the empty tuple (bare ``tuple`` has no origin)
+        return {**schema, "maxItems": 0}
+    if origin is tuple and args[-1] is not Ellipsis:
         items = [_schema(arg, seen) for arg in args]
         return {**schema, "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
     if args:
@@ -239,12 +239,34 @@ def _record(cls: type, seen: tuple[Any, ...]) -> dict[str, Any]:
     return schema
 
 
+def _plain(hint: Any) -> Any:
+    """``hint`` keeping, of its ``Annotated`` metadata, only the words (at every depth).
+
+    Other metadata (a dict, a validator object) means nothing to JSON Schema
+    or to binding, and may not even be hashable, which typing's caches and
+    cattrs' dispatch need.
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        words = tuple(arg for arg in args[1:] if isinstance(arg, str))
+        inner = _plain(args[0])
+        return typing.Annotated[(inner, *words)] if words else inner
+    if origin is None or origin is typing.Literal:
+        return hint
+    kept = tuple(_plain(arg) for arg in args)
+    if all(new is old for new, old in zip(kept, args, strict=True)):
+        return hint
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[kept]  # noqa: UP007  (built from a tuple)
+    return origin[kept]
+
+
 def _fields(cls: type) -> list[tuple[str, Any, bool]] | None:
     """(name, hint, required) for each field, or None when ``cls`` is no record."""
     if attrs.has(cls):
         hints = typing.get_type_hints(cls, include_extras=True)
         return [
-            (f.alias or f.name, hints.get(f.name, Any), f.default is attrs.NOTHING)
+            (f.alias or f.name, _plain(hints.get(f.name, Any)), f.default is attrs.NOTHING)
             for f in attrs.fields(cls)
             if f.init
         ]
@@ -252,14 +274,18 @@ def _fields(cls: type) -> list[tuple[str, Any, bool]] | None:
         hints = typing.get_type_hints(cls, include_extras=True)
         missing = dataclasses.MISSING
         return [
-            (f.name, hints.get(f.name, Any), f.default is missing and f.default_factory is missing)
+            (
+                f.name,
+                _plain(hints.get(f.name, Any)),
+                f.default is missing and f.default_factory is missing,
+            )
             for f in dataclasses.fields(cls)
             if f.init
         ]
     if typing.is_typeddict(cls):
         hints = typing.get_type_hints(cls)  # drops Required/NotRequired
         needed: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
-        return [(name, hint, name in needed) for name, hint in hints.items()]
+        return [(name, _plain(hint), name in needed) for name, hint in hints.items()]
     return None
 
 
@@ -317,13 +343,8 @@ _DESCRIBABLE: dict[Any, bool] = {}
 
 def has_schema(hint: Any) -> bool:
     """Whether JSON Schema can describe ``hint`` (memoised: asked for every argument)."""
-    try:
-        return _DESCRIBABLE[hint]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable hint (Annotated with a dict in it): not memoised
-        return _describable(hint)
-    _DESCRIBABLE[hint] = _describable(hint)
+    if hint not in _DESCRIBABLE:  # hints are hashable: read_signature kept them plain
+        _DESCRIBABLE[hint] = _describable(hint)
     return _DESCRIBABLE[hint]
 
 

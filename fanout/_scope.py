@@ -121,6 +121,8 @@ class LocalBackend:
         if self.limiter is None:
             await trio.lowlevel.checkpoint()
             return True
+        # As trio's CapacityLimiter.acquire: a cancel point before, none after a slot is taken.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             self.limiter.acquire_on_behalf_of_nowait(holder)
         except trio.WouldBlock:

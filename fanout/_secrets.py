@@ -38,6 +38,7 @@ __all__ = [
     "MIN_LENGTH",
     "REDACTED",
     "Secret",
+    "SecretRegistry",
     "learn",
     "register_secret",
     "scrub_cut_secrets",
@@ -92,8 +93,6 @@ def _spellings(char: str) -> str:
     percent = "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
     alternatives = {re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped)}
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
-    if len(alternatives) == 1:
-        return re.escape(char)
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
 
 
@@ -101,7 +100,7 @@ def _spellings(char: str) -> str:
 _EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}}
 
 
-class _Registry:
+class SecretRegistry:
     """Every secret fanout has learned in this process, newest last, bounded.
 
     Kept so that an answer is scrubbed of any key fanout has seen sent. One
@@ -152,7 +151,7 @@ def _alternation(secrets: Iterable[Secret]) -> re.Pattern[str] | None:
     return re.compile("|".join(patterns)) if patterns else None
 
 
-_known = _Registry(_MAX_KNOWN)
+_known = SecretRegistry(_MAX_KNOWN)
 
 
 def register_secret(value: str | Secret) -> Secret:

@@ -481,7 +481,7 @@ class ThrottlingServer:
             prefix = "anthropic-ratelimit-requests-"
             reset = datetime.fromtimestamp(full_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         elif style == "openai":
-            prefix, reset = "x-ratelimit-", _go_duration(until)
+            prefix, reset = "x-ratelimit-", go_duration(until)
             names = ("limit-requests", "remaining-requests", "reset-requests")
         else:
             prefix = "ratelimit-" if style == "draft" else "x-ratelimit-"
@@ -525,7 +525,7 @@ def _key_from(head: Mapping[str, str]) -> str:
     return _ANONYMOUS
 
 
-def _go_duration(seconds: float) -> str:
+def go_duration(seconds: float) -> str:
     """Format like OpenAI's reset headers (Go durations): ``20ms``, ``1.5s``, ``6m0s``."""
     ms = max(_ceil(seconds * 1000), 0)
     if ms == 0:
@@ -567,8 +567,8 @@ def _optional(kind: Callable[[str], float]) -> Callable[[str], float | None]:
     return lambda text: None if text.lower() == "none" else kind(text)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """CLI for benchmarks: prints ``READY <url>`` once listening, serves until killed."""
+def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerConfig]:
+    """The port to listen on (0: any free one) and the server's configuration."""
     p = argparse.ArgumentParser(prog="python -m fanout._throttle_server")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--rate", type=_optional(float), default=10.0, help="req/s, or 'none'")
@@ -589,7 +589,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--connect-delay", type=float, default=0.0)
     args = vars(p.parse_args(argv))
     port = args.pop("port")
-    config = ServerConfig(**args)
+    return port, ServerConfig(**args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """CLI for benchmarks: prints ``READY <url>`` once listening, serves until killed."""
+    port, config = parse_command_line(argv)
 
     async def run() -> None:
         async with serve_throttled(config, port=port) as server:

@@ -261,9 +261,10 @@ class Turn:
         whole message. A call arriving after a sibling failed
         (``cancel_siblings``) is answered ``cancelled`` without running.
         """
-        call = state.call
+        plan = state.plan
+        call = plan.call
         self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
-        if state.spec is None:
+        if plan.spec is None:
             names = ", ".join(self._registry.names()) or "(none)"
             self._refuse(state, f"there is no tool named {call.name!r}; the tools are: {names}")
             return False
@@ -272,19 +273,19 @@ class Turn:
             self._answer(
                 state,
                 failure(
-                    call, Status.ERROR, why, started=False, kind=state.kind,
+                    call, Status.ERROR, why, started=False, kind=plan.kind,
                     hint="re-issue the call with arguments that are a valid JSON object",
                 ),
             )  # fmt: skip
             return False
-        bound = state.spec.bind(call.arguments)
+        bound = plan.spec.bind(call.arguments)
         if isinstance(bound, ArgumentError):
             unfit = bound
             self._answer(
                 state,
                 failure(
                     call, Status.ERROR, f"{unfit.message}; the call was not run",
-                    started=False, kind=state.kind,
+                    started=False, kind=plan.kind,
                     hint="re-issue the call with arguments that fit the tool's schema",
                 ),
             )  # fmt: skip
@@ -299,11 +300,11 @@ class Turn:
                 state.started = leader.started
                 self._answer(state, shared(leader.result, state))
             return False
-        hit = cached_answer(self._run, state, self._recorder)
+        hit = cached_answer(self._run, plan, self._recorder)
         if hit is not None:
             self._answer(state, hit)
             return False
-        if state.kind is not Kind.MUTATING:
+        if plan.kind is not Kind.MUTATING:
             return True
         if self._mutating == "one" and self._writes:
             first = self._writes[0]
@@ -362,7 +363,7 @@ class Turn:
                 if state.result is None:
                     if self._host is not None:
                         self._phase_left.add(state)
-                    if state.scopes or self._on_failure == "cancel_siblings":
+                    if state.plan.scopes or self._on_failure == "cancel_siblings":
                         await nursery.start(run_one, state)
                     else:
                         nursery.start_soon(run_one, state)
@@ -393,26 +394,18 @@ class Turn:
     async def _run_one(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        assert state.spec is not None
+        assert state.plan.spec is not None
         budget = Budget.starting_now(
-            state.spec.timeout,
+            state.plan.spec.timeout,
             turn_deadline=self._deadline,
             inline_wait=self._settings.inline_wait,
         )
-        signalled = False
-
-        def queued() -> None:
-            nonlocal signalled
-            if not signalled:
-                signalled = True
-                task_status.started()
-
-        state.queued = queued
+        place = _Place(task_status)
         try:
             if self._host is None and budget.deadline >= self._deadline:
                 # Under the turn's own scope, with no deadline of its own: the
                 # turn's scope and watcher are all this call needs.
-                await self._execute_answering(state, budget)
+                await self._execute_answering(state, budget, place.give_up)
             else:
                 # The runner's calls are stopped by the turn as it returns; a
                 # backstop of their own would start a thousand unwinding
@@ -424,19 +417,21 @@ class Turn:
                         own.cancel()
                     if budget.deadline < self._deadline:
                         self._watch(state, budget.deadline, own)
-                    await self._execute_answering(state, budget)
+                    await self._execute_answering(state, budget, place.give_up)
         finally:
             self._running.pop(state, None)
             if state.result is None:
                 self._answer(state, self._interrupted(state))
-            queued()
+            place.give_up()  # a call answered before admission (a replay, a crash) too
             if state.claimed:
                 await settle(self._run, state, budget)
 
-    async def _execute_answering(self, state: CallState, budget: Budget) -> None:
+    async def _execute_answering(
+        self, state: CallState, budget: Budget, queued: Callable[[], None]
+    ) -> None:
         """``_execute``, with a failure of fanout's own answered instead of raised."""
         try:
-            await self._execute(state, budget)
+            await self._execute(state, budget, queued)
         except Exception as exc:
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
             self._answer(state, self._broken(state, describe(exc)))
@@ -444,29 +439,31 @@ class Turn:
             self._note_crash(exc)
             raise
 
-    async def _execute(self, state: CallState, budget: Budget) -> None:
+    async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
         """Answer one call: a replay of a write already done, or a run of it."""
-        if is_idempotent_write(state):
-            invalidate_for(self._run, state)
+        invalidate_for(self._run, state.plan)  # any write, repeatable or not, may make reads stale
+        if is_idempotent_write(state.plan):
             replay = await claim(self._run, state, budget, self._recorder)
             if replay is not None:
                 self._answer(state, replay)
                 return
         if state.claimed:
             async with trio.open_nursery() as holding:
-                holding.start_soon(hold_claim, self._run, state.idempotency_key)
-                result = await self._execute_tool(state, budget)
+                holding.start_soon(hold_claim, self._run, state.plan.idempotency_key)
+                result = await self._execute_tool(state, budget, queued)
                 holding.cancel_scope.cancel()
         else:
-            result = await self._execute_tool(state, budget)
+            result = await self._execute_tool(state, budget, queued)
         self._answer(state, result)
 
-    async def _execute_tool(self, state: CallState, budget: Budget) -> ToolResult:
+    async def _execute_tool(
+        self, state: CallState, budget: Budget, queued: Callable[[], None]
+    ) -> ToolResult:
         result = await execute(
-            state, budget=budget, run_id=self._run.run_id,
+            state, queued=queued, budget=budget, run_id=self._run.run_id,
             settings=self._settings, recorder=self._recorder,
         )  # fmt: skip
-        remember(self._run, state, result)
+        remember(self._run, state.plan, result, state.secrets)
         return result
 
     # -- deadlines ------------------------------------------------------------
@@ -547,13 +544,16 @@ class Turn:
     def _refuse(self, state: CallState, message: str) -> None:
         call = state.call
         self._recorder.emit(EventKind.REFUSED, call_id=call.id, tool=call.name, reason=message)
-        self._answer(state, failure(call, Status.REFUSED, message, started=False, kind=state.kind))
+        self._answer(
+            state, failure(call, Status.REFUSED, message, started=False, kind=state.plan.kind)
+        )
 
     def _timed_out(self, state: CallState) -> ToolResult:
         """The answer of a call whose own timeout passed."""
-        assert state.spec is not None
-        why = f"the call's own timeout of {state.spec.timeout:g}s passed"
-        return failure(state.call, Status.TIMED_OUT, why, started=state.started, kind=state.kind)
+        plan = state.plan
+        assert plan.spec is not None
+        why = f"the call's own timeout of {plan.spec.timeout:g}s passed"
+        return failure(plan.call, Status.TIMED_OUT, why, started=state.started, kind=plan.kind)
 
     def _interrupted(self, state: CallState) -> ToolResult:
         """The answer of a call stopped from outside, saying what stopped it."""
@@ -572,22 +572,39 @@ class Turn:
             # Stopped by none of the turn's own reasons, and nothing crashed:
             # the cancellation came from outside the turn.
             why, status = "the caller cancelled the turn", Status.CANCELLED
-        return failure(state.call, status, why, started=state.started, kind=state.kind)
+        return failure(state.call, status, why, started=state.started, kind=state.plan.kind)
 
     def _broken(self, state: CallState, what: str) -> ToolResult:
         """The answer of a call fanout itself failed to finish."""
         return failure(
             state.call, Status.ERROR,
             f"fanout failed while handling this call ({what}); it was not finished",
-            started=state.started, kind=state.kind, effect_unknown=state.started,
+            started=state.started, kind=state.plan.kind, effect_unknown=state.started,
             hint="this is a failure of the runtime, not of the arguments; re-issue the call",
         )  # fmt: skip
 
     def _pending(self, state: CallState) -> ToolResult:
         return failure(
             state.call, Status.CANCELLED, "the turn has not finished running this call",
-            started=state.started, kind=state.kind,
+            started=state.started, kind=state.plan.kind,
         )  # fmt: skip
+
+
+class _Place:
+    """A call's place in the turn's admission order, given up once: the next call may start.
+
+    The one ordering mechanism: ``nursery.start`` returns when the call gives
+    up its place (admission does, as the call blocks or is admitted; the
+    turn does for a call answered without admission).
+    """
+
+    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
+        self._task_status: trio.TaskStatus[None] | None = task_status
+
+    def give_up(self) -> None:
+        if self._task_status is not None:
+            self._task_status.started()
+            self._task_status = None
 
 
 def _cancel_all(scopes: list[trio.CancelScope]) -> None:

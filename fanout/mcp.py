@@ -35,7 +35,6 @@ Requires the ``mcp`` extra: ``pip install 'fanout[mcp]'``.
 from __future__ import annotations
 
 import hashlib
-import math
 import sys
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -52,6 +51,7 @@ from ._exceptions import ConfigurationError, TransientError
 from ._mcp_tools import McpToolError, answer_of, error_text, kind_of, retry_safe
 from ._mcp_wire import Flight, TappedWriteStream, flying, landed
 from ._scope import Scope
+from ._validate import positive
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -79,12 +79,6 @@ IDEMPOTENCY_KEY_FIELD = "fanout/idempotency-key"
 _CANCEL_GRACE = 1.0  # seconds a cancel notice may take to write
 
 
-def _grace(value: float) -> float:
-    if not (value > 0 and math.isfinite(value)):
-        raise ConfigurationError(f"cancel_grace must be a positive number, not {value!r}")
-    return value
-
-
 @attrs.define(eq=False)
 class McpServer:
     """One open MCP session, as fanout uses it.
@@ -98,7 +92,7 @@ class McpServer:
     session: ClientSession
     scope: str
     _wire: TappedWriteStream = attrs.field(alias="wire")
-    cancel_grace: float = attrs.field(default=_CANCEL_GRACE, converter=_grace)
+    cancel_grace: float = attrs.field(default=_CANCEL_GRACE, validator=positive)
     _open: bool = attrs.field(default=True, init=False)
 
     @property

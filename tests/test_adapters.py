@@ -97,6 +97,21 @@ def test_openai_sdk_message_becomes_calls() -> None:
     assert calls[2].arguments == "[1]"
 
 
+def test_openai_custom_tool_calls_carry_their_text_as_input() -> None:
+    """A custom tool's free text reaches the tool as {"input": text}; a non-text input is
+    kept as its raw text, answered error when its turn runs."""
+    calls = fanout.calls_from_openai(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "custom", "custom": {"name": "sql", "input": "select 1"}},
+                {"id": "c2", "type": "custom", "custom": {"name": "sql", "input": 7}},
+            ],
+        }
+    )
+    assert [(c.name, c.arguments) for c in calls] == [("sql", {"input": "select 1"}), ("sql", "7")]
+
+
 async def test_openai_results_are_tool_messages_in_order(runner: Runner) -> None:
     """One role=tool message per call, in order, each valid as ChatCompletionToolMessageParam."""
     calls = fanout.calls_from_openai(ChatCompletionMessage.model_validate(OPENAI_MESSAGE))

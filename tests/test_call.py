@@ -89,3 +89,28 @@ async def test_a_spent_quota_is_answered_at_once_with_its_reset(autojump_clock: 
         Status.QUOTA_EXHAUSTED, 90_000,
     )  # fmt: skip
     assert attempts == [0.0]
+
+
+async def test_a_tool_whose_cleanup_fails_as_its_deadline_cuts_it_is_timed_out(
+    autojump_clock: Any,
+) -> None:
+    """Cut off at its deadline, a tool's task raises an error from its cleanup: trio groups it
+    with the cancellation, the cancellation wins, and the call is answered timed_out at 1 s."""
+
+    async def tool() -> str:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                raise ValueError("cleanup failed")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+        return "unreachable"
+
+    registry = Registry()
+    registry.add(tool, name="tool", kind=Kind.READS, timeout=1)
+    turn = await Runner(registry).run_turn([ToolCall("a", "tool", {})])
+    assert turn.results[0].status is Status.TIMED_OUT
+    assert trio.current_time() == 1.0

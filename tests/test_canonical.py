@@ -19,3 +19,15 @@ def test_equal_arguments_in_any_order_share_one_idempotency_key() -> None:
     assert one == idempotency_key("run", "send", {"n": 1, "to": "a"})
     assert one != idempotency_key("other run", "send", {"to": "a", "n": 1})
     assert len(one) == 64
+
+
+def test_arguments_that_contain_themselves_get_a_key_of_their_own() -> None:
+    """Two self-containing argument objects, alike in shape, are never taken for one write."""
+    first: dict[str, object] = {"to": "a"}
+    first["self"] = first
+    second: dict[str, object] = {"to": "a"}
+    second["self"] = second
+    key = idempotency_key("run", "send", first)
+    assert key == idempotency_key("run", "send", first)
+    assert key != idempotency_key("run", "send", second)
+    assert len(key) == 64

@@ -229,3 +229,17 @@ def test_names_from_outside_are_bounded_and_scrubbed(exporter: InMemorySpanExpor
     )
     assert tools == ["other", "other", "tool0", "tool1"]
     assert "sk-live" not in "".join(span.to_json() for span in spans)
+
+
+def test_a_turn_joined_midway_gets_call_spans_without_a_parent(
+    instrument: OpenTelemetryInstrument, exporter: InMemorySpanExporter
+) -> None:
+    """Events of a turn whose start the instrument never saw: its calls still get spans (with
+    no turn span to sit in), and its end ends nothing and raises nothing."""
+    kinds = fanout.EventKind
+    instrument.on_event(fanout.Event(kinds.QUEUED, 0.0, "t", "c1", "lookup"))
+    instrument.on_event(fanout.Event(kinds.ANSWERED, 0.5, "t", "c1", "lookup"))
+    instrument.on_event(fanout.Event(kinds.TURN_FINISHED, 0.5, "t"))
+    spans = exporter.get_finished_spans()
+    assert [span.name for span in spans] == ["execute_tool lookup"]
+    assert spans[0].parent is None

@@ -197,3 +197,12 @@ def test_a_label_bound_must_be_positive() -> None:
     """max_label_values below 1 is a configuration error, not an unbounded label."""
     with pytest.raises(fanout.ConfigurationError):
         PrometheusInstrument(CollectorRegistry(), max_label_values=0)
+
+
+def test_a_scrape_before_any_turn_exports_no_scope() -> None:
+    """Scraped from a thread with no trio run before any turn: empty scope gauges, no error."""
+    registry = CollectorRegistry()
+    instrument = PrometheusInstrument(registry)
+    instrument.observe_scopes(throttled_runner(instrument))
+    assert sample(registry, "fanout_scope_in_flight", scope=SCOPE) is None
+    assert "fanout_scope_in_flight" in generate_latest(registry).decode()

@@ -329,6 +329,12 @@ def test_basic_credentials_are_decoded() -> None:
     }
 
 
+def test_a_basic_credential_that_is_not_base64_is_kept_whole() -> None:
+    """A Basic value that does not decode is still a credential, as written; nothing more."""
+    found = credentials_in([("authorization", "Basic not*base64!")], "http://h/", CredentialNames())
+    assert {s.reveal() for s in found} == {"Basic not*base64!", "not*base64!"}
+
+
 def test_credential_names_can_be_added_and_are_validated() -> None:
     """Added names join the defaults; a name that cannot be a header or parameter is refused."""
     names = CredentialNames.adding(headers=["X-Tenant-Secret"], params=["tenant_sig"])

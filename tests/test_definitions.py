@@ -312,6 +312,7 @@ def test_arguments_are_structured_into_their_hints() -> None:
     ("arguments", "problems"),
     [
         ({}, ["place: missing (", "window: missing ("]),
+        ({"place": {}, "window": {"days": 1}}, ["place.city: missing (a string)"]),
         ({"place": "Oslo", "window": {"days": 1}}, ["place: expected an object, got string"]),
         (
             {"place": {"city": 5}, "window": {"days": "3"}},
@@ -371,15 +372,27 @@ async def test_a_call_that_does_not_fit_is_answered_error_and_not_run() -> None:
 
 # -- the promise: the schema and the binding agree on every JSON value -------------------
 
+
+def _hashable(hint: Any) -> bool:
+    """Whether a union may hold ``hint`` (Python's own unions refuse unhashable metadata)."""
+    try:
+        hash(hint)
+    except TypeError:
+        return False
+    return True
+
+
 _SCALAR_HINTS = st.sampled_from([str, int, float, bool, Literal["a", "b", 1], Unit, Any])
 _HINTS = st.recursive(
     _SCALAR_HINTS,
     lambda inner: st.one_of(
         inner.map(lambda hint: list[hint]),  # type: ignore[valid-type]
         inner.map(lambda hint: dict[str, hint]),  # type: ignore[valid-type]
-        inner.map(lambda hint: hint | None),
+        inner.filter(_hashable).map(lambda hint: hint | None),
         st.tuples(inner, inner).map(lambda pair: tuple[pair[0], pair[1]]),  # type: ignore[misc]
         st.just(Place),
+        st.just(tuple[()]),
+        inner.map(lambda hint: Annotated[hint, {"unit": "cm"}]),  # metadata that is no key
     ),
     max_leaves=6,
 )
@@ -440,3 +453,58 @@ def test_partials_and_callable_objects_are_read() -> None:
     assert books.description == "Search one index."
     assert books.parameters["properties"] == {"query": {"type": "string"}}
     assert lookup.parameters["required"] == ["query"]
+
+
+def test_metadata_other_than_words_is_ignored_by_schema_and_binding() -> None:
+    """Annotated metadata that is not a string (a dict, even nested) neither describes
+    nor blocks: the schema keeps the words, binding converts as for the bare hint."""
+
+    def measure(sizes: list[Annotated[int, {"unit": "cm"}, "a size"]]) -> None:
+        """Measure."""
+
+    signature = read_signature(measure)
+    assert schema_of(signature, tool="measure")["properties"]["sizes"] == {
+        "type": "array", "items": {"type": "integer", "description": "a size"},
+    }  # fmt: skip
+    assert bind(signature, {"sizes": [1, 2.0]}) == {"sizes": [1, 2]}
+    refused = bind(signature, {"sizes": ["1"]})
+    assert isinstance(refused, ArgumentError)
+    assert refused.problems == ("sizes[0]: expected an integer, got string '1'",)
+
+
+def test_the_empty_tuple_binds_only_the_empty_array() -> None:
+    """tuple[()] accepts [] and refuses an array with items, saying how many it expected."""
+
+    def nothing(none: tuple[()]) -> None:
+        """Nothing."""
+
+    signature = read_signature(nothing)
+    assert bind(signature, {"none": []}) == {"none": ()}
+    refused = bind(signature, {"none": [1]})
+    assert isinstance(refused, ArgumentError)
+    assert refused.problems == ("none: expected an array of 0 items, got 1",)
+
+
+def test_metadata_is_dropped_inside_unions_too() -> None:
+    """Annotated[int, 5] | None: the union keeps its members, each without the metadata."""
+
+    def maybe(count: Annotated[int, 5] | None = None) -> None:
+        """Maybe."""
+
+    signature = read_signature(maybe)
+    assert schema_of(signature, tool="maybe")["properties"]["count"] == {
+        "anyOf": [{"type": "integer"}, {"type": "null"}], "default": None,
+    }  # fmt: skip
+    assert bind(signature, {"count": 3}) == {"count": 3}
+    assert bind(signature, {"count": None}) == {"count": None}
+
+
+def test_a_value_json_cannot_hold_is_named_by_its_python_type() -> None:
+    """An argument that is no JSON value at all (a set, from code) is named by its type."""
+
+    def count(n: int) -> None:
+        """Count."""
+
+    refused = bind(read_signature(count), {"n": {1, 2}})
+    assert isinstance(refused, ArgumentError)
+    assert refused.problems == ("n: expected an integer, got set",)

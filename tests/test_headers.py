@@ -124,6 +124,12 @@ def test_structured_policy_and_state() -> None:
     assert (info.limit, info.window, info.remaining, info.reset_after) == (100.0, 60.0, 50.0, 30.0)
 
 
+def test_structured_parameters_fanout_does_not_read_are_ignored() -> None:
+    """A parameter of another meaning (a partition key, a quota unit) spoils nothing."""
+    info = parse({"RateLimit-Policy": '"burst";q=100;qu="requests";w=60;pk=:YWJj:'})
+    assert (info.limit, info.window) == (100.0, 60.0)
+
+
 def test_structured_policy_accepts_l_for_q() -> None:
     """An "l" parameter is accepted where "q" is expected."""
     assert parse({"RateLimit-Policy": '"burst";l=100;w=60'}).limit == 100.0
@@ -271,7 +277,9 @@ def test_parse_duration(value: str, expected: float) -> None:
     assert parse_duration(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "s", "1x", "1.5.5s", "1 s", "1e400", "nan", "inf", "1s2"])
+@pytest.mark.parametrize(
+    "value", ["", "s", "1x", "1.5.5s", "1 s", "1e400", "nan", "inf", "1s2", "1" * 999 + "ms"]
+)
 def test_parse_duration_rejects_garbage(value: str) -> None:
     """Anything that is not a duration is None."""
     assert parse_duration(value) is None

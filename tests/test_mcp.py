@@ -449,3 +449,10 @@ def test_every_id_answered_and_every_cut_off_call_cancelled_on_the_server(
     assert len(saw["cancelled"]) <= len(requests_cut_off)
     assert sorted(saw["cancelled"]) == sorted(str(rid) for rid in server.cancels_sent)
     assert set(saw["hung"]) <= set(saw["interrupted"]) <= set(saw["cancelled"])
+
+
+@pytest.mark.parametrize("grace", [0, -1.0, float("nan"), float("inf"), True])
+def test_a_cancel_grace_that_cannot_work_is_refused(grace: Any) -> None:
+    """cancel_grace is a positive, finite number of seconds, or a ConfigurationError."""
+    with pytest.raises(fanout.ConfigurationError, match="cancel_grace must be a positive number"):
+        McpServer(_LostConnection(), "mcp:lost", wire=TappedWriteStream(None), cancel_grace=grace)

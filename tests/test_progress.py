@@ -53,6 +53,20 @@ async def test_progress_becomes_events(autojump_clock: Any) -> None:
     assert events[1].detail == {"progress": 2, "total": 2, "message": "step 2"}
 
 
+async def test_progress_without_a_message_says_only_its_numbers(autojump_clock: Any) -> None:
+    """A report with no message is an event of its numbers alone (no empty message)."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def quiet() -> str:
+        fanout.current_call().report_progress(0.5)
+        return "done"
+
+    turn = await Runner(registry).run_turn([ToolCall("q", "quiet", {})])
+    [event] = [e for e in turn.trace if e.kind is EventKind.PROGRESS]
+    assert event.detail == {"progress": 0.5, "total": None}
+
+
 async def test_instruments_see_progress_without_a_trace(autojump_clock: Any) -> None:
     """An instrument receives each PROGRESS event even when the runner keeps no trace."""
     seen: list[fanout.Event] = []

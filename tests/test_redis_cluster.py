@@ -29,7 +29,7 @@ from tests.redis_support import Engine, LocalCluster, engines, unique_prefix
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.realtime]  # Redis keeps its own time
 
 SLOW = 0.001  # tokens per second: none comes back while a test runs
 # A new cluster client's first call also connects to the key's node and loads the

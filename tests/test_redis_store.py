@@ -16,7 +16,7 @@ from tests.redis_support import shared_redis_url, unique_prefix
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.realtime]  # Redis keeps its own time
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import fanout
 from fanout import Kind, Registry, Run, Runner, Status, ToolCall
@@ -162,6 +163,28 @@ async def test_a_write_declaring_nothing_invalidates_everything(
     await runner.run_turn([ToolCall("w", "send_invoice", {"customer": "c", "amount": 1})], run=run)
     await runner.run_turn([ToolCall("s2", "prices", {"sku": "x"})], run=run)
     assert executions["prices"] == 2
+
+
+async def test_a_repeatable_write_still_makes_cached_reads_stale(autojump_clock: Any) -> None:
+    """A write that opts out of replay (repeatable) still changes the world: it drops the
+    cached reads it declares, like any other write."""
+    reg = Registry()
+    count: Counter[str] = Counter()
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60)
+    async def balance() -> str:
+        count["balance"] += 1
+        return f"balance v{count['balance']}"
+
+    @reg.tool(kind=Kind.MUTATING, repeatable=True, invalidates=["balance"])
+    async def deposit() -> str:
+        return "deposited"
+
+    runner, run = Runner(reg), Run()
+    await runner.run_turn([ToolCall("b1", "balance", {})], run=run)
+    await runner.run_turn([ToolCall("d", "deposit", {})], run=run)
+    after = await runner.run_turn([ToolCall("b2", "balance", {})], run=run)
+    assert after.results[0].content == "balance v2"
 
 
 async def test_duplicate_write_in_one_turn_takes_effect_once(
@@ -375,3 +398,37 @@ async def test_a_claim_that_cannot_be_renewed_is_logged_and_the_write_still_answ
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings[0] == "fanout: the claim on a write's key lapsed while it ran"
     assert warnings[1:] == ["fanout: renewing a write's claim failed"] * 3
+
+
+class _SilentStore(MemoryIdempotencyStore):
+    """A store that never answers a claim."""
+
+    async def claim(self, key: str, *, lease: float) -> fanout.idempotency.Claim:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+def test_a_store_that_never_answers_times_the_write_out_the_same_way_every_run() -> None:
+    """The claim waits to the write's 1 s deadline: the write is answered timed_out, never run,
+    and with the same words on every run (the store's silence and the deadline end together)."""
+    ran: list[str] = []
+
+    async def play() -> str:
+        reg = Registry()
+
+        @reg.tool(kind=Kind.MUTATING, timeout=1)
+        async def send() -> str:
+            ran.append("send")
+            return "sent"
+
+        run = Run(store=_SilentStore())
+        turn = await Runner(reg).run_turn([ToolCall("w", "send", {})], run=run)
+        assert trio.current_time() == 1.0
+        return turn.results[0].content
+
+    clock = trio.testing.MockClock
+    answers = {trio.run(play, clock=clock(autojump_threshold=0)) for _ in range(16)}
+    assert ran == []
+    assert len(answers) == 1
+    body = json.loads(answers.pop())
+    assert (body["status"], body["message"]) == ("timed_out", "the call's own timeout of 1s passed")

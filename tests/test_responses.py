@@ -92,7 +92,8 @@ def test_a_response_without_calls_gives_none() -> None:
     "given",
     [42, {"object": "response"}, {"output": 7}, {"output": [7]},
      {"output": [{"type": "function_call", "name": "weather"}]},
-     {"output": [{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": ""}]}],
+     {"output": [{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": ""}]},
+     {"type": "response.completed", "response": "done"}],
 )  # fmt: skip
 def test_unreadable_responses_are_invalid_turns(given: Any) -> None:
     """Input that cannot be answered raises InvalidTurnError saying what was wrong."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fanout import Secret
-from fanout._secrets import REDACTED, _Registry, scrub_secrets
+from fanout._secrets import REDACTED, SecretRegistry, scrub_secrets
 
 
 def test_a_value_shorter_than_four_characters_is_never_scrubbed() -> None:
@@ -16,7 +16,7 @@ def test_a_bounded_registry_forgets_its_oldest_secret_and_shows_none() -> None:
     """Past its limit the least recently learned secret goes; its repr counts, never shows."""
     # A registry of its own: filling the process's one would evict the secrets
     # other tests registered.
-    known = _Registry(limit=2)
+    known = SecretRegistry(limit=2)
     one, two, three = Secret("first-key"), Secret("second-key"), Secret("third-key")
     known.learn([one, two])
     known.learn([one])  # learned again: now the newest

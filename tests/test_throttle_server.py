@@ -21,8 +21,9 @@ import pytest
 import trio
 import trio.testing
 
+import fanout
 import fanout.testing
-from fanout._throttle_server import _go_duration, key_label
+from fanout._throttle_server import go_duration, key_label, parse_command_line
 from fanout.testing import (
     HeaderStyle,
     KeyLimits,
@@ -371,6 +372,22 @@ async def test_garbage_gets_4xx_and_close(
     assert server.count() == 1
 
 
+async def test_a_request_asking_to_close_is_answered_then_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Connection: close gets its one answer, then the server ends the connection."""
+    async with running(ServerConfig()) as (server, _):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        async with stream:
+            await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            reply = b""
+            while chunk := await stream.receive_some():  # ends: the server closed
+                reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert reply.count(b"HTTP/1.1") == 1
+    assert server.count() == 1
+
+
 async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
     """A client closing mid-body ends only its own connection handler."""
     async with running(ServerConfig()) as (server, client):
@@ -387,7 +404,7 @@ async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClo
 )
 def test_go_duration(seconds: float, text: str) -> None:
     """OpenAI-style reset durations are Go durations, rounded up to the millisecond."""
-    assert _go_duration(seconds) == text
+    assert go_duration(seconds) == text
 
 
 def test_config_validates() -> None:
@@ -398,6 +415,29 @@ def test_config_validates() -> None:
         KeyLimits(rate=0)
     with pytest.raises(ValueError, match="headers"):
         ServerConfig(headers="bogus")  # type: ignore[arg-type]
+
+
+def test_the_command_line_spells_every_option() -> None:
+    """Each flag reaches the config; 'none' lifts a limit; no flags give the defaults."""
+    port, config = parse_command_line(
+        ["--port", "8080", "--rate", "none", "--burst", "3", "--max-in-flight", "2",
+         "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
+         "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
+         "--model", "fixed", "--reset", "next", "--connect-delay", "0.25"]
+    )  # fmt: skip
+    assert port == 8080
+    assert config == ServerConfig(
+        rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
+        headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
+        model="fixed", reset="next", connect_delay=0.25,
+    )  # fmt: skip
+    assert parse_command_line([]) == (0, ServerConfig())
+
+
+def test_a_server_not_yet_listening_has_no_url() -> None:
+    """Asking a server for its URL before it listens is a UsageError, not a wrong URL."""
+    with pytest.raises(fanout.UsageError, match="not listening yet"):
+        ThrottlingServer(ServerConfig()).url  # noqa: B018
 
 
 async def test_cli_runs_in_its_own_process() -> None:

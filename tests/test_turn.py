@@ -11,6 +11,7 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Runner, Status, ToolCall
+from fanout.idempotency import ReadCache
 
 
 def call(id: str, name: str, arguments: Any = None) -> ToolCall:
@@ -396,3 +397,39 @@ async def test_hostile_values_are_answered_not_crashed(autojump_clock: Any) -> N
     assert big.status is Status.OK
     assert 7990 < len(big.content) <= 8000
     assert big.content.endswith("more characters]")
+
+
+def test_a_turn_not_yet_run_answers_every_call_cancelled(registry: Registry) -> None:
+    """`results` is complete before `run()`: each call is cancelled, not started, not lost."""
+    turn = Runner(registry).turn([call("a", "sleep_for", {"seconds": 1}), call("b", "boom")])
+    assert [r.status for r in turn.results] == [Status.CANCELLED, Status.CANCELLED]
+    for result in turn.results:
+        assert body(result)["message"] == "the turn has not finished running this call"
+        assert body(result)["started"] is False
+
+
+async def test_a_turn_that_fanout_breaks_answers_error_and_returns(
+    registry: Registry, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read cache that fails while calls are checked: every call is answered error naming
+    fanout's failure (not the caller), the failure is logged, and run() returns."""
+
+    class UnreadableCache(ReadCache):
+        def get(self, key: str) -> str | None:
+            raise OSError("cache unreadable")
+
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60)
+    async def cached() -> str:
+        return "value"
+
+    run = fanout.Run()
+    run.cache = UnreadableCache()
+    turn = await Runner(reg).run_turn([call("a", "cached"), call("b", "cached")], run=run)
+    assert [r.status for r in turn.results] == [Status.ERROR, Status.ERROR]
+    assert body(turn.results[0])["message"] == (
+        "fanout failed while handling this call (OSError: cache unreadable); it was not finished"
+    )
+    assert trio.current_time() == 0
+    assert "fanout: a turn failed" in caplog.text
