@@ -93,6 +93,7 @@ class RateLearner:
     _cap: float = attrs.field(default=math.inf, alias="_cap")  # the fastest rate that fits
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
+    _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
 
     def from_headers(
         self,
@@ -121,6 +122,7 @@ class RateLearner:
             return changed
         if remaining is None or self.ceiling is not None:
             return changed
+        self._headroom = remaining >= self.burst - 1
         changed |= self._measure(remaining, at, started)
         if self.rate is None and reset_after:
             # A burst's worth per reset (at least a second: resets are rounded up).
@@ -200,13 +202,16 @@ class RateLearner:
         """One success: add a step of rate back, up to the server's ceiling.
 
         A rate measured from the server's own counts does not creep upward:
-        only evidence raises it. ``began`` is when the successful request was
+        only evidence raises it. Nor does a guess while the server's
+        ``Remaining`` is below its limit: the bucket is being drawn down at
+        the present rate, and a faster one would empty it (the refill it
+        shows will measure the true rate from below). ``began`` is when the successful request was
         sent; ``latency`` the scope's usual call duration.
         """
         if not self._stated:
             self._admitted_blind(began, latency)
             return
-        if self.rate is None or self.measured is not None:
+        if self.rate is None or self.measured is not None or not self._headroom:
             return
         grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)

@@ -14,6 +14,7 @@ import pytest
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout._learning import RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -129,6 +130,36 @@ async def test_learning_reads_the_rate_from_how_remaining_refills(autojump_clock
     assert learned.rate is not None
     assert 7 <= learned.rate <= 8
     assert server.starts()[-1] <= 1.2 * (40 - 4) / 8
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(50, 20), (10, 10), (20, 10)])
+async def test_a_guessed_rate_does_not_creep_up_while_remaining_is_drawn_down(
+    autojump_clock: Any, rate: float, burst: float
+) -> None:
+    """The first guess (a burst per reset) grows only while the server's bucket shows
+    headroom: growing while Remaining falls is what overshot a 50/s server to 53/s."""
+    config = ServerConfig(rate=rate, burst=burst, latency=0.1, max_in_flight=16)
+    async with api(config) as (server, client):
+        scope = Scope("key", max_concurrency=16)
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(200))
+    assert ok(turn) == 200
+    assert server.count(status=429) == 0
+    learned = scope.statistics().bucket.rate
+    assert learned is not None
+    assert learned <= rate
+
+
+def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
+    """Unit level: Remaining 5 of 20 holds the guess (20/s, a burst per reset) where
+    it is; Remaining 19 of 20 lets a success add its step."""
+    learner = RateLearner()
+    assert learner.from_headers(20, None, remaining=5, reset_after=1.0, at=0.0, started=15)
+    assert learner.rate == 20
+    learner.on_success()
+    assert learner.rate == 20
+    learner.from_headers(20, None, remaining=19, reset_after=1.0, at=0.1, started=16)
+    learner.on_success()
+    assert learner.rate == pytest.approx(21)
 
 
 async def test_a_bare_429_drives_aimd(autojump_clock: Any) -> None:
