@@ -354,7 +354,16 @@ class RedisBackend:
             )
 
     def set_slack(self, slack: float) -> None:
+        """A wider slack voids a log's bookings ahead, as the local log does: they were
+        placed with the narrower window, and their holders book again on waking."""
+        wider = slack > self.slack
         self.slack = slack
+        if wider and self.window is not None and self.nursery is not None:
+            self.nursery.start_soon(self._void_ahead)
+
+    async def _void_ahead(self) -> None:
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("void")
 
     def voided(self) -> trio.Event | None:
         """Other processes' changes are not heard of here: waiters confirm on waking."""
@@ -389,7 +398,7 @@ class RedisBackend:
         return BucketStatistics(
             rate=self.rate, burst=self.burst, tokens=tokens, blocked_until=blocked_until,
             reserved=self._counts["reserved"], refused=self._counts["refused"],
-            refunded=self._counts["refunded"], drained=self._counts["drained"],
+            refunded=self._counts["refunded"], drained=self._counts["drained"], window=self.window,
         )  # fmt: skip
 
 

@@ -149,6 +149,7 @@ return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
 #   refund   remove booking ARGV[7] if made in epoch ARGV[6]
 #   drain    a 429: the window is full now, block for ARGV[5] seconds, new epoch
 #   block    start nothing for ARGV[5] seconds from now, new epoch
+#   void     bookings ahead book again (they were placed with a narrower slack), new epoch
 #   sync     the server had ARGV[5] left when a request sent ARGV[9] s ago arrived:
 #            what it counted beyond the log's own is held as a phantom for a window
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
@@ -240,6 +241,8 @@ elseif op == 'block' then
   else
     write = false
   end
+elseif op == 'void' then
+  void()
 elseif op == 'sync' then
   local sent, ours = now - tonumber(ARGV[9]), 0
   for i = 1, #starts do
