@@ -165,7 +165,8 @@ local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch')
 local blocked = tonumber(state[1]) or 0
 local epoch = tonumber(state[2]) or math.floor(now * 1000000)
 local fresh = not state[2]  -- a new epoch is kept, or each call would make another
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now - span))
+-- Entries are kept a window after they leave: a sync counts those the server counted.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now - span - window))
 local raw = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local members, starts, costs = {}, {}, {}
 for i = 1, #raw, 2 do
@@ -246,7 +247,7 @@ elseif op == 'void' then
 elseif op == 'sync' then
   local sent, ours = now - tonumber(ARGV[9]), 0
   for i = 1, #starts do
-    if starts[i] <= sent and now < starts[i] + span then ours = ours + costs[i] end
+    if starts[i] <= sent and sent < starts[i] + span then ours = ours + costs[i] end
   end
   write = hold(limit - extra - ours, now + window - span)
 else

@@ -173,9 +173,11 @@ class SlidingLog:
         """The server said ``count.remaining`` were left when a request sent
         ``count.elapsed`` s ago arrived.
 
-        What it counted beyond the entries of the log that started by then and
-        are still here is someone else's: held as phantoms until they surely
-        left, a window from now (it counted them by now). Later
+        What it counted beyond the entries of the log that were in it then is
+        someone else's: held as phantoms until they surely left, a window from
+        now (it counted them by now). (Entries that left the log since, while
+        the answer travelled, were counted too: the log keeps them a window
+        longer than they hold tokens, to tell.) Later
         starts (``started_since``) are in the log already; requests it may not
         have counted yet (``unsure``) are not taken off, as they would be from
         a bucket: the log keeps them anyway. True when the log changed.
@@ -185,7 +187,7 @@ class SlidingLog:
             return False
         now = trio.current_time()
         sent = now - max(0.0, elapsed)
-        ours = sum(cost for start, cost, _ in self._live(now) if start <= sent)
+        ours = sum(cost for start, cost, _ in self._live(sent))
         return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
 
     def drain(self, blocked_for: float = 0.0) -> None:
@@ -224,7 +226,7 @@ class SlidingLog:
         return self.window + self.slack
 
     def _slot(self, cost: float, now: float) -> float:
-        self._entries = self._live(now) + self._ahead(now)
+        self._entries = [e for e in self._entries if e[0] + self._span + self.window > now]
         earliest = max(now, self._blocked_until)
         return earliest_start(
             self._entries, cost, earliest=earliest, limit=self.limit, span=self._span
@@ -251,7 +253,7 @@ class SlidingLog:
 
     def _void(self, now: float) -> None:
         self.epoch += 1
-        self._entries = self._live(now) + [e for e in self._ahead(now) if e[2]]
+        self._entries = [e for e in self._entries if e[0] <= now or e[2]]
         if self._voided is not None:
             self._voided.set()
             self._voided = None

@@ -124,6 +124,19 @@ async def test_a_count_above_the_logs_own_is_held_for_a_window(autojump_clock: A
     assert not log.sync(4, elapsed=0.1)  # a count the log already explains changes nothing
 
 
+async def test_a_count_is_compared_with_the_log_as_it_was_when_the_server_counted(
+    autojump_clock: Any,
+) -> None:
+    """A start that left the log while the answer travelled was in the server's count too."""
+    log = SlidingLog(3, 1.0)
+    log.reserve()
+    await trio.sleep(0.5)
+    log.reserve()  # sent at 0.5; its answer comes at 1.2, after the first start left
+    await trio.sleep(0.7)
+    assert not log.sync(1, elapsed=0.7)  # both were counted: nobody else's
+    assert log.statistics().tokens == 2
+
+
 async def test_a_lower_limit_applies_to_bookings_ahead(autojump_clock: Any) -> None:
     """A server that states a smaller limit voids bookings that no longer fit."""
     log = SlidingLog(2, 1.0)
