@@ -50,6 +50,7 @@ from ._validate import (
     optional_positive,
     require_positive,
 )
+from ._window import Arrivals
 
 if TYPE_CHECKING:
     from ._budget import Budget
@@ -120,6 +121,7 @@ class Backend(Protocol):
     ) -> None: ...
     def set_slack(self, slack: float) -> None: ...
     def use_window(self, window: float) -> None: ...
+    async def answered(self, sent: float, arrived_by: float) -> None: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
     def share_exhaustion(self, until: float) -> None: ...
@@ -229,6 +231,7 @@ class ScopeFront:
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
+    _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
 
@@ -474,15 +477,23 @@ class ScopeFront:
         """Start nothing before ``when`` (a window's reset)."""
         await self._backend.block_until(when)
 
-    async def observe_headers(self, info: RateLimitInfo, *, sent_at: float | None = None) -> None:
+    async def observe_headers(
+        self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False
+    ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
         ``sent_at`` is when its request was sent (default: now); the server's
-        count is as of then.
+        count is as of then. ``refused``: the server turned the request away
+        (a 429 or 503), at once, so its round trip says nothing of how long
+        the server takes to answer one it admits.
         """
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
         self._adopt_stated(info, sent)
+        if not refused:
+            arrived_by = self._arrivals.arrived_by(sent, now)
+            if self._window_length is not None:  # a log holds each token from its arrival
+                await self._backend.answered(sent, arrived_by)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
         if remaining is not None and remaining < 1 and reset is not None:

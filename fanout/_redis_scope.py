@@ -312,6 +312,17 @@ class RedisBackend:
                 raise
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
+    async def answered(self, sent: float, arrived_by: float) -> None:
+        """A log holds a booking from when its request reached the server (one round trip)."""
+        if self.window is None:
+            await trio.lowlevel.checkpoint()
+            return
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.answered(sent, arrived_by)
+        now = trio.current_time()
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)
+
     async def drain(self, blocked_for: float) -> None:
         self._counts["drained"] += 1
         if self._fallback_bucket is not None:

@@ -91,7 +91,7 @@ class ScopeLike(Protocol):
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None: ...
     async def block_until(self, when: float) -> None: ...
     async def observe_headers(
-        self, info: RateLimitInfo, *, sent_at: float | None = None
+        self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False
     ) -> None: ...
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
@@ -173,6 +173,11 @@ class LocalBackend:
     async def wait_for(self, cost: float) -> float:
         await trio.lowlevel.checkpoint()
         return self.tokens.wait_for(cost)
+
+    async def answered(self, sent: float, arrived_by: float) -> None:
+        if self.log is not None:
+            self.log.answered(sent, arrived_by)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def drain(self, blocked_for: float) -> None:
         self.tokens.drain(blocked_for)

@@ -37,11 +37,18 @@ from ._exceptions import ConfigurationError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["SlidingLog", "earliest_start"]
+__all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
 
-Entry = tuple[float, float, bool]  # (start, cost, phantom)
+_BOOKED, _ANSWERED, _PHANTOM = 0, 1, 2
+# (start, cost, kind, held until at least): a booking, a booking whose answer
+# came, or tokens the server counted and the log did not.
+Entry = tuple[float, float, int, float]
+
+
+def _end(entry: Entry, span: float) -> float:
+    return max(entry[0] + span, entry[3])
 
 
 def earliest_start(
@@ -49,27 +56,60 @@ def earliest_start(
 ) -> float:
     """The first time ``>= earliest`` at which ``cost`` more fits the log.
 
-    ``entries`` is sorted by start; an entry holds its cost during ``[start,
-    start + span)``. A start ``t`` fits when every instant ``τ`` in ``[t, t +
-    span)`` holds at most ``limit - cost``; the load only rises where an entry
-    starts, so it is checked at ``t`` and at those starts. The answer is
-    ``earliest`` or the moment some entry leaves (only then can the load fall).
+    ``entries`` is sorted by start; an entry holds its cost from its start
+    until ``span`` later (or until it is held, if later). A start ``t`` fits
+    when every instant ``τ`` in ``[t, t + span)`` holds at most ``limit -
+    cost``; the load only rises where an entry starts, so it is checked at
+    ``t`` and at those starts. The answer is ``earliest`` or the moment some
+    entry leaves (only then can the load fall).
     """
     starts = [entry[0] for entry in entries]
-    ends = [start + span for start in starts]
-    prefix = [0.0]
-    for entry in entries:
-        prefix.append(prefix[-1] + entry[1])
+    ends = sorted((_end(entry, span), entry[1]) for entry in entries)
+    ending = [end for end, _ in ends]
+    started, ended = [0.0], [0.0]
+    for entry, (_, cost_ended) in zip(entries, ends, strict=True):
+        started.append(started[-1] + entry[1])
+        ended.append(ended[-1] + cost_ended)
 
     def load(at: float) -> float:
-        return prefix[bisect.bisect_right(starts, at)] - prefix[bisect.bisect_right(ends, at)]
+        # Whatever has ended had started: the two running sums leave what holds now.
+        return started[bisect.bisect_right(starts, at)] - ended[bisect.bisect_right(ending, at)]
 
     def fits(t: float) -> bool:
         later = starts[bisect.bisect_right(starts, t) : bisect.bisect_left(starts, t + span)]
         return all(load(at) <= limit - cost + _EPS for at in [t, *later])
 
     # Once the last entry has left, anything fits: the search always ends.
-    return next(t for t in [earliest, *(end for end in ends if end > earliest)] if fits(t))
+    return next(t for t in [earliest, *(end for end in ending if end > earliest)] if fits(t))
+
+
+@attrs.define
+class Arrivals:
+    """By when a request reached the server, judged from when its answer came.
+
+    The server counts a request from its arrival, which the client never
+    sees. An answer ``rtt`` after the send bounds it: the request arrived at
+    most the quickest round trip seen before the answer came (the work and
+    the way back take at least about that). The quickest is taken only from
+    requests sent after the first answer, on warm connections: a first burst
+    that the server took in late (new connections, a cold server) would
+    otherwise make that lateness look like the round trip. Before any warm
+    round trip, a request arrived by its answer, no later: safe, and one
+    latency long.
+    """
+
+    _warm_since: float | None = attrs.field(default=None, alias="_warm_since")
+    _quickest: float = attrs.field(default=math.inf, alias="_quickest")
+
+    def arrived_by(self, sent: float, answered: float) -> float:
+        """The latest the request sent at ``sent`` and answered at ``answered`` arrived."""
+        if self._warm_since is None:
+            self._warm_since = answered
+        elif sent >= self._warm_since:
+            self._quickest = min(self._quickest, answered - sent)
+        if self._quickest == math.inf:
+            return answered
+        return max(sent, answered - self._quickest)
 
 
 @attrs.define
@@ -128,7 +168,7 @@ class SlidingLog:
             self._refused += 1
             return None
         self._reserved += 1
-        bisect.insort(self._entries, (start, cost, False))
+        bisect.insort(self._entries, (start, cost, _BOOKED, -math.inf))
         return Booking(start, start - now, cost, self.epoch)
 
     def confirm(self, booking: Booking) -> bool:
@@ -137,7 +177,7 @@ class SlidingLog:
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
-        entry = (booking.start, booking.cost, False)
+        entry = (booking.start, booking.cost, _BOOKED, -math.inf)
         if booking.epoch == self.epoch and entry in self._entries:
             self._entries.remove(entry)
             self._refunded += 1
@@ -187,8 +227,29 @@ class SlidingLog:
             return False
         now = trio.current_time()
         sent = now - max(0.0, elapsed)
-        ours = sum(cost for start, cost, _ in self._live(sent))
+        ours = sum(entry[1] for entry in self._live(sent))
         return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
+
+    def answered(self, sent: float, arrived_by: float) -> None:
+        """A request sent at ``sent`` reached the server by ``arrived_by``.
+
+        Its booking (the latest not yet answered that started by then) is
+        held until a window after that, if that is later than the slack
+        allowed: a request the server took in late (a cold connection, a busy
+        server) holds its token as long as the server does. Bookings ahead
+        that this overlaps book again.
+        """
+        now = trio.current_time()
+        mine = [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
+        if not mine:
+            return
+        entry = mine[-1]
+        held = (entry[0], entry[1], _ANSWERED, arrived_by + self.window)
+        self._entries.remove(entry)
+        bisect.insort(self._entries, held)
+        end = _end(held, self._span)
+        if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
+            self._void(now)
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """A 429: the window is full now, and nothing starts for ``blocked_for`` s."""
@@ -226,7 +287,7 @@ class SlidingLog:
         return self.window + self.slack
 
     def _slot(self, cost: float, now: float) -> float:
-        self._entries = [e for e in self._entries if e[0] + self._span + self.window > now]
+        self._entries = [e for e in self._entries if _end(e, self._span) + self.window > now]
         earliest = max(now, self._blocked_until)
         return earliest_start(
             self._entries, cost, earliest=earliest, limit=self.limit, span=self._span
@@ -234,7 +295,7 @@ class SlidingLog:
 
     def _live(self, now: float) -> list[Entry]:
         """Entries that started and have not left yet."""
-        return [e for e in self._entries if e[0] <= now < e[0] + self._span]
+        return [e for e in self._entries if e[0] <= now < _end(e, self._span)]
 
     def _ahead(self, now: float) -> list[Entry]:
         return [e for e in self._entries if e[0] > now]
@@ -248,12 +309,12 @@ class SlidingLog:
             return False
         if void:
             self._void(now)
-        bisect.insort(self._entries, (returns - self._span, tokens, True))
+        bisect.insort(self._entries, (returns - self._span, tokens, _PHANTOM, -math.inf))
         return True
 
     def _void(self, now: float) -> None:
         self.epoch += 1
-        self._entries = [e for e in self._entries if e[0] <= now or e[2]]
+        self._entries = [e for e in self._entries if e[0] <= now or e[2] == _PHANTOM]
         if self._voided is not None:
             self._voided.set()
             self._voided = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
 
 import fanout
 from fanout._headers import RateLimitInfo
@@ -139,3 +140,19 @@ async def test_a_redis_scope_learns_a_window_at_its_first_429(redis_url: str, pr
     assert all(r.status is fanout.Status.OK for r in turn.results)
     assert server.count(status=429) == 1
     assert (stats.burst, stats.window) == (4, 1.0)
+
+
+async def test_an_answer_holds_a_shared_booking_from_its_arrival(
+    redis_url: str, prefix: str
+) -> None:
+    """A first answer 0.2 s after the send: every process holds that token from then on."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        booking = await one.reserve(1, 0)
+        assert booking is not None
+        await trio.sleep(0.2)
+        await one.observe_headers(RateLimitInfo(), sent_at=booking.start)
+        assert close([await other.wait_for(1)], [0.5])  # a window from the answer, not the send

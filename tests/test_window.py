@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import ConfigurationError, Kind, Registry, Runner, Scope, Status, ToolCall
-from fanout._window import SlidingLog
+from fanout._window import Arrivals, SlidingLog
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -135,6 +135,32 @@ async def test_a_count_is_compared_with_the_log_as_it_was_when_the_server_counte
     await trio.sleep(0.7)
     assert not log.sync(1, elapsed=0.7)  # both were counted: nobody else's
     assert log.statistics().tokens == 2
+
+
+async def test_a_request_the_server_took_in_late_holds_its_token_as_long(
+    autojump_clock: Any,
+) -> None:
+    """An answer shows a request arrived later than the slack allowed: the window follows it."""
+    log = SlidingLog(1, 1.0)
+    log.reserve()
+    ahead = log.reserve()
+    assert ahead is not None
+    assert ahead.wait == 1.0
+    await trio.sleep(0.5)
+    log.answered(0.0, 0.25)  # sent at 0, reached the server by 0.25
+    assert not log.confirm(ahead)
+    assert log.wait_for() == 0.75  # at 1.25
+    log.answered(0.0, 0.5)  # no booking left unanswered: nothing moves
+    assert log.wait_for() == 0.75
+
+
+def test_arrivals_are_judged_by_the_quickest_warm_round_trip() -> None:
+    """Before a warm round trip, a request arrived by its answer; then by answer - quickest."""
+    arrivals = Arrivals()
+    assert arrivals.arrived_by(0.0, 0.08) == 0.08  # the first answer: cold
+    assert arrivals.arrived_by(0.01, 0.09) == 0.09  # sent before it: still cold
+    assert arrivals.arrived_by(1.0, 1.05) == 1.0  # warm: 50 ms is the quickest round trip
+    assert arrivals.arrived_by(1.0, 1.07) == 1.02  # 20 ms slower than that: it arrived late
 
 
 async def test_a_lower_limit_applies_to_bookings_ahead(autojump_clock: Any) -> None:
@@ -319,14 +345,19 @@ WINDOWS = ["fixed", "sliding"]
 async def test_a_told_window_never_causes_a_429_and_wastes_no_time(
     autojump_clock: Any, model: Any
 ) -> None:
-    """10 per second, told: ten start at once, ten more a second later, and so on."""
+    """10 per second, told: ten at once, then ten a window after each request reached the server.
+
+    The first burst's arrivals are judged by its answers (50 ms later; new
+    connections may reach a server late), the later ones by the quickest warm
+    round trip, which here is exact.
+    """
     config = ServerConfig(rate=10, burst=10, model=model, headers="draft", latency=0.05)
     async with api(config) as (server, client):
         runner = Runner(registry(client), scopes=[Scope("key", limit=10, per=1)], inline_wait=None)
         turn = await runner.run_turn(calls(30))
     assert all(r.status is Status.OK for r in turn.results)
     assert server.count(status=429) == 0
-    assert server.starts() == [0.0] * 10 + [1.0] * 10 + [2.0] * 10
+    assert server.starts() == [0.0] * 10 + [1.05] * 10 + [2.05] * 10
 
 
 @pytest.mark.parametrize("model", WINDOWS)
@@ -337,7 +368,7 @@ async def test_a_told_window_serves_a_bucket_too(autojump_clock: Any, model: Any
         runner = Runner(registry(client), scopes=[Scope("key", limit=2, per=0.5)], inline_wait=None)
         await runner.run_turn(calls(7))
     assert server.count(status=429) == 0
-    assert server.starts() == [0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.5]
+    assert server.starts() == [0.0, 0.0, 0.6, 0.6, 1.1, 1.1, 1.6]
 
 
 @pytest.mark.parametrize("model", WINDOWS)
