@@ -448,8 +448,9 @@ class ScopeFront:
         opened = self._window_open_until
         if opened is not None and now < opened and self.window == "auto":
             self._window_open_until = None  # one vote per reported window
-            self._window_votes += 1
             blocked_for = max(blocked_for, opened - now)
+            if self._could_be_windows(now):
+                self._window_votes += 1
             if self._window_votes >= (1 if self._learner is not None else _WINDOW_VOTES):
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
@@ -461,15 +462,32 @@ class ScopeFront:
             )  # fmt: skip
             self._apply_learned()
 
-    def _count_in_windows(self) -> None:
-        """The server counts in windows: keep ``burst`` per ``burst / rate`` s in a log.
+    def _window_guess(self) -> tuple[float, float]:
+        """The window the server would count in (``burst`` per this many seconds), and ``burst``.
 
         Never shorter than the reset the server gave when it reported the
         window spent: a learned rate may have crept above the window's.
         """
         rate, burst = self._limits
         assert rate is not None  # a window is reported spent only once the rate is known
-        self._window_length = max(burst / rate, self._window_reset)
+        return max(burst / rate, self._window_reset), burst
+
+    def _could_be_windows(self, now: float) -> bool:
+        """Whether the server admitted no more than a window allows in the window before now.
+
+        A token bucket draws a stray 429 too (a learned rate a little above
+        its own, requests out of step): then it has just admitted far more
+        than its burst in the guessed window, which no window server would.
+        Half a burst more is allowed, for a fixed window's edge and for
+        requests it refused.
+        """
+        window, burst = self._window_guess()
+        started = sum(cost for start, cost in self._recent if now - window < start <= now)
+        return started <= 1.5 * burst
+
+    def _count_in_windows(self) -> None:
+        """The server counts in windows: keep ``burst`` per the guessed window in a log."""
+        self._window_length, _ = self._window_guess()
         self._window_open_until = None
         self._backend.use_window(self._window_length)
 

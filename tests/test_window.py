@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import fanout
 from fanout import ConfigurationError, Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._window import Arrivals, SlidingLog
+from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -410,3 +411,23 @@ async def test_a_configured_rate_takes_two_429s_to_turn_to_a_window(autojump_clo
         *((float(t), 200) for t in (3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8)),
     ]  # fmt: skip
     assert scope.statistics().bucket.window == 1.0
+
+
+@pytest.mark.parametrize(("starts", "window"), [(11, 0.4), (60, None)])
+async def test_a_429_after_more_starts_than_a_window_allows_is_a_stray_not_a_window(
+    autojump_clock: Any, starts: int, window: float | None
+) -> None:
+    """Two 429s in windows reported spent turn a scope to a log, unless it just did more.
+
+    A bucket that admitted 60 in the last 0.4 s is no window of 20 per 0.4 s:
+    its 429s are strays (a rate a little too high, requests out of step).
+    """
+    scope = Scope("key", rate=50, burst=20, slack=0.0)
+    for _ in range(2):
+        for _ in range(starts):
+            await scope.reserve(1, 10)
+            await trio.sleep(0.3 / starts)
+        await scope.observe_headers(RateLimitInfo(limit=20, remaining=0, reset_after=0.4))
+        await scope.on_throttled(0.1)
+        await trio.sleep(1)
+    assert scope.statistics().bucket.window == window
