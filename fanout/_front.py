@@ -594,6 +594,8 @@ class ScopeFront:
             return
         self._ledger.observe_latency(seconds)
         self._observe_arrival(seconds)
+        if self._window_length is not None and self.slack is None:
+            self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
             began = trio.current_time() - seconds
             self._learner.on_success(began=began, latency=self._ledger.latency)
@@ -622,8 +624,17 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
 
     def _measured_slack(self) -> float:
-        """The margin measured so far: the later of the two signs of a late first arrival."""
-        return max(self._send_lag, self._arrival_lag)
+        """The margin measured so far: the later of the two signs of a late first arrival.
+
+        A window gives back every token of its last window, not only a
+        burst's first: its margin is also how much call durations vary (a
+        request the server took in a few ms late holds its token that much
+        longer there).
+        """
+        slack = max(self._send_lag, self._arrival_lag)
+        if self._window_length is not None:
+            slack = max(slack, self._ledger.slowest() - self._ledger.fastest())
+        return slack
 
     def observe_send_lag(self, seconds: float) -> None:
         """A call's first request left ``seconds`` after admission let it start.

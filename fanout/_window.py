@@ -25,6 +25,7 @@ touches them.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
+_TRIPS = 32  # recent warm round trips, for the quickest and their spread
 
 _BOOKED, _ANSWERED, _PHANTOM = 0, 1, 2
 # (start, cost, kind, held until at least): a booking, a booking whose answer
@@ -88,28 +90,33 @@ class Arrivals:
     """By when a request reached the server, judged from when its answer came.
 
     The server counts a request from its arrival, which the client never
-    sees. An answer ``rtt`` after the send bounds it: the request arrived at
-    most the quickest round trip seen before the answer came (the work and
-    the way back take at least about that). The quickest is taken only from
-    requests sent after the first answer, on warm connections: a first burst
-    that the server took in late (new connections, a cold server) would
-    otherwise make that lateness look like the round trip. Before any warm
-    round trip, a request arrived by its answer, no later: safe, and one
-    latency long.
+    sees. An answer ``rtt`` after the send bounds it: the request arrived
+    about the quickest round trip before its answer (the work and the way
+    back take at least about that), give or take how much round trips vary
+    (the way there of the quickest one, and the spread of the rest): that
+    spread is added, and the answer itself is the latest it can be. Round
+    trips are taken only from requests sent after the first answer, on warm
+    connections: a first burst that the server took in late (new
+    connections, a cold server) would otherwise make that lateness look like
+    the round trip. Before any warm round trip, a request arrived by its
+    answer: safe, and one latency long.
     """
 
     _warm_since: float | None = attrs.field(default=None, alias="_warm_since")
-    _quickest: float = attrs.field(default=math.inf, alias="_quickest")
+    _trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_TRIPS), alias="_trips"
+    )
 
     def arrived_by(self, sent: float, answered: float) -> float:
         """The latest the request sent at ``sent`` and answered at ``answered`` arrived."""
         if self._warm_since is None:
             self._warm_since = answered
         elif sent >= self._warm_since:
-            self._quickest = min(self._quickest, answered - sent)
-        if self._quickest == math.inf:
+            self._trips.append(answered - sent)
+        if not self._trips:
             return answered
-        return max(sent, answered - self._quickest)
+        quickest, slowest = min(self._trips), max(self._trips)
+        return min(answered, max(sent, answered - quickest) + slowest - quickest)
 
 
 @attrs.define
