@@ -306,8 +306,12 @@ async def _fanout(setting: Setting, scope: fanout.Scope) -> list[CallOutcome]:
 
 async def fanout_configured(setting: Setting) -> list[CallOutcome]:
     """fanout told the true limits, as the README says: rate, burst, and the in-flight cap
-    where the API has one. Nothing else: slack is measured, shedding is by budget."""
+    where the API has one; an API that counts in windows is told "N per W seconds".
+    Nothing else: slack is measured, shedding is by budget."""
     s = setting.scenario
+    if s.model in ("fixed", "sliding"):
+        window = fanout.Scope("api", limit=s.burst, per=s.burst / s.rate)
+        return await _fanout(setting, window)
     # An API documented to have no rate is told so (learn=False), as the README says.
     scope = fanout.Scope(
         "api", rate=s.told_rate, burst=s.burst, max_concurrency=s.max_in_flight,

@@ -36,7 +36,11 @@ _HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-adm
 
 @attrs.frozen
 class BucketStatistics:
-    """A snapshot of a bucket, cheap to take at any time."""
+    """A snapshot of a bucket, cheap to take at any time.
+
+    ``window`` is None for a token bucket; for a sliding log (``_window``),
+    the seconds after which a spent token comes back (``burst`` per window).
+    """
 
     rate: float | None
     burst: float
@@ -46,6 +50,7 @@ class BucketStatistics:
     refused: int
     refunded: int
     drained: int
+    window: float | None = None
 
 
 @attrs.frozen
@@ -306,6 +311,11 @@ class TokenBucket:
     @property
     def blocked_until(self) -> float:
         return self._blocked_until
+
+    @property
+    def epoch(self) -> int:
+        """Bookings of an older epoch are void."""
+        return self._epoch
 
     def statistics(self) -> BucketStatistics:
         return BucketStatistics(

@@ -13,10 +13,17 @@ How headers are read (see RATE-LIMIT-SEMANTICS in the design notes):
 ``Remaining`` with a known rate *syncs* the bucket to the server's count,
 refilled at the rate since the request was sent, minus what this process
 started since; it never blocks until ``Reset``, because on a token bucket
-``Reset`` is "until full" and the next token is ``1/rate`` away. Only a
-fixed window makes ``Remaining: 0`` mean "wait for the reset": that is
-configured (``window="fixed"``), or learned from two 429s that each follow
-such a sync while the window it reported is still open.
+``Reset`` is "until full" and the next token is ``1/rate`` away.
+
+An API that counts "N per W seconds" in windows (fixed or sliding) is served
+by a sliding log instead of the bucket (``_window``): each token comes back
+W seconds after it was spent. It is told (``limit=N, per=W``), or learned: a
+429 that comes while a window a response reported as spent is still open
+shows the server counts in windows (when learning, the first such 429; with a
+configured rate, the second, since a token bucket draws a stray 429 when
+requests reach it out of step), and from then on the scope keeps a log of
+``burst`` per ``burst / rate`` s. ``window="fixed"`` keeps the bucket and
+makes ``Remaining: 0`` wait for the reset.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from ._validate import (
     optional_positive,
     require_positive,
 )
+from ._window import Arrivals
 
 if TYPE_CHECKING:
     from ._budget import Budget
@@ -56,7 +64,7 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 _RECENT = 4096  # bookings remembered, to count what started since a request was sent
 _RECENT_FOR = 60.0  # seconds a booking is remembered
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
-_FIXED_VOTES = 2  # 429s inside windows reported spent that show a fixed window
+_WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, the most learning allows.
 _PROBE_WIDTH = 4
@@ -112,6 +120,8 @@ class Backend(Protocol):
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
     def set_slack(self, slack: float) -> None: ...
+    def use_window(self, window: float) -> None: ...
+    async def answered(self, sent: float, arrived_by: float) -> None: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
     def share_exhaustion(self, until: float) -> None: ...
@@ -125,6 +135,15 @@ def _optional_burst(_: object, __: attrs.Attribute[float | None], value: float |
         or not (value >= 1 and math.isfinite(value))
     ):
         raise ConfigurationError(f"burst must be a finite number >= 1, not {value!r}")
+
+
+def _optional_limit(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 1 and math.isfinite(value))
+    ):
+        raise ConfigurationError(f"limit must be a finite number >= 1, not {value!r}")
 
 
 def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:
@@ -170,8 +189,12 @@ class ScopeFront:
     late a call's first request leaves after its admission and from the
     earliest answer to a burst); ``trust``: when configured limits and the
     limits a server states disagree, use the stricter (default), the
-    configuration, or the headers; ``window``: how ``Remaining: 0`` is read
-    (``"auto"``: as a token bucket until a 429 shows a fixed window).
+    configuration, or the headers; ``window``: how the server counts
+    (``"auto"``: a token bucket until 429s show windows, then a sliding log;
+    ``"bucket"``: always a token bucket; ``"fixed"``: a bucket whose
+    ``Remaining: 0`` waits for the reset). ``limit``/``per``: the API allows
+    ``limit`` requests in any ``per`` seconds (a window, fixed or sliding):
+    tokens are kept in a sliding log, instead of ``rate``/``burst``.
     """
 
     rate: float | None = attrs.field(default=None, kw_only=True, validator=optional_positive)
@@ -192,6 +215,8 @@ class ScopeFront:
     window: WindowKind = attrs.field(
         default="auto", kw_only=True, validator=one_of(get_args(WindowKind))
     )
+    limit: float | None = attrs.field(default=None, kw_only=True, validator=_optional_limit)
+    per: float | None = attrs.field(default=None, kw_only=True, validator=optional_positive)
     _backend: Backend = attrs.field(init=False, repr=False)
     _ledger: Ledger = attrs.field(init=False, factory=Ledger, repr=False)
     _learner: RateLearner | None = attrs.field(init=False, default=None, repr=False)
@@ -204,9 +229,11 @@ class ScopeFront:
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
-    _fixed: bool = attrs.field(init=False, default=False, repr=False)
-    _fixed_votes: int = attrs.field(init=False, default=0, repr=False)
+    _window_votes: int = attrs.field(init=False, default=0, repr=False)
+    _window_length: float | None = attrs.field(init=False, default=None, repr=False)
+    _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
+    _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
 
     if TYPE_CHECKING:
         name: str
@@ -214,12 +241,31 @@ class ScopeFront:
     def _initial_burst(self) -> float:
         return self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
 
+    def _told_window(self) -> float | None:
+        """Check ``limit``/``per`` and read them as the rate and burst; the window, if told.
+
+        Called by each scope kind before it builds its backend, so that the
+        backend starts with a sliding log.
+        """
+        if self.limit is None and self.per is None:
+            return None
+        if self.limit is None or self.per is None:
+            raise ConfigurationError("a window is told with both limit= and per= (N per W seconds)")
+        if self.rate is not None or self.burst is not None:
+            raise ConfigurationError(
+                "tell a scope rate=/burst= (a token bucket) or limit=/per= (a window), not both"
+            )
+        if self.window == "bucket":
+            raise ConfigurationError('limit=/per= is a window; window="bucket" contradicts it')
+        self.rate, self.burst = self.limit / self.per, float(self.limit)
+        return self.per
+
     def _start_front(self, backend: Backend) -> None:
         """Called by each scope kind once its backend exists."""
         check_name(self.name)
         self._backend = backend
         self._limits = (self.rate, self._initial_burst())
-        self._fixed = self.window == "fixed"
+        self._window_length = self.per
         if self.slack is not None:
             backend.set_slack(self.slack)
         if self.rate is None and self.learn:
@@ -391,21 +437,22 @@ class ScopeFront:
         ``sent_at`` is when the refused request was sent (default: now). A
         429 without a wait still drains the bucket and, when learning, slows
         the rate down (AIMD). A 429 inside a window that a response
-        reported as exhausted waits for that window's end; the second such
-        429 shows a fixed window, and from then on ``Remaining: 0`` blocks
-        until its reset. (One is not enough: requests that reach a token
-        bucket out of step, after a burst's slow first connection or with
-        jitter, can draw a stray 429 there too, and reading a bucket as a
-        fixed window would wait a whole reset at every ``Remaining: 0``.)
+        reported as exhausted waits for that window's end, and shows that the
+        server counts in windows (module docstring): the scope turns to a
+        sliding log. Given a rate it takes a second such 429: requests that
+        reach a token bucket out of step, after a burst's slow first
+        connection or with jitter, can draw a stray 429 there too.
         """
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
-        if opened is not None and now < opened and self.window == "auto" and not self._fixed:
+        if opened is not None and now < opened and self.window == "auto":
             self._window_open_until = None  # one vote per reported window
-            self._fixed_votes += 1
-            self._fixed = self._fixed_votes >= _FIXED_VOTES
             blocked_for = max(blocked_for, opened - now)
+            if self._could_be_windows(now):
+                self._window_votes += 1
+            if self._window_votes >= (1 if self._learner is not None else _WINDOW_VOTES):
+                self._count_in_windows()
         await self._backend.drain(blocked_for)
         if self._learner is not None:
             sent = now if sent_at is None or not sent_at <= now else sent_at
@@ -415,26 +462,65 @@ class ScopeFront:
             )  # fmt: skip
             self._apply_learned()
 
+    def _window_guess(self) -> tuple[float, float]:
+        """The window the server would count in (``burst`` per this many seconds), and ``burst``.
+
+        Never shorter than the reset the server gave when it reported the
+        window spent: a learned rate may have crept above the window's.
+        """
+        rate, burst = self._limits
+        assert rate is not None  # a window is reported spent only once the rate is known
+        return max(burst / rate, self._window_reset), burst
+
+    def _could_be_windows(self, now: float) -> bool:
+        """Whether the server admitted no more than a window allows in the window before now.
+
+        A token bucket draws a stray 429 too (a learned rate a little above
+        its own, requests out of step): then it has just admitted far more
+        than its burst in the guessed window, which no window server would.
+        Half a burst more is allowed, for a fixed window's edge and for
+        requests it refused.
+        """
+        window, burst = self._window_guess()
+        started = sum(cost for start, cost in self._recent if now - window < start <= now)
+        return started <= 1.5 * burst
+
+    def _count_in_windows(self) -> None:
+        """The server counts in windows: keep ``burst`` per the guessed window in a log."""
+        self._window_length, _ = self._window_guess()
+        self._window_open_until = None
+        self._backend.use_window(self._window_length)
+
     async def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset)."""
         await self._backend.block_until(when)
 
-    async def observe_headers(self, info: RateLimitInfo, *, sent_at: float | None = None) -> None:
+    async def observe_headers(
+        self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False
+    ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
         ``sent_at`` is when its request was sent (default: now); the server's
-        count is as of then.
+        count is as of then. ``refused``: the server turned the request away
+        (a 429 or 503), at once, so its round trip says nothing of how long
+        the server takes to answer one it admits.
         """
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
         self._adopt_stated(info, sent)
+        if not refused:
+            arrived_by = self._arrivals.arrived_by(sent, now)
+            if self._window_length is not None:  # a log holds each token from its arrival
+                await self._backend.answered(sent, arrived_by)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
         if remaining is not None and remaining < 1 and reset is not None:
-            if rate is None or self._fixed:
+            if rate is None or self.window == "fixed":
                 await self._backend.block_until(now + reset)
                 return
-            self._window_open_until = now + reset if reset > 0 else None
+            if self._window_length is None:  # a log already waits for its window
+                self._window_open_until = now + reset if reset > 0 else None
+                self._window_reset = reset
         if remaining is not None and rate is not None:
             surely = self._started_between(sent, now)
             # Anything that started within the slowest latency seen before this
@@ -508,6 +594,8 @@ class ScopeFront:
             return
         self._ledger.observe_latency(seconds)
         self._observe_arrival(seconds)
+        if self._window_length is not None and self.slack is None:
+            self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
             began = trio.current_time() - seconds
             self._learner.on_success(began=began, latency=self._ledger.latency)
@@ -536,8 +624,17 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
 
     def _measured_slack(self) -> float:
-        """The margin measured so far: the later of the two signs of a late first arrival."""
-        return max(self._send_lag, self._arrival_lag)
+        """The margin measured so far: the later of the two signs of a late first arrival.
+
+        A window gives back every token of its last window, not only a
+        burst's first: its margin is also how much call durations vary (a
+        request the server took in a few ms late holds its token that much
+        longer there).
+        """
+        slack = max(self._send_lag, self._arrival_lag)
+        if self._window_length is not None:
+            slack = max(slack, self._ledger.slowest() - self._ledger.fastest())
+        return slack
 
     def observe_send_lag(self, seconds: float) -> None:
         """A call's first request left ``seconds`` after admission let it start.

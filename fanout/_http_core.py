@@ -254,7 +254,9 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )  # fmt: skip
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         for scope in scopes_named(context.scopes, info.scope):
-            await scope.observe_headers(info, sent_at=sent_at)
+            await scope.observe_headers(
+                info, sent_at=sent_at, refused=response.status_code in (429, 503)
+            )
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
         )

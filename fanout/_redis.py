@@ -5,7 +5,7 @@ and, once Redis has failed, not tried again for ``recheck_after`` seconds
 (one call probes; the rest fail at once instead of each paying the timeout).
 Each outage is logged once when it starts and once when it ends.
 
-``SharedBucket`` and ``SharedLeases`` turn the scripts of ``_redis_scripts``
+``SharedBucket``, ``SharedWindow`` and ``SharedLeases`` turn the scripts of ``_redis_scripts``
 into typed calls. What a scope *does* with them (local gates, the fallback,
 statistics) is in ``_redis_scope``.
 """
@@ -25,12 +25,19 @@ from coredis.commands.script import Script
 
 from ._exceptions import ConfigurationError, LimiterUnavailableError
 from ._redis_client import RedisClient
-from ._redis_scripts import ACQUIRE_LEASE, BUCKET, RENEW_LEASES, bounded, lua_number
+from ._redis_scripts import ACQUIRE_LEASE, BUCKET, RENEW_LEASES, WINDOW, bounded, lua_number
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["BucketReply", "LocalFallback", "RedisLink", "SharedBucket", "SharedLeases"]
+__all__ = [
+    "BucketReply",
+    "LocalFallback",
+    "RedisLink",
+    "SharedBucket",
+    "SharedLeases",
+    "SharedWindow",
+]
 
 log = logging.getLogger("fanout.redis")
 
@@ -183,6 +190,58 @@ class SharedBucket:
                 "exhaust",
                 functools.partial(self.link.client.set, self.exhausted_key, "1", px=milliseconds),
             )
+
+
+@attrs.define(eq=False)
+class SharedWindow:
+    """The sliding log of one scope that counts in windows, as the ``WINDOW`` script keeps it.
+
+    Replies are ``BucketReply``s: ``before`` and ``after`` are not used (a
+    refund names its booking's member instead).
+    """
+
+    link: RedisLink
+    key: str
+    state_key: str
+    exhausted_key: str
+    _identity: str = attrs.field(init=False, factory=lambda: uuid.uuid4().hex)
+    _serial: itertools.count[int] = attrs.field(init=False, factory=itertools.count)
+    _script: Script[Any] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._script = self.link.client.register_script(WINDOW)
+
+    def new_member(self, cost: float) -> str:
+        """A booking's name: its cost (which the script reads), then an id unique to it."""
+        return f"{cost!r}|{self._identity}:{next(self._serial)}"
+
+    async def run(
+        self,
+        op: str,
+        *,
+        limit: float,
+        window: float,
+        cost: float = 1.0,
+        extra: float = 0.0,
+        slack: float = 0.0,
+        epoch: int = 0,
+        member: str = "",
+        elapsed: float = 0.0,
+    ) -> BucketReply:
+        """One log op (see ``WINDOW``)."""
+        args = [
+            op, lua_number(limit), lua_number(window), lua_number(cost), lua_number(extra),
+            str(epoch), member, lua_number(slack), lua_number(elapsed),
+        ]  # fmt: skip
+        keys = [self.key, self.state_key, self.exhausted_key]
+        raw = await self.link.run(op, functools.partial(self._script, keys=keys, args=args))
+        exhausted_ms = int(raw[4])
+        return BucketReply(
+            granted=bool(int(raw[0])), wait=float(raw[1]), tokens=float(raw[2]),
+            blocked_for=float(raw[3]),
+            exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
+            epoch=int(raw[5]), before=math.nan, after=math.nan,
+        )  # fmt: skip
 
 
 @attrs.define(eq=False)

@@ -5,6 +5,9 @@ they send twice the key's rate. ``RedisScope`` is the scope front (every
 rule, in ``_front``) over a Redis backend; the runner cannot tell it from a
 ``Scope``.
 
+- **Window**: a scope that counts in windows keeps a sliding log instead,
+  a sorted set of bookings by start kept by ``_redis_scripts.WINDOW``, with
+  the same verbs and the same epochs.
 - **Bucket**: one Lua script (``_redis_scripts.BUCKET``, run by ``_redis``)
   on the server's clock books, refunds, drains after a 429, syncs to a
   server's count and holds the shared "blocked until", so one process's 429
@@ -46,10 +49,18 @@ from ._bucket import Booking, BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError, LimiterUnavailableError, UsageError
 from ._front import ScopeFront
 from ._ledger import Ledger
-from ._redis import BucketReply, LocalFallback, RedisLink, SharedBucket, SharedLeases
+from ._redis import (
+    BucketReply,
+    LocalFallback,
+    RedisLink,
+    SharedBucket,
+    SharedLeases,
+    SharedWindow,
+)
 from ._redis_client import RedisClient, client_from_url
 from ._redis_keys import scope_key_base
 from ._validate import positive
+from ._window import SlidingLog
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -78,21 +89,23 @@ def _prefix(_: object, __: attrs.Attribute[str], value: str) -> None:
 
 @attrs.define(eq=False)
 class RedisBackend:
-    """Slots as leases and tokens in the shared bucket, with a local fallback."""
+    """Slots as leases, tokens in the shared bucket (or log: ``window``), with a local fallback."""
 
     link: RedisLink
     bucket: SharedBucket
+    log: SharedWindow
     leases: SharedLeases | None
     ledger: Ledger
     fallback: LocalFallback | None
     rate: float | None
     burst: float
+    window: float | None = None
     slack: float = 0.0
     nursery: trio.Nursery | None = None
     _gate: trio.CapacityLimiter | None = attrs.field(init=False, default=None)
     _fallback_cap: int = attrs.field(init=False, default=0)
     _released: trio.lowlevel.ParkingLot = attrs.field(init=False, factory=trio.lowlevel.ParkingLot)
-    _fallback_bucket: TokenBucket | None = attrs.field(init=False, default=None)
+    _fallback_bucket: TokenBucket | SlidingLog | None = attrs.field(init=False, default=None)
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> member
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
     _counts: dict[str, int] = attrs.field(
@@ -108,6 +121,8 @@ class RedisBackend:
             share = self.fallback.share
             rate = self.rate * share if self.rate is not None else None
             self._fallback_bucket = TokenBucket(rate, max(1.0, self.burst * share))
+            if self.window is not None:
+                self._fallback_bucket = SlidingLog(max(1.0, self.burst * share), self.window)
             if cap is not None:
                 self._fallback_cap = max(1, math.floor(cap * share))
         if self.leases is not None:
@@ -201,19 +216,34 @@ class RedisBackend:
 
     # -- tokens ----------------------------------------------------------------
 
+    def use_window(self, window: float) -> None:
+        """Keep tokens in the shared log from now on (and in a local one while Redis is away)."""
+        self.window = window
+        if self._fallback_bucket is not None and self.fallback is not None:
+            self._fallback_bucket = SlidingLog(max(1.0, self.burst * self.fallback.share), window)
+
     async def _shared(
         self,
         op: str,
         cost: float = 1.0,
         extra: float = 0.0,
         booking: tuple[int, float, float] = (0, 0.0, 0.0),
+        *,
+        member: str = "",
+        elapsed: float = 0.0,
     ) -> BucketReply:
-        """One op on the shared bucket; remember what it said for the sync methods."""
+        """One op on the shared bucket or log; remember what it said for the sync methods."""
         self._opened()
-        reply = await self.bucket.run(
-            op, rate=self.rate, burst=self.burst, cost=cost, extra=extra,
-            slack=self.slack, booking=booking,
-        )  # fmt: skip
+        if self.window is not None:
+            reply = await self.log.run(
+                op, limit=self.burst, window=self.window, cost=cost, extra=extra,
+                slack=self.slack, epoch=booking[0], member=member, elapsed=elapsed,
+            )  # fmt: skip
+        else:
+            reply = await self.bucket.run(
+                op, rate=self.rate, burst=self.burst, cost=cost, extra=extra,
+                slack=self.slack, booking=booking,
+            )  # fmt: skip
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
@@ -222,8 +252,9 @@ class RedisBackend:
         return reply
 
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
+        member = self.log.new_member(cost) if self.window is not None else ""
         try:
-            reply = await self._shared("reserve", cost, max_wait)
+            reply = await self._shared("reserve", cost, max_wait, member=member)
         except LimiterUnavailableError:
             local = self._fallback_bucket
             if local is None or (local.rate is not None and cost > local.burst):
@@ -233,21 +264,29 @@ class RedisBackend:
         if not reply.granted:
             return None
         now = trio.current_time()
-        return Booking(now + reply.wait, reply.wait, cost, reply.epoch, reply.before, reply.after)
+        before = member or reply.before  # a log's booking is named by its member
+        return Booking(now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after)
 
     async def refund(self, booking: Booking) -> None:
         """Undo a booking; never raises, safe in ``finally``."""
         self._counts["refunded"] += 1
-        if not isinstance(booking.before, float):  # booked on the local fallback
+        if not isinstance(booking.before, float | str):  # booked on the local fallback
             if self._fallback_bucket is not None:
                 self._fallback_bucket.refund(booking)
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
         with trio.CancelScope(shield=True):
             try:
-                await self._shared(
-                    "refund", booking.cost, booking=(booking.epoch, booking.before, booking.after)
-                )
+                if isinstance(booking.before, str):
+                    await self._shared(
+                        "refund", booking=(booking.epoch, 0.0, 0.0), member=booking.before
+                    )
+                else:
+                    await self._shared(
+                        "refund",
+                        booking.cost,
+                        booking=(booking.epoch, booking.before, booking.after),
+                    )
             except LimiterUnavailableError:
                 if self._fallback_bucket is not None:
                     self._fallback_bucket.refund(booking)
@@ -273,6 +312,17 @@ class RedisBackend:
                 raise
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
+    async def answered(self, sent: float, arrived_by: float) -> None:
+        """A log holds a booking from when its request reached the server (one round trip)."""
+        if self.window is None:
+            await trio.lowlevel.checkpoint()
+            return
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.answered(sent, arrived_by)
+        now = trio.current_time()
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)
+
     async def drain(self, blocked_for: float) -> None:
         self._counts["drained"] += 1
         if self._fallback_bucket is not None:
@@ -293,6 +343,10 @@ class RedisBackend:
     async def sync(self, count: ServerCount) -> None:
         """Only ever lowers the shared bucket to the server's estimate: other processes'
         starts since are unknown here."""
+        if self.window is not None:
+            with contextlib.suppress(LimiterUnavailableError):
+                await self._shared("sync", extra=count.remaining, elapsed=count.elapsed)
+            return
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return
@@ -311,7 +365,16 @@ class RedisBackend:
             )
 
     def set_slack(self, slack: float) -> None:
+        """A wider slack voids a log's bookings ahead, as the local log does: they were
+        placed with the narrower window, and their holders book again on waking."""
+        wider = slack > self.slack
         self.slack = slack
+        if wider and self.window is not None and self.nursery is not None:
+            self.nursery.start_soon(self._void_ahead)
+
+    async def _void_ahead(self) -> None:
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("void")
 
     def voided(self) -> trio.Event | None:
         """Other processes' changes are not heard of here: waiters confirm on waking."""
@@ -346,7 +409,7 @@ class RedisBackend:
         return BucketStatistics(
             rate=self.rate, burst=self.burst, tokens=tokens, blocked_until=blocked_until,
             reserved=self._counts["reserved"], refused=self._counts["refused"],
-            refunded=self._counts["refunded"], drained=self._counts["drained"],
+            refunded=self._counts["refunded"], drained=self._counts["drained"], window=self.window,
         )  # fmt: skip
 
 
@@ -385,9 +448,12 @@ class RedisScope(ScopeFront):
         leases = None
         if self.max_concurrency is not None:
             leases = SharedLeases(link, f"{base}:leases", self.max_concurrency, self.lease_ttl)
+        per = self._told_window()
+        exhausted = f"{base}:exhausted"
         backend = RedisBackend(
-            link, SharedBucket(link, f"{base}:bucket", f"{base}:exhausted"), leases,
-            self._ledger, self.fallback, self.rate, self._initial_burst(),
+            link, SharedBucket(link, f"{base}:bucket", exhausted),
+            SharedWindow(link, f"{base}:window", f"{base}:window-state", exhausted), leases,
+            self._ledger, self.fallback, self.rate, self._initial_burst(), per,
         )  # fmt: skip
         self._start_front(backend)
 

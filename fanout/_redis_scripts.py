@@ -31,6 +31,7 @@ __all__ = [
     "RELEASE_CLAIM",
     "RENEW_CLAIM",
     "RENEW_LEASES",
+    "WINDOW",
     "bounded",
     "lua_number",
 ]
@@ -132,6 +133,175 @@ if write then
 end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full)}
+"""
+)
+
+# The sliding log of ``_window.py``: a sorted set KEYS[1] of bookings scored by
+# their start (server time), each holding its cost for ``window + slack`` s
+# from it (or until it is held, if later), and a hash KEYS[2] {blocked,
+# epoch}. A member is "<cost>|<id>" for a booking; "=<cost>|<held>|<id>" for
+# one whose answer showed when it reached the server (held until ``held``);
+# "~<cost>|<id>" for a phantom (tokens the server counted and the log did not),
+# which no refund removes. A start fits when no instant in the span it holds
+# has more than ``limit - cost``; the load rises only where an entry starts,
+# and the earliest fit is now (or the block's end) or when an entry leaves.
+# Entries are kept a window after they leave: a sync counts those the server
+# counted while the answer travelled.
+# ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed. Ops:
+#   reserve   book ARGV[4] as ARGV[7]; refuse, writing nothing, if the wait exceeds ARGV[5]
+#   peek      the wait for ARGV[4], consuming nothing
+#   refund    remove booking ARGV[7] if made in epoch ARGV[6]
+#   answered  the request sent ARGV[9] s ago reached the server ARGV[5] s ago at the
+#             latest: its booking holds its tokens until a window after that
+#   drain     a 429: the window is full now, block for ARGV[5] seconds, new epoch
+#   block     start nothing for ARGV[5] seconds from now, new epoch
+#   void      bookings ahead book again (they were placed with a narrower slack), new epoch
+#   sync      the server had ARGV[5] left when a request sent ARGV[9] s ago arrived:
+#             what it counted beyond the log's own is held as a phantom for a window
+# Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
+# the shared "quota exhausted" marker; PTTL -2 when absent).
+WINDOW = (
+    _PRELUDE
+    + """
+local op = ARGV[1]
+local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cost, extra, slack = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
+local span = window + slack
+local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch')
+local blocked = tonumber(state[1]) or 0
+local epoch = tonumber(state[2]) or math.floor(now * 1000000)
+local fresh = not state[2]  -- a new epoch is kept, or each call would make another
+local members, starts, costs, ends = {}, {}, {}, {}
+local function read()
+  members, starts, costs, ends = {}, {}, {}, {}
+  local raw = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for i = 1, #raw, 2 do
+    local member, start = raw[i], tonumber(raw[i + 1])
+    local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|')) or 0
+    local ends_at = math.max(start + span, held)
+    if ends_at + window <= now then
+      redis.call('ZREM', KEYS[1], member)
+    else
+      members[#members + 1] = member
+      costs[#costs + 1] = tonumber(string.match(member, '^[~=]?([^|]+)'))
+      starts[#starts + 1] = start
+      ends[#ends + 1] = ends_at
+    end
+  end
+end
+read()
+local function load(at)
+  local sum = 0
+  for i = 1, #starts do
+    if starts[i] <= at and at < ends[i] then sum = sum + costs[i] end
+  end
+  return sum
+end
+local function slot(c)
+  local room = limit - c + 1e-9
+  local at_start = {}
+  for i = 1, #starts do at_start[i] = load(starts[i]) end
+  local earliest = math.max(now, blocked)
+  local candidates = {}
+  for i = 1, #ends do
+    if ends[i] > earliest then candidates[#candidates + 1] = ends[i] end
+  end
+  table.sort(candidates)
+  table.insert(candidates, 1, earliest)
+  for _, t in ipairs(candidates) do
+    local fits = load(t) <= room
+    for i = 1, #starts do
+      if fits and starts[i] > t and starts[i] < t + span and at_start[i] > room then
+        fits = false
+      end
+    end
+    if fits then return t end
+  end
+end
+local function booked(i)
+  local first = string.sub(members[i], 1, 1)
+  return first ~= '~' and first ~= '='
+end
+local function void()
+  epoch = epoch + 1
+  for i = 1, #members do
+    if starts[i] > now and booked(i) then redis.call('ZREM', KEYS[1], members[i]) end
+  end
+end
+local function hold(tokens, start)
+  if tokens <= 1e-9 then return false end
+  void()
+  redis.call('ZADD', KEYS[1], num(start), '~' .. num(tokens) .. '|' .. num(now) .. ':' .. epoch)
+  return true
+end
+local granted, wait, write = 0, 0, true
+if op == 'reserve' then
+  local start = slot(cost)
+  wait = start - now
+  if wait <= extra then
+    granted = 1
+    redis.call('ZADD', KEYS[1], num(start), ARGV[7])
+  end
+  write = false
+elseif op == 'peek' then
+  wait, write = slot(cost) - now, false
+elseif op == 'refund' then
+  if tonumber(ARGV[6]) == epoch then redis.call('ZREM', KEYS[1], ARGV[7]) end
+  write = false
+elseif op == 'answered' then
+  local sent, mine = now - tonumber(ARGV[9]), nil
+  for i = 1, #members do
+    if booked(i) and starts[i] <= sent + 0.005 then mine = i end
+  end
+  write = false
+  if mine then
+    local held = now - extra + window
+    redis.call('ZREM', KEYS[1], members[mine])
+    redis.call('ZADD', KEYS[1], num(starts[mine]),
+               '=' .. num(costs[mine]) .. '|' .. num(held) .. '|' .. members[mine])
+    if held > ends[mine] then
+      for i = 1, #members do
+        if starts[i] > now and starts[i] < held and booked(i) then write = true end
+      end
+      if write then void() end
+    end
+  end
+elseif op == 'drain' then
+  void()
+  local left = limit - load(now)
+  if left > 1e-9 then
+    redis.call('ZADD', KEYS[1], num(now), '~' .. num(left) .. '|' .. num(now) .. ':' .. epoch)
+  end
+  blocked = math.max(blocked, now + extra)
+elseif op == 'block' then
+  if now + extra > blocked then
+    void()
+    blocked = now + extra
+  else
+    write = false
+  end
+elseif op == 'void' then
+  void()
+elseif op == 'sync' then
+  local sent, ours = now - tonumber(ARGV[9]), 0
+  for i = 1, #starts do
+    if starts[i] <= sent and sent < ends[i] then ours = ours + costs[i] end
+  end
+  write = hold(limit - extra - ours, now + window - span)
+else
+  return redis.error_reply('unknown window op ' .. op)
+end
+if write or fresh then
+  redis.call('HSET', KEYS[2], 'blocked', num(blocked), 'epoch', string.format('%d', epoch))
+end
+read()
+local idle = math.max(0, blocked - now)
+for i = 1, #ends do idle = math.max(idle, ends[i] + window - now) end
+if #members > 0 then redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000)) end
+redis.call('PEXPIRE', KEYS[2], num(math.ceil(idle * 1000) + 1000))
+local tokens = limit - load(now)
+return {granted, num(wait), num(tokens), num(math.max(0, blocked - now)),
+        redis.call('PTTL', KEYS[3]), string.format('%d', epoch)}
 """
 )
 

@@ -17,6 +17,7 @@ import trio
 from ._bucket import TokenBucket
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
+from ._window import SlidingLog
 
 if TYPE_CHECKING:
     from ._bucket import Booking, BucketStatistics, ServerCount
@@ -90,7 +91,7 @@ class ScopeLike(Protocol):
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None: ...
     async def block_until(self, when: float) -> None: ...
     async def observe_headers(
-        self, info: RateLimitInfo, *, sent_at: float | None = None
+        self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False
     ) -> None: ...
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
@@ -103,7 +104,8 @@ class ScopeLike(Protocol):
 
 @attrs.define(eq=False)
 class LocalBackend:
-    """Slots in a ``trio.CapacityLimiter``, tokens in a ``TokenBucket``.
+    """Slots in a ``trio.CapacityLimiter``, tokens in a ``TokenBucket`` or, for an
+    API that counts in windows, a ``SlidingLog`` (``use_window``).
 
     Each awaited method checkpoints *before* it acts, so what it decided is
     still true when it returns.
@@ -111,6 +113,24 @@ class LocalBackend:
 
     bucket: TokenBucket
     limiter: trio.CapacityLimiter | None
+    log: SlidingLog | None = None
+
+    @property
+    def tokens(self) -> TokenBucket | SlidingLog:
+        """Where tokens live now: the log once the scope counts in windows."""
+        return self.log if self.log is not None else self.bucket
+
+    def use_window(self, window: float) -> None:
+        """Count tokens in a log of ``burst`` per ``window`` s from now on.
+
+        The bucket's bookings are void (their holders wake and book again in
+        the log, whose epochs start past the bucket's); a block carries over.
+        """
+        bucket = self.bucket
+        log = SlidingLog(bucket.burst, window, bucket.slack, epoch=bucket.epoch + 1)
+        bucket.drain()
+        log.block_until(bucket.blocked_until)
+        self.log = log
 
     def has_free_slot(self) -> bool:
         if self.limiter is None:
@@ -140,49 +160,54 @@ class LocalBackend:
 
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
         await trio.lowlevel.checkpoint()
-        return self.bucket.reserve(cost, max_wait=max_wait)
+        return self.tokens.reserve(cost, max_wait=max_wait)
 
     async def refund(self, booking: Booking) -> None:
-        self.bucket.refund(booking)
+        self.tokens.refund(booking)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def confirm(self, booking: Booking) -> bool:
         await trio.lowlevel.checkpoint()
-        return self.bucket.confirm(booking)
+        return self.tokens.confirm(booking)
 
     async def wait_for(self, cost: float) -> float:
         await trio.lowlevel.checkpoint()
-        return self.bucket.wait_for(cost)
+        return self.tokens.wait_for(cost)
+
+    async def answered(self, sent: float, arrived_by: float) -> None:
+        if self.log is not None:
+            self.log.answered(sent, arrived_by)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def drain(self, blocked_for: float) -> None:
-        self.bucket.drain(blocked_for)
+        self.tokens.drain(blocked_for)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def block_until(self, when: float) -> None:
-        self.bucket.block_until(when)
+        self.tokens.block_until(when)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def sync(self, count: ServerCount) -> None:
-        self.bucket.sync(count)
+        self.tokens.sync(count)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
-        self.bucket.set_limits(rate, burst, tokens=tokens)
+        self.tokens.set_limits(rate, burst, tokens=tokens)
 
     def set_slack(self, slack: float) -> None:
-        self.bucket.set_slack(slack)
+        self.tokens.set_slack(slack)
 
     def voided(self) -> trio.Event | None:
-        return self.bucket.voided()
+        return self.tokens.voided()
 
     def estimated_wait(self, cost: float) -> float:
-        return self.bucket.wait_for(min(cost, self.bucket.burst))
+        return self.tokens.wait_for(min(cost, self.tokens.burst))
 
     def share_exhaustion(self, until: float) -> None:
         """Nothing to share: this process is the only one that uses the scope."""
 
     def bucket_statistics(self) -> BucketStatistics:
-        return self.bucket.statistics()
+        return self.tokens.statistics()
 
 
 @attrs.define(eq=False)
@@ -199,9 +224,11 @@ class Scope(ScopeFront):
     name: str
 
     def __attrs_post_init__(self) -> None:
+        per = self._told_window()
         bucket = TokenBucket(self.rate, self._initial_burst())
+        log = SlidingLog(self._initial_burst(), per) if per is not None else None
         limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
-        self._start_front(LocalBackend(bucket, limiter))
+        self._start_front(LocalBackend(bucket, limiter, log))
 
     @property
     def bucket(self) -> TokenBucket:

@@ -1,0 +1,336 @@
+"""A sliding log: at most ``limit`` tokens in any ``window`` seconds, on trio's clock.
+
+Why a log, not a bucket: an API that allows "N per W seconds" counts in
+windows (fixed, from a first request or the calendar, or sliding). A token
+bucket of burst N refilled at N/W admits N at once and then one more every
+W/N s, and those land inside the window the burst already spent: 429s. A log
+gives each token back ``window`` seconds after it was spent, so no interval of
+length ``window`` ever holds more than ``limit`` starts. That is safe against
+a fixed window (each of its windows is such an interval), a sliding log, and a
+token bucket of burst N and rate N/W alike, and for a batch that starts at
+once it finishes as early as any of them allows.
+
+``slack`` widens the window by the spread of arrival times: requests admitted
+``window + slack`` apart reach the server at least ``window`` apart.
+
+Bookings behave as in ``_bucket``: a booking is an entry in the log at its
+start (perhaps in the future), found by ``earliest_start``; when the server
+says otherwise (a 429, a block, a count above the log's) the log starts a new
+epoch, bookings not yet due are void, and their holders book again. Tokens the
+server counted and the log did not (another client's, or a drained window)
+are *phantom* entries: they hold capacity until they leave, and no refund
+touches them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import math
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._bucket import Booking, BucketStatistics, ServerCount
+from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Arrivals", "SlidingLog", "earliest_start"]
+
+_EPS = 1e-9
+_TRIPS = 32  # recent warm round trips, for the quickest and their spread
+
+_BOOKED, _ANSWERED, _PHANTOM = 0, 1, 2
+# (start, cost, kind, held until at least): a booking, a booking whose answer
+# came, or tokens the server counted and the log did not.
+Entry = tuple[float, float, int, float]
+
+
+def _end(entry: Entry, span: float) -> float:
+    return max(entry[0] + span, entry[3])
+
+
+def earliest_start(
+    entries: Sequence[Entry], cost: float, *, earliest: float, limit: float, span: float
+) -> float:
+    """The first time ``>= earliest`` at which ``cost`` more fits the log.
+
+    ``entries`` is sorted by start; an entry holds its cost from its start
+    until ``span`` later (or until it is held, if later). A start ``t`` fits
+    when every instant ``τ`` in ``[t, t + span)`` holds at most ``limit -
+    cost``; the load only rises where an entry starts, so it is checked at
+    ``t`` and at those starts. The answer is ``earliest`` or the moment some
+    entry leaves (only then can the load fall).
+    """
+    starts = [entry[0] for entry in entries]
+    ends = sorted((_end(entry, span), entry[1]) for entry in entries)
+    ending = [end for end, _ in ends]
+    started, ended = [0.0], [0.0]
+    for entry, (_, cost_ended) in zip(entries, ends, strict=True):
+        started.append(started[-1] + entry[1])
+        ended.append(ended[-1] + cost_ended)
+
+    def load(at: float) -> float:
+        # Whatever has ended had started: the two running sums leave what holds now.
+        return started[bisect.bisect_right(starts, at)] - ended[bisect.bisect_right(ending, at)]
+
+    def fits(t: float) -> bool:
+        later = starts[bisect.bisect_right(starts, t) : bisect.bisect_left(starts, t + span)]
+        return all(load(at) <= limit - cost + _EPS for at in [t, *later])
+
+    # Once the last entry has left, anything fits: the search always ends.
+    return next(t for t in [earliest, *(end for end in ending if end > earliest)] if fits(t))
+
+
+@attrs.define
+class Arrivals:
+    """By when a request reached the server, judged from when its answer came.
+
+    The server counts a request from its arrival, which the client never
+    sees. An answer ``rtt`` after the send bounds it: the request arrived
+    about the quickest round trip before its answer (the work and the way
+    back take at least about that), give or take how much round trips vary
+    (the way there of the quickest one, and the spread of the rest): that
+    spread is added, and the answer itself is the latest it can be. Round
+    trips are taken only from requests sent after the first answer, on warm
+    connections: a first burst that the server took in late (new
+    connections, a cold server) would otherwise make that lateness look like
+    the round trip. Before any warm round trip, a request arrived by its
+    answer: safe, and one latency long.
+    """
+
+    _warm_since: float | None = attrs.field(default=None, alias="_warm_since")
+    _trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_TRIPS), alias="_trips"
+    )
+
+    def arrived_by(self, sent: float, answered: float) -> float:
+        """The latest the request sent at ``sent`` and answered at ``answered`` arrived."""
+        if self._warm_since is None:
+            self._warm_since = answered
+        elif sent >= self._warm_since:
+            self._trips.append(answered - sent)
+        if not self._trips:
+            return answered
+        quickest, slowest = min(self._trips), max(self._trips)
+        return min(answered, max(sent, answered - quickest) + slowest - quickest)
+
+
+@attrs.define
+class SlidingLog:
+    """``limit`` tokens in any ``window`` seconds; the same verbs as ``TokenBucket``.
+
+    ``epoch`` is where this log's epochs start: a scope that turns a bucket
+    into a log starts past the bucket's, so no old booking passes for a new one.
+    """
+
+    limit: float
+    window: float
+    slack: float = attrs.field(default=0.0)
+    epoch: int = attrs.field(default=0)
+    _entries: list[Entry] = attrs.field(init=False, factory=list)
+    _blocked_until: float = attrs.field(init=False, default=-math.inf)
+    _voided: trio.Event | None = attrs.field(init=False, default=None)
+    _reserved: int = attrs.field(init=False, default=0)
+    _refused: int = attrs.field(init=False, default=0)
+    _refunded: int = attrs.field(init=False, default=0)
+    _drained: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.limit >= 1 and math.isfinite(self.limit)):
+            raise ConfigurationError(f"a window's limit must be at least 1, not {self.limit!r}")
+        if not (self.window > 0 and math.isfinite(self.window)):
+            raise ConfigurationError(f"a window must be a positive number, not {self.window!r}")
+
+    @property
+    def rate(self) -> float:
+        """The long-run rate the window allows."""
+        return self.limit / self.window
+
+    @property
+    def burst(self) -> float:
+        return self.limit
+
+    @property
+    def blocked_until(self) -> float:
+        return self._blocked_until
+
+    # -- booking -------------------------------------------------------------
+
+    def wait_for(self, cost: float = 1.0) -> float:
+        """Seconds until ``cost`` tokens could be booked to start, consuming nothing."""
+        self._check_cost(cost)
+        now = trio.current_time()
+        return self._slot(cost, now) - now
+
+    def reserve(self, cost: float = 1.0, *, max_wait: float = math.inf) -> Booking | None:
+        """Book ``cost`` tokens; the booking, or None (nothing consumed) past ``max_wait``."""
+        self._check_cost(cost)
+        now = trio.current_time()
+        start = self._slot(cost, now)
+        if start - now > max_wait:
+            self._refused += 1
+            return None
+        self._reserved += 1
+        bisect.insort(self._entries, (start, cost, _BOOKED, -math.inf))
+        return Booking(start, start - now, cost, self.epoch)
+
+    def confirm(self, booking: Booking) -> bool:
+        """Whether ``booking`` may start now: nothing voided it since it was made."""
+        return booking.epoch == self.epoch and trio.current_time() >= self._blocked_until
+
+    def refund(self, booking: Booking) -> None:
+        """Give back a booking whose holder gave up before starting."""
+        entry = (booking.start, booking.cost, _BOOKED, -math.inf)
+        if booking.epoch == self.epoch and entry in self._entries:
+            self._entries.remove(entry)
+            self._refunded += 1
+
+    def set_slack(self, slack: float) -> None:
+        """Use ``slack`` from now on; a wider window voids the bookings ahead."""
+        if not (slack >= 0 and math.isfinite(slack)):
+            raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
+        wider = slack > self.slack
+        self.slack = slack
+        if wider and self._ahead(trio.current_time()):
+            self._void(trio.current_time())
+
+    # -- what the server said ----------------------------------------------
+
+    def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
+        """A new ``limit`` (the burst); the window stays, so ``rate`` is not read.
+
+        ``tokens`` lowers what may start now to what the server said remains.
+        """
+        del rate
+        now = trio.current_time()
+        if burst != self.limit:
+            if not (burst >= 1 and math.isfinite(burst)):
+                raise ConfigurationError(f"a window's limit must be at least 1, not {burst!r}")
+            self.limit = burst
+            if self._ahead(now):
+                self._void(now)
+        if tokens is not None and math.isfinite(tokens):
+            self._hold(now, self.limit - tokens - self._load(now), returns=now + self._span)
+
+    def sync(self, count: ServerCount) -> bool:
+        """The server said ``count.remaining`` were left when a request sent
+        ``count.elapsed`` s ago arrived.
+
+        What it counted beyond the entries of the log that were in it then is
+        someone else's: held as phantoms until they surely left, a window from
+        now (it counted them by now). (Entries that left the log since, while
+        the answer travelled, were counted too: the log keeps them a window
+        longer than they hold tokens, to tell.) Later
+        starts (``started_since``) are in the log already; requests it may not
+        have counted yet (``unsure``) are not taken off, as they would be from
+        a bucket: the log keeps them anyway. True when the log changed.
+        """
+        remaining, elapsed = count.remaining, count.elapsed
+        if not math.isfinite(remaining):
+            return False
+        now = trio.current_time()
+        sent = now - max(0.0, elapsed)
+        ours = sum(entry[1] for entry in self._live(sent))
+        return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
+
+    def answered(self, sent: float, arrived_by: float) -> None:
+        """A request sent at ``sent`` reached the server by ``arrived_by``.
+
+        Its booking (the latest not yet answered that started by then) is
+        held until a window after that, if that is later than the slack
+        allowed: a request the server took in late (a cold connection, a busy
+        server) holds its token as long as the server does. Bookings ahead
+        that this overlaps book again.
+        """
+        now = trio.current_time()
+        mine = [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
+        if not mine:
+            return
+        entry = mine[-1]
+        held = (entry[0], entry[1], _ANSWERED, arrived_by + self.window)
+        self._entries.remove(entry)
+        bisect.insort(self._entries, held)
+        end = _end(held, self._span)
+        if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
+            self._void(now)
+
+    def drain(self, blocked_for: float = 0.0) -> None:
+        """A 429: the window is full now, and nothing starts for ``blocked_for`` s."""
+        now = trio.current_time()
+        self._void(now)
+        self._hold(now, self.limit - self._load(now), returns=now + self._span, void=False)
+        self._blocked_until = max(self._blocked_until, now + max(0.0, blocked_for))
+        self._drained += 1
+
+    def block_until(self, when: float) -> None:
+        """Start nothing before ``when``; bookings not yet due book again after it."""
+        now = trio.current_time()
+        if when > self._blocked_until and when > now:
+            self._void(now)
+            self._blocked_until = when
+
+    def voided(self) -> trio.Event:
+        """An event set when bookings made until now are void (wake and book again)."""
+        if self._voided is None:
+            self._voided = trio.Event()
+        return self._voided
+
+    def statistics(self) -> BucketStatistics:
+        now = trio.current_time()
+        return BucketStatistics(
+            rate=self.rate, burst=self.limit, tokens=max(0.0, self.limit - self._load(now)),
+            blocked_until=self._blocked_until, reserved=self._reserved, refused=self._refused,
+            refunded=self._refunded, drained=self._drained, window=self.window,
+        )  # fmt: skip
+
+    # -- the log -----------------------------------------------------------
+
+    @property
+    def _span(self) -> float:
+        return self.window + self.slack
+
+    def _slot(self, cost: float, now: float) -> float:
+        self._entries = [e for e in self._entries if _end(e, self._span) + self.window > now]
+        earliest = max(now, self._blocked_until)
+        return earliest_start(
+            self._entries, cost, earliest=earliest, limit=self.limit, span=self._span
+        )
+
+    def _live(self, now: float) -> list[Entry]:
+        """Entries that started and have not left yet."""
+        return [e for e in self._entries if e[0] <= now < _end(e, self._span)]
+
+    def _ahead(self, now: float) -> list[Entry]:
+        return [e for e in self._entries if e[0] > now]
+
+    def _load(self, now: float) -> float:
+        return sum(entry[1] for entry in self._live(now))
+
+    def _hold(self, now: float, tokens: float, *, returns: float, void: bool = True) -> bool:
+        """Hold ``tokens`` the log does not know of until ``returns``; True if any."""
+        if tokens <= _EPS:
+            return False
+        if void:
+            self._void(now)
+        bisect.insort(self._entries, (returns - self._span, tokens, _PHANTOM, -math.inf))
+        return True
+
+    def _void(self, now: float) -> None:
+        self.epoch += 1
+        self._entries = [e for e in self._entries if e[0] <= now or e[2] == _PHANTOM]
+        if self._voided is not None:
+            self._voided.set()
+            self._voided = None
+
+    def _check_cost(self, cost: float) -> None:
+        if not (cost > 0 and math.isfinite(cost)):
+            raise ConfigurationError(f"a call's cost must be a positive number, not {cost!r}")
+        if cost > self.limit:
+            raise ConfigurationError(
+                f"a call costing {cost:g} tokens can never start in a window whose "
+                f"limit is {self.limit:g}"
+            )

@@ -1,0 +1,158 @@
+"""A window on Redis behaves as the local sliding log does, shared by every process.
+
+Real time, as in ``test_redis``: Redis keeps its own clock, so waits are
+asserted within ``SLACK`` of what the local log (on the same schedule) says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+
+import fanout
+from fanout._headers import RateLimitInfo
+from fanout.redis import RedisScope
+from fanout.testing import ServerConfig, serve_throttled
+from tests.redis_support import shared_redis_url, unique_prefix
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from fanout import Booking
+
+pytestmark = pytest.mark.redis
+
+SLACK = 0.05  # seconds a real-time assertion allows for loopback and scheduling
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with shared_redis_url() as url:
+        yield url
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+def waits(bookings: list[Booking | None]) -> list[float]:
+    assert all(b is not None for b in bookings)
+    return [b.wait for b in bookings if b is not None]
+
+
+def close(seen: list[float], expected: list[float]) -> bool:
+    return len(seen) == len(expected) and all(
+        e - SLACK <= s <= e for s, e in zip(seen, expected, strict=True)
+    )
+
+
+async def test_a_window_books_alike_on_redis_and_locally_across_processes(
+    redis_url: str, prefix: str
+) -> None:
+    """4 per 0.5 s: the same waits from a local log and from two clients of one Redis log."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 4, "per": 0.5}
+    local = fanout.Scope("api", limit=4, per=0.5)
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        mine = waits([await local.reserve(1, 5) for _ in range(6)])
+        shared = waits([await (one if i % 2 else other).reserve(1, 5) for i in range(6)])
+        assert close(mine, [0, 0, 0, 0, 0.5, 0.5])
+        assert close(shared, [0, 0, 0, 0, 0.5, 0.5])
+        assert one.statistics().bucket.window == 0.5
+
+
+async def test_refund_drain_and_counts_reach_every_process(redis_url: str, prefix: str) -> None:
+    """A refund frees a slot for another client; a 429 or a higher count holds back both."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 2, "per": 0.5}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        first = await one.reserve(2, 0)
+        assert first is not None
+        assert close([await other.wait_for(1)], [0.5])
+        await one.refund(first)
+        assert await other.wait_for(2) == 0.0
+        await one.observe_headers(RateLimitInfo(remaining=1, reset_after=1))  # one not ours
+        assert await other.wait_for(1) == 0.0
+        assert close([await other.wait_for(2)], [0.5])
+        await other.on_throttled(0.2)  # a 429: nothing for 0.2 s, and the window is full
+        assert await one.reserve(1, 0.3) is None
+        assert close([await one.wait_for(1)], [0.5])
+        stats = other.statistics().bucket
+        assert (stats.drained, stats.window) == (1, 0.5)
+
+
+@pytest.mark.parametrize("model", ["fixed", "sliding"])
+async def test_a_told_window_on_redis_causes_no_429(
+    redis_url: str, prefix: str, model: Any
+) -> None:
+    """Against the throttling server, a Redis window keeps to N per W as a local one does."""
+    config = ServerConfig(rate=8, burst=4, model=model, headers="draft", latency=0.02)
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=4, per=0.5) as scope,
+    ):
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return f"item {n}"
+
+        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+        calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(12)]
+        turn = await runner.run_turn(calls)
+    assert all(r.status is fanout.Status.OK for r in turn.results)
+    assert server.count(status=429) == 0
+    origin = min(server.starts())
+    assert max(server.starts()) - origin <= 1.0 + 3 * SLACK  # three windows' worth, no later
+
+
+async def test_a_redis_scope_learns_a_window_at_its_first_429(redis_url: str, prefix: str) -> None:
+    """Told nothing, a Redis scope turns to a shared log as a local one does: one 429."""
+    config = ServerConfig(rate=4, burst=4, model="sliding", headers="draft", latency=0.02)
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix) as scope,
+    ):
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return f"item {n}"
+
+        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+        turn = await runner.run_turn(
+            [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(9)]
+        )
+        stats = scope.statistics().bucket
+    assert all(r.status is fanout.Status.OK for r in turn.results)
+    assert server.count(status=429) == 1
+    assert (stats.burst, stats.window) == (4, 1.0)
+
+
+async def test_an_answer_holds_a_shared_booking_from_its_arrival(
+    redis_url: str, prefix: str
+) -> None:
+    """A first answer 0.2 s after the send: every process holds that token from then on."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        booking = await one.reserve(1, 0)
+        assert booking is not None
+        await trio.sleep(0.2)
+        await one.observe_headers(RateLimitInfo(), sent_at=booking.start)
+        assert close([await other.wait_for(1)], [0.5])  # a window from the answer, not the send

@@ -1,0 +1,437 @@
+"""The sliding log: "N per W seconds", told or learned, on trio's clock.
+
+Unit tests of the log, a model-based property over any interleaving of its
+verbs, and runs against the throttling server's fixed-window and sliding-log
+models, where every start time and request count is exact.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fanout
+from fanout import ConfigurationError, Kind, Registry, Runner, Scope, ServerCount, Status, ToolCall
+from fanout._window import Arrivals, SlidingLog
+from fanout.http import RateLimitInfo
+from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    import httpx
+
+    from fanout import Booking
+
+
+def waits(log: SlidingLog, n: int) -> list[float | None]:
+    bookings = [log.reserve() for _ in range(n)]
+    return [None if b is None else b.wait for b in bookings]
+
+
+async def test_a_window_admits_its_limit_then_each_token_a_window_after_it_was_spent(
+    autojump_clock: Any,
+) -> None:
+    """3 per second: three now, three a second later, never a token sooner."""
+    log = SlidingLog(3, 1.0)
+    assert waits(log, 7) == [0, 0, 0, 1, 1, 1, 2]
+    await trio.sleep(0.5)
+    assert waits(log, 3) == [1.5, 1.5, 2.5]  # t=2 has room for two more, then t=3
+
+
+async def test_spread_out_starts_come_back_one_by_one(autojump_clock: Any) -> None:
+    """Tokens return a window after each start, not all at a window's end."""
+    log = SlidingLog(2, 1.0)
+    log.reserve()
+    await trio.sleep(0.25)
+    log.reserve()
+    assert log.wait_for() == 0.75
+    await trio.sleep(0.75)
+    assert log.wait_for() == 0
+    assert log.statistics().tokens == 1
+
+
+async def test_slack_widens_the_window_and_voids_bookings_ahead(autojump_clock: Any) -> None:
+    """Requests that reach the server late need a wider window; bookings made before book again."""
+    log = SlidingLog(1, 1.0)
+    log.reserve()
+    ahead = log.reserve()
+    assert ahead is not None
+    assert ahead.wait == 1.0
+    voided = log.voided()
+    log.set_slack(0.1)
+    assert voided.is_set()
+    assert not log.confirm(ahead)
+    assert log.wait_for() == 1.1
+
+
+async def test_refund_gives_a_booking_back_and_its_slot_is_taken_again(
+    autojump_clock: Any,
+) -> None:
+    """A caller that gives up frees its place in the log; the next caller gets it."""
+    log = SlidingLog(1, 1.0)
+    log.reserve()
+    second = log.reserve()
+    third = log.reserve()
+    assert second is not None
+    assert third is not None
+    log.refund(second)
+    assert log.wait_for() == 1.0
+    assert log.statistics().refunded == 1
+
+
+async def test_drain_fills_the_window_and_blocks(autojump_clock: Any) -> None:
+    """A 429: nothing starts before the server's wait, and the window counts as full."""
+    log = SlidingLog(4, 1.0)
+    log.reserve()
+    await trio.sleep(0.5)
+    log.drain(0.2)
+    assert log.wait_for() == 0.5  # the start at 0 leaves at 1.0
+    assert log.wait_for(2) == 1.0  # the rest was held for a window from the 429
+    assert log.blocked_until == 0.7
+    stats = log.statistics()
+    assert (stats.tokens, stats.drained, stats.window) == (0, 1, 1.0)
+
+
+async def test_block_voids_bookings_ahead_and_gives_their_tokens_back(
+    autojump_clock: Any,
+) -> None:
+    """Nothing starts before a block ends; what was booked ahead books again after it."""
+    log = SlidingLog(1, 1.0)
+    log.reserve()
+    ahead = log.reserve()
+    assert ahead is not None
+    log.block_until(0.5)
+    assert not log.confirm(ahead)
+    assert log.wait_for() == 1.0  # the slot at 1.0 is free again
+
+
+async def test_a_count_above_the_logs_own_is_held_for_a_window(autojump_clock: Any) -> None:
+    """The server counted starts this log did not see: they hold their place for a window."""
+    log = SlidingLog(5, 1.0)
+    log.reserve()
+    await trio.sleep(0.5)
+    assert log.sync(ServerCount(1, elapsed=0.1))  # 4 used, 1 of them ours: 3 someone else's
+    assert log.statistics().tokens == 1
+    assert log.wait_for(2) == 0.5  # ours leaves at 1.0
+    assert log.wait_for(5) == 1.0  # theirs, a window after the answer
+    assert not log.sync(
+        ServerCount(4, elapsed=0.1)
+    )  # a count the log already explains changes nothing
+
+
+async def test_a_count_is_compared_with_the_log_as_it_was_when_the_server_counted(
+    autojump_clock: Any,
+) -> None:
+    """A start that left the log while the answer travelled was in the server's count too."""
+    log = SlidingLog(3, 1.0)
+    log.reserve()
+    await trio.sleep(0.5)
+    log.reserve()  # sent at 0.5; its answer comes at 1.2, after the first start left
+    await trio.sleep(0.7)
+    assert not log.sync(ServerCount(1, elapsed=0.7))  # both were counted: nobody else's
+    assert log.statistics().tokens == 2
+
+
+async def test_a_request_the_server_took_in_late_holds_its_token_as_long(
+    autojump_clock: Any,
+) -> None:
+    """An answer shows a request arrived later than the slack allowed: the window follows it."""
+    log = SlidingLog(1, 1.0)
+    log.reserve()
+    ahead = log.reserve()
+    assert ahead is not None
+    assert ahead.wait == 1.0
+    await trio.sleep(0.5)
+    log.answered(0.0, 0.25)  # sent at 0, reached the server by 0.25
+    assert not log.confirm(ahead)
+    assert log.wait_for() == 0.75  # at 1.25
+    log.answered(0.0, 0.5)  # no booking left unanswered: nothing moves
+    assert log.wait_for() == 0.75
+
+
+def test_arrivals_are_judged_by_the_quickest_warm_round_trip() -> None:
+    """Before a warm round trip, a request arrived by its answer; then by answer - quickest,
+    plus how much round trips vary, and never after its answer."""
+    arrivals = Arrivals()
+    assert arrivals.arrived_by(0.0, 0.08) == 0.08  # the first answer: cold
+    assert arrivals.arrived_by(0.01, 0.09) == 0.09  # sent before it: still cold
+    assert arrivals.arrived_by(1.0, 1.25) == 1.0  # warm: 250 ms is the quickest round trip
+    assert arrivals.arrived_by(2.0, 2.3125) == 2.125  # 62.5 ms slower, and trips vary by that
+    assert arrivals.arrived_by(3.0, 3.25) == 3.0625  # the quickest again, give or take
+
+
+async def test_a_lower_limit_applies_to_bookings_ahead(autojump_clock: Any) -> None:
+    """A server that states a smaller limit voids bookings that no longer fit."""
+    log = SlidingLog(2, 1.0)
+    log.reserve()
+    log.reserve()
+    ahead = log.reserve()
+    assert ahead is not None
+    log.set_limits(None, 1)
+    assert not log.confirm(ahead)
+    assert log.wait_for() == 1.0
+
+
+async def test_a_cost_above_the_limit_is_refused_clearly(autojump_clock: Any) -> None:
+    """A call that could never fit the window is a configuration error, not a wait."""
+    with pytest.raises(ConfigurationError, match="can never start"):
+        SlidingLog(2, 1.0).reserve(3)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"limit": 10}, "both limit= and per="),
+        ({"per": 1.0}, "both limit= and per="),
+        ({"limit": 10, "per": 1, "rate": 10}, "not both"),
+        ({"limit": 10, "per": 1, "burst": 10}, "not both"),
+        ({"limit": 10, "per": 1, "window": "bucket"}, "contradicts"),
+        ({"limit": 0.5, "per": 1}, "limit must be"),
+        ({"limit": 10, "per": 0}, "per must be"),
+        ({"limit": True, "per": 1}, "limit must be"),
+    ],
+)
+def test_a_window_is_told_whole_or_not_at_all(options: dict[str, Any], match: str) -> None:
+    """limit= and per= come together, instead of rate=/burst=, and are checked at once."""
+    with pytest.raises(ConfigurationError, match=match):
+        Scope("key", **options)
+
+
+async def test_a_told_window_is_its_rate_and_burst(autojump_clock: Any) -> None:
+    """100 per minute reads as a burst of 100 and a rate of 100/60, kept in a log."""
+    scope = Scope("key", limit=100, per=60)
+    assert (scope.rate, scope.burst) == (100 / 60, 100)
+    stats = scope.statistics().bucket
+    assert (stats.burst, stats.window) == (100, 60)
+
+
+# -- any interleaving ----------------------------------------------------------
+
+
+@attrs.frozen
+class Admitted:
+    """A start that happened: when, what it cost, and the order of its booking and start."""
+
+    at: float
+    cost: float
+    booked: int
+    seq: int
+
+
+_ops = st.one_of(
+    st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0]), st.sampled_from([0, 0.5, 9])),
+    st.tuples(st.just("refund"), st.integers(0, 40)),
+    st.tuples(st.just("drain"), st.sampled_from([0.0, 0.3, 1.0])),
+    st.tuples(st.just("block"), st.sampled_from([0.1, 0.7, 2.0])),
+    st.tuples(st.just("sync"), st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.0, 0.2])),
+    st.tuples(st.just("limit"), st.sampled_from([2.0, 3.0, 5.0])),
+    st.tuples(st.just("slack"), st.sampled_from([0.0, 0.05, 0.2])),
+    st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.05, 0.25, 1.0])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.sampled_from([2.0, 3.0, 5.0]),
+    window=st.sampled_from([0.5, 1.0]),
+    ops=st.lists(_ops, max_size=60),
+)
+def test_no_interleaving_puts_more_than_the_limit_in_a_window_or_starts_inside_a_block(
+    limit: float, window: float, ops: list[tuple[Any, ...]]
+) -> None:
+    """No interval of ``window`` s holds more than the limit, nor does anything start in a block.
+
+    Waiters behave as admission does: sleep to their start, confirm, and book
+    again when the booking was voided meanwhile. The limit in force is the
+    largest of those set while the starts in question were booked.
+    """
+    admitted: list[Admitted] = []
+    limits: list[tuple[int, float]] = []  # (seq set, limit)
+    blocks: list[tuple[int, float]] = []  # (seq set, until)
+    counter = iter(range(10**9))
+
+    async def main() -> None:
+        log = SlidingLog(limit, window)
+        limits.append((next(counter), limit))
+        pending: list[tuple[Booking, int]] = []
+
+        async def advance(seconds: float) -> None:
+            target = trio.current_time() + seconds
+            while due := [p for p in pending if p[0].start <= target]:
+                booking, booked_at = min(due, key=lambda p: p[0].start)
+                await trio.sleep_until(max(booking.start, trio.current_time()))
+                pending.remove((booking, booked_at))
+                if log.confirm(booking):
+                    at = trio.current_time()
+                    admitted.append(Admitted(at, booking.cost, booked_at, next(counter)))
+                elif (again := log.reserve(min(booking.cost, log.limit), max_wait=10)) is not None:
+                    pending.append((again, next(counter)))
+            await trio.sleep_until(target)
+
+        for name, *args in ops:
+            now = trio.current_time()
+            if name == "reserve":
+                booking = log.reserve(min(args[0], log.limit), max_wait=args[1])
+                if booking is not None:
+                    pending.append((booking, next(counter)))
+            elif name == "refund" and pending:
+                booking, _ = pending.pop(args[0] % len(pending))
+                log.refund(booking)
+            elif name == "drain":
+                log.drain(args[0])
+                blocks.append((next(counter), now + args[0]))
+            elif name == "block":
+                log.block_until(now + args[0])
+                blocks.append((next(counter), now + args[0]))
+            elif name == "sync":
+                log.sync(ServerCount(args[0], elapsed=args[1]))
+            elif name == "limit":
+                log.set_limits(None, args[0])
+                limits.append((next(counter), args[0]))
+            elif name == "slack":
+                log.set_slack(max(log.slack, args[0]))  # measured slack only grows
+            elif name == "sleep":
+                await advance(args[0])
+        await advance(60.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    starts = sorted(admitted, key=lambda a: a.at)
+    for i, first in enumerate(starts):
+        inside = [a for a in starts[i:] if a.at < first.at + window - 1e-9]
+        since, until = min(a.booked for a in inside), max(a.seq for a in inside)
+        active = [n for seq, n in limits if seq < since][-1:]
+        active += [n for seq, n in limits if since < seq < until]
+        assert sum(a.cost for a in inside) <= max(active) + 1e-6
+    for start in admitted:
+        for seq, until in blocks:
+            assert not (seq < start.seq and start.at < until - 1e-9)
+
+
+# -- against the throttling server ---------------------------------------------
+
+
+@asynccontextmanager
+async def api(config: ServerConfig) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+    ):
+        yield server, client
+
+
+def registry(client: httpx.AsyncClient) -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, scopes=["key"], timeout=60)
+    async def fetch(n: int) -> str:
+        response = await client.get(f"/items/{n}")
+        response.raise_for_status()
+        return f"item {n}"
+
+    return reg
+
+
+def calls(n: int) -> list[ToolCall]:
+    return [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(n)]
+
+
+WINDOWS = ["fixed", "sliding"]
+
+
+@pytest.mark.parametrize("model", WINDOWS)
+async def test_a_told_window_never_causes_a_429_and_wastes_no_time(
+    autojump_clock: Any, model: Any
+) -> None:
+    """10 per second, told: ten at once, then ten a window after each request reached the server.
+
+    The first burst's arrivals are judged by its answers (50 ms later; new
+    connections may reach a server late), the later ones by the quickest warm
+    round trip, which here is exact.
+    """
+    config = ServerConfig(rate=10, burst=10, model=model, headers="draft", latency=0.05)
+    async with api(config) as (server, client):
+        runner = Runner(registry(client), scopes=[Scope("key", limit=10, per=1)], inline_wait=None)
+        turn = await runner.run_turn(calls(30))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert server.count(status=429) == 0
+    assert server.starts() == [0.0] * 10 + [1.05] * 10 + [2.05] * 10
+
+
+@pytest.mark.parametrize("model", WINDOWS)
+async def test_a_told_window_serves_a_bucket_too(autojump_clock: Any, model: Any) -> None:
+    """Told "N per W", fanout is safe whatever the server counts with, a bucket included."""
+    config = ServerConfig(rate=4, burst=2, model=model, headers="x", latency=0.1)
+    async with api(config) as (server, client):
+        runner = Runner(registry(client), scopes=[Scope("key", limit=2, per=0.5)], inline_wait=None)
+        await runner.run_turn(calls(7))
+    assert server.count(status=429) == 0
+    assert server.starts() == [0.0, 0.0, 0.6, 0.6, 1.1, 1.1, 1.6]
+
+
+@pytest.mark.parametrize("model", WINDOWS)
+async def test_learning_turns_to_a_window_at_its_first_429(autojump_clock: Any, model: Any) -> None:
+    """Told nothing: the probe, a bucket guessed from the headers, one 429, then windows.
+
+    The 429 comes inside the window the answers reported spent: the scope
+    waits out the Retry-After (whole seconds, from the 429) and keeps a log
+    of the stated limit per the reported reset from then on.
+    """
+    config = ServerConfig(rate=10, burst=10, model=model, headers="draft", latency=0.05)
+    async with api(config) as (server, client):
+        scope = Scope("key", slack=0.0)
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(40))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert server.count(status=429) == 1
+    (refused,) = [r.start for r in server.records if r.status == 429]
+    waves = sorted({round(t, 6) for t in server.starts()})
+    # The probe, nine on the guessed bucket, the 429, then a window's worth a window apart.
+    assert waves == [
+        round(t, 6) for t in (0.0, 0.05, refused, refused + 1, refused + 2, refused + 3)
+    ]
+    assert refused < 0.15
+    stats = scope.statistics().bucket
+    assert (stats.burst, stats.window) == (10, 1.0)
+
+
+async def test_a_configured_rate_takes_two_429s_to_turn_to_a_window(autojump_clock: Any) -> None:
+    """Told a bucket, one 429 could be a stray; the second shows the server counts in windows."""
+    config = ServerConfig(rate=2, burst=2, model="sliding", headers="draft")
+    async with api(config) as (server, client):
+        scope = Scope("key", rate=2, burst=2, slack=0.0)
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(16))
+    assert all(r.status is Status.OK for r in turn.results)
+    # A 429 a token after the burst (blocked a whole Retry-After), the bucket again
+    # after it, a second 429; from then on two per second, a second apart.
+    assert [(r.start, r.status) for r in server.records] == [
+        (0.0, 200), (0.0, 200), (0.5, 429), (1.5, 200), (1.5, 200), (2.0, 429),
+        *((float(t), 200) for t in (3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8)),
+    ]  # fmt: skip
+    assert scope.statistics().bucket.window == 1.0
+
+
+@pytest.mark.parametrize(("starts", "window"), [(11, 0.4), (60, None)])
+async def test_a_429_after_more_starts_than_a_window_allows_is_a_stray_not_a_window(
+    autojump_clock: Any, starts: int, window: float | None
+) -> None:
+    """Two 429s in windows reported spent turn a scope to a log, unless it just did more.
+
+    A bucket that admitted 60 in the last 0.4 s is no window of 20 per 0.4 s:
+    its 429s are strays (a rate a little too high, requests out of step).
+    """
+    scope = Scope("key", rate=50, burst=20, slack=0.0)
+    for _ in range(2):
+        for _ in range(starts):
+            await scope.reserve(1, 10)
+            await trio.sleep(0.3 / starts)
+        await scope.observe_headers(RateLimitInfo(limit=20, remaining=0, reset_after=0.4))
+        await scope.on_throttled(0.1)
+        await trio.sleep(1)
+    assert scope.statistics().bucket.window == window
