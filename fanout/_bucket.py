@@ -29,7 +29,7 @@ import trio
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Booking", "BucketStatistics", "ServerCount", "TokenBucket"]
+__all__ = ["Booking", "BucketStatistics", "Epochs", "ServerCount", "TokenBucket", "check_cost"]
 
 _HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-admits)
 
@@ -125,6 +125,40 @@ class ServerCount:
 
 
 @attrs.define
+class Epochs:
+    """Which bookings still hold, for a bucket or a log (`fanout._window`).
+
+    ``void`` starts a new epoch: a booking made in an older one may not
+    start, and whoever waits on ``voided()`` wakes to book again. A scope
+    that turns its bucket into a log hands the log these same epochs, so no
+    booking of the bucket passes for one of the log.
+    """
+
+    current: int = 0
+    _event: trio.Event | None = attrs.field(default=None, alias="_event")
+
+    def void(self) -> None:
+        self.current += 1
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    def voided(self) -> trio.Event:
+        """An event set when bookings made until now are void (wake and book again)."""
+        if self._event is None:
+            self._event = trio.Event()
+        return self._event
+
+
+def check_cost(cost: float, most: float | None, holder: str) -> None:
+    """A call's cost is a positive number no larger than ``most`` (``holder`` says of what)."""
+    if not (cost > 0 and math.isfinite(cost)):
+        raise ConfigurationError(f"a call's cost must be a positive number, not {cost!r}")
+    if most is not None and cost > most:
+        raise ConfigurationError(f"a call costing {cost:g} tokens can never start {holder}")
+
+
+@attrs.define
 class TokenBucket:
     """``rate`` tokens a second up to ``burst``; ``rate=None`` means no rate limit.
 
@@ -143,10 +177,9 @@ class TokenBucket:
     _full_at: float = attrs.field(init=False, default=-math.inf)
     _paused_until: float = attrs.field(init=False, default=-math.inf)  # refill starts then
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
-    _epoch: int = attrs.field(init=False, default=0)
+    epochs: Epochs = attrs.field(init=False, factory=Epochs)
     _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # booked, not due
-    _voided: trio.Event | None = attrs.field(init=False, default=None)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
@@ -182,7 +215,7 @@ class TokenBucket:
             self._ahead.append((start, cost))
         if hole is not None:
             self._fill(hole, cost)
-            return Booking(start, start - now, cost, self._epoch)
+            return Booking(start, start - now, cost, self.epochs.current)
         before = (self._full_at, self._paused_until)
         if self.rate is not None:
             idle = self._full_at < start
@@ -192,7 +225,7 @@ class TokenBucket:
                 # arrives, so this bucket counts its refill from slack later.
                 self._full_at += self.slack
                 self._paused_until = start + self.slack
-        return Booking(start, start - now, cost, self._epoch, before, self._full_at)
+        return Booking(start, start - now, cost, self.epochs.current, before, self._full_at)
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: it was not voided since it was made.
@@ -200,11 +233,11 @@ class TokenBucket:
         A voided booking (the server drained or blocked the bucket after it
         was made) must be booked again; its tokens are not handed back.
         """
-        return booking.epoch == self._epoch and trio.current_time() >= self._blocked_until
+        return booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
-        if booking.epoch != self._epoch or self.rate is None:
+        if booking.epoch != self.epochs.current or self.rate is None:
             return  # void already, or nothing was counted
         self._refunded += 1
         if (booking.start, booking.cost) in self._ahead:
@@ -312,11 +345,6 @@ class TokenBucket:
     def blocked_until(self) -> float:
         return self._blocked_until
 
-    @property
-    def epoch(self) -> int:
-        """Bookings of an older epoch are void."""
-        return self._epoch
-
     def statistics(self) -> BucketStatistics:
         return BucketStatistics(
             rate=self.rate,
@@ -363,17 +391,12 @@ class TokenBucket:
 
     def voided(self) -> trio.Event:
         """An event set when bookings made until now are void (wake and book again)."""
-        if self._voided is None:
-            self._voided = trio.Event()
-        return self._voided
+        return self.epochs.voided()
 
     def _void(self) -> None:
-        self._epoch += 1
+        self.epochs.void()
         self._holes.clear()
         self._ahead.clear()
-        if self._voided is not None:
-            self._voided.set()
-            self._voided = None
 
     def _due_after(self, now: float) -> list[tuple[float, float]]:
         self._ahead = [booked for booked in self._ahead if booked[0] > now]
@@ -385,13 +408,8 @@ class TokenBucket:
         return min(self.burst, self._tokens(now) + ahead)
 
     def _check_cost(self, cost: float) -> None:
-        if not (cost > 0 and math.isfinite(cost)):
-            raise ConfigurationError(f"a call's cost must be a positive number, not {cost!r}")
-        if self.rate is not None and cost > self.burst:
-            raise ConfigurationError(
-                f"a call costing {cost:g} tokens can never start on a bucket whose "
-                f"burst is {self.burst:g}"
-            )
+        most = None if self.rate is None else self.burst
+        check_cost(cost, most, f"on a bucket whose burst is {self.burst:g}")
 
 
 def check_limits(rate: float | None, burst: float) -> None:

@@ -124,11 +124,11 @@ class LocalBackend:
         """Count tokens in a log of ``burst`` per ``window`` s from now on.
 
         The bucket's bookings are void (their holders wake and book again in
-        the log, whose epochs start past the bucket's); a block carries over.
+        the log, which goes on from the bucket's epochs); a block carries over.
         """
         bucket = self.bucket
-        log = SlidingLog(bucket.burst, window, bucket.slack, epoch=bucket.epoch + 1)
         bucket.drain()
+        log = SlidingLog(bucket.burst, window, bucket.slack, epochs=bucket.epochs)
         log.block_until(bucket.blocked_until)
         self.log = log
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ._bucket import Booking, BucketStatistics, ServerCount
+from ._bucket import Booking, BucketStatistics, Epochs, ServerCount, check_cost
 from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -123,17 +123,16 @@ class Arrivals:
 class SlidingLog:
     """``limit`` tokens in any ``window`` seconds; the same verbs as ``TokenBucket``.
 
-    ``epoch`` is where this log's epochs start: a scope that turns a bucket
-    into a log starts past the bucket's, so no old booking passes for a new one.
+    ``epochs`` are the bucket's when a scope turns its bucket into a log, so
+    no booking of the bucket passes for one of the log.
     """
 
     limit: float
     window: float
     slack: float = attrs.field(default=0.0)
-    epoch: int = attrs.field(default=0)
+    epochs: Epochs = attrs.field(factory=Epochs)
     _entries: list[Entry] = attrs.field(init=False, factory=list)
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
-    _voided: trio.Event | None = attrs.field(init=False, default=None)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
@@ -176,16 +175,16 @@ class SlidingLog:
             return None
         self._reserved += 1
         bisect.insort(self._entries, (start, cost, _BOOKED, -math.inf))
-        return Booking(start, start - now, cost, self.epoch)
+        return Booking(start, start - now, cost, self.epochs.current)
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: nothing voided it since it was made."""
-        return booking.epoch == self.epoch and trio.current_time() >= self._blocked_until
+        return booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
         entry = (booking.start, booking.cost, _BOOKED, -math.inf)
-        if booking.epoch == self.epoch and entry in self._entries:
+        if booking.epoch == self.epochs.current and entry in self._entries:
             self._entries.remove(entry)
             self._refunded += 1
 
@@ -275,9 +274,7 @@ class SlidingLog:
 
     def voided(self) -> trio.Event:
         """An event set when bookings made until now are void (wake and book again)."""
-        if self._voided is None:
-            self._voided = trio.Event()
-        return self._voided
+        return self.epochs.voided()
 
     def statistics(self) -> BucketStatistics:
         now = trio.current_time()
@@ -320,17 +317,8 @@ class SlidingLog:
         return True
 
     def _void(self, now: float) -> None:
-        self.epoch += 1
+        self.epochs.void()
         self._entries = [e for e in self._entries if e[0] <= now or e[2] == _PHANTOM]
-        if self._voided is not None:
-            self._voided.set()
-            self._voided = None
 
     def _check_cost(self, cost: float) -> None:
-        if not (cost > 0 and math.isfinite(cost)):
-            raise ConfigurationError(f"a call's cost must be a positive number, not {cost!r}")
-        if cost > self.limit:
-            raise ConfigurationError(
-                f"a call costing {cost:g} tokens can never start in a window whose "
-                f"limit is {self.limit:g}"
-            )
+        check_cost(cost, self.limit, f"in a window whose limit is {self.limit:g}")
