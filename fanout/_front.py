@@ -46,9 +46,9 @@ from ._validate import (
     flag,
     one_of,
     optional_at_least,
+    optional_count,
     optional_non_negative,
     optional_positive,
-    require_positive,
 )
 from ._window import Arrivals
 
@@ -128,24 +128,6 @@ class Backend(Protocol):
     def bucket_statistics(self) -> BucketStatistics: ...
 
 
-def _optional_burst(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (value >= 1 and math.isfinite(value))
-    ):
-        raise ConfigurationError(f"burst must be a finite number >= 1, not {value!r}")
-
-
-def _optional_limit(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (value >= 1 and math.isfinite(value))
-    ):
-        raise ConfigurationError(f"limit must be a finite number >= 1, not {value!r}")
-
-
 def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigurationError(f"quota_horizon must be a positive number, not {value!r}")
@@ -198,7 +180,7 @@ class ScopeFront:
     """
 
     rate: float | None = attrs.field(default=None, kw_only=True, validator=optional_positive)
-    burst: float | None = attrs.field(default=None, kw_only=True, validator=_optional_burst)
+    burst: float | None = attrs.field(default=None, kw_only=True, validator=optional_count)
     max_concurrency: int | None = attrs.field(
         default=None, kw_only=True, validator=optional_at_least(1)
     )
@@ -215,7 +197,7 @@ class ScopeFront:
     window: WindowKind = attrs.field(
         default="auto", kw_only=True, validator=one_of(get_args(WindowKind))
     )
-    limit: float | None = attrs.field(default=None, kw_only=True, validator=_optional_limit)
+    limit: float | None = attrs.field(default=None, kw_only=True, validator=optional_count)
     per: float | None = attrs.field(default=None, kw_only=True, validator=optional_positive)
     _backend: Backend = attrs.field(init=False, repr=False)
     _ledger: Ledger = attrs.field(init=False, factory=Ledger, repr=False)
@@ -679,13 +661,6 @@ class ScopeFront:
         assert self._learner is not None
         if self._learner.rate is not None:
             self._set(self._learner.rate, max(1.0, self._learner.burst), tokens=tokens)
-
-    def set_limits(self, rate: float | None, burst: float) -> None:
-        """Replace the bucket's rate and burst (for example, learned elsewhere)."""
-        if rate is not None:
-            require_positive("rate", rate)
-        _optional_burst(None, None, burst)  # type: ignore[arg-type]
-        self._set(rate, burst)
 
     def _set(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         self._limits = (rate, burst)

@@ -26,6 +26,7 @@ __all__ = [
     "non_empty_text",
     "one_of",
     "optional_at_least",
+    "optional_count",
     "optional_non_negative",
     "optional_positive",
     "positive",
@@ -75,6 +76,12 @@ def optional_positive(_: object, attribute: attrs.Attribute[Any], value: object)
     """None, or a finite number > 0."""
     if value is not None:
         require_positive(attribute.name, value)
+
+
+def optional_count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """None, or a finite number >= 1 (a burst, a window's limit: fractions allowed)."""
+    if value is not None and not (_is_number(value) and 1 <= value < math.inf):  # type: ignore[operator]
+        raise ConfigurationError(f"{attribute.name} must be a finite number >= 1, not {value!r}")
 
 
 def optional_non_negative(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
