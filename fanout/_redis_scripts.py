@@ -46,6 +46,16 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 """
 
+# What every op of a token script (the bucket, the window) reads first: the
+# op, the call's cost, and the op's own number (a wait bound, a block, a count).
+_TOKEN_OP = (
+    _PRELUDE
+    + """
+local op = ARGV[1]
+local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
+"""
+)
+
 # The token bucket of ``_bucket.py`` (GCRA), kept in a hash {full, blocked,
 # epoch}: ``full`` is when the bucket would be full again given every start
 # booked, so a booking takes its tokens at its start, and bookings made
@@ -65,11 +75,9 @@ local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
 # after} (KEYS[2] is the shared "quota exhausted" marker; PTTL -2 when absent).
 BUCKET = (
-    _PRELUDE
+    _TOKEN_OP
     + """
-local op = ARGV[1]
-local rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cost, extra, slack = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[9])
+local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
@@ -161,11 +169,9 @@ return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
 # the shared "quota exhausted" marker; PTTL -2 when absent).
 WINDOW = (
-    _PRELUDE
+    _TOKEN_OP
     + """
-local op = ARGV[1]
-local limit, window = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cost, extra, slack = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
+local limit, window, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
 local span = window + slack
 local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch')
 local blocked = tonumber(state[1]) or 0
