@@ -15,7 +15,7 @@ closing a thousand hung connections) after the turn has returned, and the
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 import attrs
 import trio
@@ -41,6 +41,13 @@ if TYPE_CHECKING:
     from ._streams import StreamDecoder
 
 __all__ = ["Runner", "RunnerStatistics"]
+
+
+class TurnOptions(TypedDict, total=False):
+    """What running a turn may be told: the run it belongs to, and its own timeout."""
+
+    run: Run | None
+    timeout: float | None
 
 
 @attrs.frozen
@@ -228,24 +235,17 @@ class Runner:
         }
         return state_for, options
 
-    async def run_turn(
-        self, calls: Iterable[ToolCall], *, run: Run | None = None, timeout: float | None = None
-    ) -> Turn:
-        """Build and run a turn; return it with every call answered."""
-        turn = self.turn(calls, run=run, timeout=timeout)
+    async def run_turn(self, calls: Iterable[ToolCall], **options: Unpack[TurnOptions]) -> Turn:
+        """Build and run a turn (`turn`); return it with every call answered."""
+        turn = self.turn(calls, **options)
         await turn.run()
         return turn
 
     async def run_stream(
-        self,
-        events: AsyncIterable[Any],
-        decoder: StreamDecoder,
-        *,
-        run: Run | None = None,
-        timeout: float | None = None,
+        self, events: AsyncIterable[Any], decoder: StreamDecoder, **options: Unpack[TurnOptions]
     ) -> StreamingTurn:
-        """Build and run a streaming turn; return it with every call answered."""
-        turn = self.stream_turn(events, decoder, run=run, timeout=timeout)
+        """Build and run a streaming turn (`stream_turn`); return it with every call answered."""
+        turn = self.stream_turn(events, decoder, **options)
         await turn.run()
         return turn
 
