@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Status
+from fanout.testing import ServerConfig, serve_throttled
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+
+    from fanout.testing import HeaderStyle
 
 Block = tuple[str, str, Any]  # id, tool name, arguments (a dict, or raw text)
 
@@ -304,6 +307,50 @@ async def test_a_repeat_arriving_after_its_leader_finished_shares_its_answer(
     turn = await Runner(registry(log)).run_stream(paced(events, 1.0), fanout.AnthropicStream())
     assert [key for key, _ in log] == ["a"]
     assert [r.content for r in turn.results] == ["value of a", "value of a"]
+
+
+@pytest.mark.parametrize("headers", ["openai", "ietf", "x", "draft", "none"])
+async def test_calls_start_as_their_blocks_close_or_the_apis_bucket_allows(
+    headers: HeaderStyle, autojump_clock: Any
+) -> None:
+    """Eight blocks closing every 1/16 s, against an API of 4/s, burst 2: each request starts
+    the moment its block closes, or the API's bucket holds a token, whatever the headers say
+    (a whole Remaining is the count rounded down, not a token lost per response)."""
+    blocks: list[Block] = [(f"c{k}", "fetch", {"n": k}) for k in range(8)]
+    events = anthropic_events(blocks, size=100)
+    closes = [i for i, event in enumerate(events) if _closes_a_call("anthropic", event)]
+
+    async def closing_every_sixteenth() -> AsyncIterator[Any]:
+        for i, event in enumerate(events):
+            if i in closes:
+                await trio.sleep_until(began + (closes.index(i) + 1) / 16)
+            yield event
+
+    config = ServerConfig(rate=4, burst=2, latency=0.05, headers=headers)
+    async with (
+        serve_throttled(config) as api,
+        fanout.http_client(base_url=api.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["api"])
+        async def fetch(n: int) -> str:
+            return (await client.get(f"/items/{n}")).text
+
+        runner = Runner(reg, scopes=[fanout.Scope("api", rate=4, burst=2)])
+        began = trio.current_time()
+        turn = await runner.run_stream(closing_every_sixteenth(), fanout.AnthropicStream())
+    assert [r.status for r in turn.results] == [Status.OK] * 8
+    assert [record.start - began for record in api.records] == [
+        1 / 16,
+        2 / 16,
+        5 / 16,
+        9 / 16,
+        13 / 16,
+        17 / 16,
+        21 / 16,
+        25 / 16,
+    ]
 
 
 @pytest.mark.parametrize(
