@@ -89,26 +89,32 @@ def _timeline(n: int, seconds: float) -> list[tuple[float, str, dict[str, Any]]]
     return [(at, name, {"type": name, **data}) for at, name, data in events]
 
 
-def best_possible(mode: str, n: int, seconds: float) -> float:
-    """The least latency of ``mode`` any client could reach, from the stream's start.
+def earliest_starts(exists: list[float], rate: float, burst: float) -> list[float]:
+    """When requests can start, the earliest: each once it ``exists`` and a bucket of
+    ``burst`` tokens refilled at ``rate`` (full at 0) holds a token.
 
-    Each request is sent once its call exists (its block closed when
-    streaming, the message ended when whole, at once alone) and the API's
-    bucket holds a token, GCRA's virtual scheduling of the API's own
-    bucket; its answer comes LATENCY later. Calls exist in the model's
-    order and cost one token each, so sending each as early as both allow
+    GCRA's virtual scheduling of the API's own bucket. The requests exist in
+    order and cost one token each, so starting each as early as both allow
     is optimal.
     """
+    full_at, starts = 0.0, []  # when the bucket would be full again
+    for at in exists:
+        start = max(at, full_at - (burst - 1) / rate)
+        full_at = max(full_at, start) + 1 / rate
+        starts.append(start)
+    return starts
+
+
+def best_possible(mode: str, n: int, seconds: float) -> float:
+    """The least latency of ``mode`` any client could reach, from the stream's start:
+    each call exists once its block closed (streaming), once the message ended (whole),
+    or at once (alone), and its answer comes LATENCY after its request starts."""
     exists = {
         "streaming": [seconds * (k + 1) / n for k in range(n)],
         "whole": [seconds] * n,
         "alone": [0.0] * n,
     }[mode]
-    full_at, start = 0.0, 0.0  # when the API's bucket would be full again
-    for at in exists:
-        start = max(at, full_at - (BURST - 1) / RATE)
-        full_at = max(full_at, start) + 1 / RATE
-    return start + LATENCY
+    return max(earliest_starts(exists, RATE, BURST)) + LATENCY
 
 
 async def _stream_message(
