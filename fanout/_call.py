@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +98,8 @@ class CallState:
     plan: CallPlan
     # Why the arguments are unusable, when a stream said more than "not JSON".
     problem: str | None = None
+    # When the turn received it (a streamed call: when its block closed).
+    arrived_at: float = -math.inf
     # The arguments structured into the tool's annotated types (set when checked).
     bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
     started: bool = False
@@ -212,7 +215,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
             idempotency_key=plan.idempotency_key, run_id=within.run_id, attempt=state.attempts,
             recorder=recorder,
-            secrets=state.secrets, admitted_at=trio.current_time(),
+            secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
         )  # fmt: skip
         return await _run_tool(state, spec, context, within.settings)
     finally:

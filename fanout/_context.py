@@ -39,7 +39,9 @@ class CallContext:
     write's request left but its response was lost (a reset mid-body): the
     server may have acted, so no answer of this attempt is kept for replay.
     ``admitted_at`` is when admission let the attempt start: its first
-    request leaves a little later, and the scope measures by how much.
+    request leaves a little later, and the scope measures by how much;
+    ``arrived_at``, when the turn received the call (a streamed call arrives
+    when its block closes, after others of its burst may have started).
     """
 
     call: ToolCall
@@ -54,6 +56,7 @@ class CallContext:
     requests: int = 0
     effect_unknown: bool = False
     admitted_at: float = -math.inf
+    arrived_at: float = -math.inf
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
 
     def report_progress(

@@ -618,7 +618,7 @@ class ScopeFront:
             slack = max(slack, self._ledger.slowest() - self._ledger.fastest())
         return slack
 
-    def observe_send_lag(self, seconds: float) -> None:
+    def observe_send_lag(self, seconds: float, *, arrived_at: float = -math.inf) -> None:
         """A call's first request left ``seconds`` after admission let it start.
 
         The bucket counts a burst's refill from its first admission; the
@@ -635,23 +635,27 @@ class ScopeFront:
         process was to send them. (Measured: the server reads the first of
         ten new connections a few ms after they were sent; counting from
         each call's own admission, a ms each, drew a 429 on the request
-        after the burst whenever latency and ``1 / rate`` were equal.)
+        after the burst whenever latency and ``1 / rate`` were equal.) A
+        call that ``arrived_at`` the turn after the burst began (a streamed
+        call, whose block closed later) counts from its arrival: the time
+        it did not exist yet says nothing of how slow the sending was.
         """
         if self.slack is not None or not (0.0 < seconds < _MAX_LAG):
             return
-        lag = max(seconds, self._since_burst(trio.current_time() - seconds))
+        lag = max(seconds, self._since_burst(trio.current_time() - seconds, arrived_at))
         if lag > self._send_lag:
             self._send_lag = lag
             self._backend.set_slack(self._measured_slack())
 
-    def _since_burst(self, admitted: float) -> float:
-        """How long after the latest burst began a call of it, admitted then, leaves now."""
+    def _since_burst(self, admitted: float, arrived: float) -> float:
+        """How long after the latest burst began (or the call arrived, if later) a call
+        of it, admitted then, leaves now."""
         rate, _ = self._limits
         if self._burst is None or rate is None:
             return 0.0
         began = self._burst[0]
         in_burst = began <= admitted < began + 1.0 / rate  # before the burst's first new token
-        return trio.current_time() - began if in_burst else 0.0
+        return trio.current_time() - max(began, arrived) if in_burst else 0.0
 
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""

@@ -241,7 +241,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         sent_at = trio.current_time()
         if first:  # its token was taken at admission: how late it leaves is the scope's slack
             for scope in context.scopes:
-                scope.observe_send_lag(sent_at - context.admitted_at)
+                scope.observe_send_lag(sent_at - context.admitted_at, arrived_at=context.arrived_at)
         try:
             response = await transport.handle_async_request(request)
         except self._seam.transport_error as exc:

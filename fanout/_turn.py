@@ -263,6 +263,7 @@ class Turn:
         """
         plan = state.plan
         call = plan.call
+        state.arrived_at = trio.current_time()
         self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
         if plan.spec is None:
             names = ", ".join(self._registry.names()) or "(none)"

@@ -311,10 +311,16 @@ async def test_a_repeat_arriving_after_its_leader_finished_shares_its_answer(
 
 
 async def _request_starts(
-    closes_at: list[float], headers: HeaderStyle, rate: float, burst: int, latency: float
+    closes_at: list[float],
+    headers: HeaderStyle,
+    rate: float,
+    burst: int,
+    latency: float,
+    setup: float = 0.0,
 ) -> list[float]:
     """A fetch per block, block k closing at ``closes_at[k]``, against an API of ``rate``/s
-    and ``burst`` (fanout told the same): when each request reached the API."""
+    and ``burst`` (fanout told the same), each request ``setup`` s after its call starts:
+    when each request reached the API."""
     blocks: list[Block] = [(f"c{k}", "fetch", {"n": k}) for k in range(len(closes_at))]
     events = anthropic_events(blocks, size=100)
     closes = [i for i, event in enumerate(events) if _closes_a_call("anthropic", event)]
@@ -334,6 +340,7 @@ async def _request_starts(
 
         @reg.tool(kind=Kind.READS, scopes=["api"], timeout=60)
         async def fetch(n: int) -> str:
+            await trio.sleep(setup)
             return (await client.get(f"/items/{n}")).text
 
         runner = Runner(reg, scopes=[fanout.Scope("api", rate=rate, burst=burst)], inline_wait=60)
@@ -354,6 +361,19 @@ async def test_calls_start_as_their_blocks_close_or_the_apis_bucket_allows(
     starts = await _request_starts([k / 16 for k in range(1, 9)], headers, 4, 2, 0.05)
     # Two at once as blocks 1 and 2 close; then one per 0.25 s from the first.
     assert starts == [k / 16 for k in (1, 2, 5, 9, 13, 17, 21, 25)]
+
+
+async def test_a_streamed_call_of_the_burst_measures_its_send_lag_from_its_arrival(
+    autojump_clock: Any,
+) -> None:
+    """Requests leaving 1/1024 s after admission: the second call of the burst, whose block
+    closed 1/16 s after the first's, left 1/1024 s late, not 1/16 s. So the slack is 1/1024 s
+    and the calls after the burst start that much after their tokens, not a block later."""
+    setup = 1 / 1024
+    closes_at = [k / 16 for k in range(1, 9)]
+    starts = await _request_starts(closes_at, "none", 4, 2, 0.05, setup)
+    best = earliest_starts(closes_at, 4, 2)
+    assert starts == [at + setup for at in best[:2]] + [at + 2 * setup for at in best[2:]]
 
 
 @settings(max_examples=60, deadline=None)
