@@ -341,8 +341,9 @@ class RedisBackend:
             await self._shared("block", extra=delay)
 
     async def sync(self, count: ServerCount) -> None:
-        """Only ever lowers the shared bucket to the server's estimate: other processes'
-        starts since are unknown here."""
+        """Only ever lowers the shared bucket to the server's estimate, and only from
+        above the most it can have (`TokenBucket.sync`): other processes' starts
+        since are unknown here, so a surplus is never added."""
         if self.window is not None:
             with contextlib.suppress(LimiterUnavailableError):
                 await self._shared("sync", extra=count.remaining, elapsed=count.elapsed)
@@ -350,8 +351,12 @@ class RedisBackend:
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return
+        estimate = count.estimate(self.rate, self.burst)
+        # As the local bucket reads it: a whole count is floored, so a known
+        # rate lowers the bucket only from above the most the server can have.
+        most = count.at_most(self.rate, self.burst) if count.rate_known else estimate
         with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("sync", extra=count.estimate(self.rate, self.burst))
+            await self._shared("sync", extra=estimate, booking=(0, most, 0.0))
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """Each script refills with the limits its caller sends; processes agree once

@@ -69,7 +69,8 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #   refund   undo the latest booking (epoch ARGV[6], full ARGV[7] -> ARGV[8])
 #   drain    a 429: no tokens now, block for ARGV[5] seconds, new epoch
 #   block    start nothing for ARGV[5] seconds from now, new epoch
-#   sync     the server holds ARGV[5] tokens now: adopt it if fewer, new epoch
+#   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
+#            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
@@ -125,7 +126,7 @@ elseif op == 'block' then
     write = false
   end
 elseif op == 'sync' then
-  if rate > 0 and extra < tokens_now() - 1e-9 then
+  if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
     epoch, full = epoch + 1, now + (burst - extra) / rate
   else
     write = false

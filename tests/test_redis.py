@@ -227,6 +227,24 @@ async def test_headers_and_exhaustion_are_shared(redis_url: str, prefix: str) ->
         assert trio.current_time() + 1.0 < learned <= until + 0.01  # Redis rounds up to a ms
 
 
+async def test_a_floored_count_lowers_the_shared_bucket_only_from_above_the_servers_most(
+    redis_url: str, prefix: str
+) -> None:
+    """As the local bucket reads it: 4/s, burst 2, one token spent and 0.4 back. Remaining 1
+    may mean 1.99, so the shared 1.4 stands; Remaining 0 (at most 0.99) lowers it to 0."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 4, "burst": 2}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        assert await one.reserve(1, 0.0) is not None
+        await trio.sleep(0.1)
+        await one.observe_headers(RateLimitInfo(remaining=1), sent_at=trio.current_time())
+        assert await other.wait_for(2) < 0.2  # (2 - 1.4) / 4 = 0.15, not (2 - 1) / 4
+        await one.observe_headers(RateLimitInfo(remaining=0), sent_at=trio.current_time())
+        assert await other.wait_for(1) > 0.2  # a whole token away: 0.25
+
+
 async def test_slots_are_capped_across_clients(
     redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
