@@ -54,7 +54,7 @@ from ._window import Arrivals
 
 if TYPE_CHECKING:
     from ._budget import Budget
-    from ._headers import RateLimitInfo
+    from ._values import RateLimitInfo
 
 __all__ = ["Backend", "ScopeFront", "ScopeStatistics", "SlotHolder", "Trust", "WindowKind"]
 

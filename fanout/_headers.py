@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._budget import MAX_WAIT
+from ._values import RateLimitInfo
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -69,39 +70,6 @@ __all__ = [
 _MAX_LEN = 1000  # a longer value is not a rate-limit header; don't spend time on it
 _EPOCH_S = 1e9  # 2001-09-09 as an epoch; as a delta, 31 years. No window is that long.
 _EPOCH_MS = 1e12  # the same instant in milliseconds
-
-
-# Finite and >= 0 (or > 0): NaN fails every comparison, inf fails "< inf".
-_non_negative = attrs.validators.optional(
-    attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(math.inf))
-)
-_positive = attrs.validators.optional(
-    attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.lt(math.inf))
-)
-
-
-@attrs.frozen
-class RateLimitInfo:
-    """What a response's headers say about waiting and quota; ``None`` = unknown.
-
-    Durations are seconds from the moment the response was received.
-    """
-
-    retry_after: float | None = attrs.field(default=None, validator=_non_negative)
-    limit: float | None = attrs.field(default=None, validator=_positive)
-    remaining: float | None = attrs.field(default=None, validator=_non_negative)
-    reset_after: float | None = attrs.field(default=None, validator=_non_negative)
-    window: float | None = attrs.field(default=None, validator=_positive)
-    scope: str | None = None
-    should_retry: bool | None = None
-
-    @property
-    def rate(self) -> float | None:
-        """Requests per second the server allows (``limit / window``), if both are known."""
-        if self.limit is None or self.window is None:
-            return None
-        rate = self.limit / self.window
-        return rate if math.isfinite(rate) else None
 
 
 # --- scalars -----------------------------------------------------------------

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ._context import CallContext
-    from ._headers import RateLimitInfo
+    from ._values import RateLimitInfo
 
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
 

@@ -22,8 +22,8 @@ from ._window import SlidingLog
 if TYPE_CHECKING:
     from ._bucket import Booking, BucketStatistics, ServerCount
     from ._budget import Budget
-    from ._headers import RateLimitInfo
     from ._retry import RetryBudget
+    from ._values import RateLimitInfo
 
 __all__ = [
     "LocalBackend",

@@ -7,6 +7,7 @@ time; the adapters at the edge translate them, and the runner produces them.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ import attrs
 
 from ._output import Part, parts_of
 
-__all__ = ["Kind", "Status", "ToolCall", "ToolResult"]
+__all__ = ["Kind", "RateLimitInfo", "Status", "ToolCall", "ToolResult"]
 
 
 class Status(enum.Enum):
@@ -97,3 +98,36 @@ class ToolResult:
     def parts(self) -> list[Part] | None:
         """The content blocks of this answer, or None when its content is plain text."""
         return parts_of(self.content)
+
+
+# Finite and >= 0 (or > 0): NaN fails every comparison, inf fails "< inf".
+_non_negative = attrs.validators.optional(
+    attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(math.inf))
+)
+_positive = attrs.validators.optional(
+    attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.lt(math.inf))
+)
+
+
+@attrs.frozen
+class RateLimitInfo:
+    """What a response's headers say about waiting and quota; ``None`` = unknown.
+
+    Durations are seconds from the moment the response was received.
+    """
+
+    retry_after: float | None = attrs.field(default=None, validator=_non_negative)
+    limit: float | None = attrs.field(default=None, validator=_positive)
+    remaining: float | None = attrs.field(default=None, validator=_non_negative)
+    reset_after: float | None = attrs.field(default=None, validator=_non_negative)
+    window: float | None = attrs.field(default=None, validator=_positive)
+    scope: str | None = None
+    should_retry: bool | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Requests per second the server allows (``limit / window``), if both are known."""
+        if self.limit is None or self.window is None:
+            return None
+        rate = self.limit / self.window
+        return rate if math.isfinite(rate) else None

@@ -8,10 +8,10 @@ which reads any dialect of rate-limit headers into a ``RateLimitInfo``.
 """
 
 from ._exceptions import NotSentError as NotSentError
-from ._headers import RateLimitInfo as RateLimitInfo
 from ._headers import parse_rate_limit_headers as parse_rate_limit_headers
 from ._http import FanoutTransport as FanoutTransport
 from ._http import http_client as http_client
+from ._values import RateLimitInfo as RateLimitInfo
 
 __all__ = [
     "FanoutTransport",
