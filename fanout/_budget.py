@@ -27,12 +27,15 @@ import trio
 
 from ._validate import require_non_negative
 
-__all__ = ["MAX_WAIT", "Budget", "Verdict", "usable_wait"]
+__all__ = ["MAX_WAIT", "QUOTA_HORIZON", "Budget", "Verdict", "usable_wait"]
 
 _NOISE = 1e-9  # seconds: float noise in sums of clock readings, not lateness
 
 MAX_WAIT: float = 7 * 24 * 3600.0
 """Seconds. A server or tool asking for a longer wait is wrong, not patient."""
+
+QUOTA_HORIZON: float = 3600.0
+"""Seconds. A server wait beyond it is a spent quota, not throttling (a scope's default)."""
 
 
 def usable_wait(value: object) -> float | None:

@@ -23,7 +23,7 @@ import trio
 
 from ._admission import Denial, admit
 from ._answers import failure, success
-from ._budget import Budget, Verdict, usable_wait
+from ._budget import QUOTA_HORIZON, Budget, Verdict, usable_wait
 from ._canonical import safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
@@ -53,7 +53,6 @@ __all__ = [
 
 _log = logging.getLogger("fanout")
 
-_DEFAULT_HORIZON = 3600.0  # the quota horizon when a signal names no scope of the call
 _UNAVAILABLE = "limiter unavailable"
 
 
@@ -393,7 +392,7 @@ async def _decide(
 
     if isinstance(signal, NotSentError):
         return answer(signal.status, describe(signal), retry_after=wait)
-    horizon = min((scope.quota_horizon for scope in targets), default=_DEFAULT_HORIZON)
+    horizon = min((scope.quota_horizon for scope in targets), default=QUOTA_HORIZON)
     if isinstance(signal, QuotaExhaustedError) or (
         isinstance(signal, RateLimitedError) and wait is not None and wait > horizon
     ):

@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from ._bucket import Booking, BucketStatistics, ServerCount
-from ._budget import Verdict
+from ._budget import QUOTA_HORIZON, Verdict
 from ._exceptions import ConfigurationError
 from ._learning import RateLearner
 from ._ledger import Ledger
@@ -187,7 +187,7 @@ class ScopeFront:
     max_waiters: int | None = attrs.field(
         default=None, kw_only=True, validator=optional_at_least(0)
     )
-    quota_horizon: float = attrs.field(default=3600.0, kw_only=True, validator=_horizon)
+    quota_horizon: float = attrs.field(default=QUOTA_HORIZON, kw_only=True, validator=_horizon)
     retry_budget: RetryBudget = attrs.field(
         factory=RetryBudget, kw_only=True, validator=_retry_budget
     )
