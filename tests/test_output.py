@@ -1,0 +1,77 @@
+"""Content blocks as a content string, and JSON cut to size: properties over any input."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fanout import Document, Image, Text
+from fanout._canonical import truncation_marker
+from fanout._output import cut_json, defuse, encode_parts, is_parts, parts_of, text_of
+
+texts = st.builds(Text, st.text(max_size=50))
+images = st.builds(
+    Image, st.binary(max_size=30), media_type=st.sampled_from(["image/png", "image/jpeg"])
+)
+parts = st.lists(st.one_of(texts, images), min_size=1, max_size=5)
+
+
+@given(parts)
+def test_blocks_within_the_limit_come_back_as_they_were(blocks: list[Text | Image]) -> None:
+    encoded = encode_parts(blocks, limit=10_000)
+    assert parts_of(encoded) == blocks
+
+
+@given(parts, st.integers(min_value=0, max_value=80))
+def test_text_is_cut_to_the_limit_and_no_other_block_is_lost(
+    blocks: list[Text | Image], limit: int
+) -> None:
+    decoded = parts_of(encode_parts(blocks, limit=limit))
+    assert decoded is not None
+    images_in = [block for block in blocks if isinstance(block, Image)]
+    assert [block for block in decoded if isinstance(block, Image)] == images_in
+    total = sum(len(block.text) for block in blocks if isinstance(block, Text))
+    shown = sum(len(block.text) for block in decoded if isinstance(block, Text))
+    if total <= limit:
+        assert decoded == blocks
+    else:  # cut, the marker saying so counted in (unless the marker alone is longer)
+        assert shown <= max(limit, len(truncation_marker(total)))
+
+
+@given(st.text())
+def test_a_tools_own_text_is_never_read_as_blocks(text: str) -> None:
+    assert parts_of(defuse(text)) is None
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+        max_leaves=30,
+    ),
+    st.integers(min_value=60, max_value=400),
+)
+def test_cut_json_is_always_json_within_the_limit(value: object, limit: int) -> None:
+    text = json.dumps(value)
+    cut = cut_json(text, limit)
+    assert len(cut) <= limit
+    json.loads(cut)
+    if len(text) <= limit:
+        assert cut == text
+
+
+def test_what_is_and_is_not_blocks() -> None:
+    assert is_parts(Text("a"))
+    assert is_parts([Text("a"), Image(b"x", media_type="image/png")])
+    assert not is_parts([])
+    assert not is_parts([Text("a"), "b"])
+    assert not is_parts("a")
+
+
+def test_a_block_in_a_text_only_format_is_named_not_sent() -> None:
+    assert text_of(Text("hi")) == "hi"
+    assert text_of(Document(b"abcd", media_type="application/pdf")).startswith(
+        "[document application/pdf, about"
+    )
