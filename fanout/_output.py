@@ -80,19 +80,25 @@ class Image:
     media_type: str = attrs.field(default="image/png", validator=one_of(IMAGE_TYPES))
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class Document:
-    """A PDF (bytes or base64) or plain text document; never cut."""
+    """A PDF (bytes or base64) or plain text document; never cut.
+
+    ``data`` is kept as text: a PDF's base64, or a plain document's own text.
+    """
 
     data: str
-    media_type: str = attrs.field(default="application/pdf", validator=one_of(_DOCUMENT_TYPES))
-    title: str | None = None
+    media_type: str = attrs.field(validator=one_of(_DOCUMENT_TYPES))
+    title: str | None
 
-    def __attrs_post_init__(self) -> None:
-        if self.media_type == "application/pdf":
-            object.__setattr__(self, "data", _base64(self.data))
-        elif not isinstance(self.data, str):
+    def __init__(
+        self, data: bytes | str, media_type: str = "application/pdf", title: str | None = None
+    ) -> None:
+        if media_type == "application/pdf":
+            data = _base64(data)
+        elif not isinstance(data, str):
             raise ConfigurationError("a text/plain document's data is its text, a str")
+        self.__attrs_init__(data, media_type, title)
 
 
 Part = Text | Image | Document
