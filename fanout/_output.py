@@ -24,7 +24,7 @@ import attrs
 
 from ._canonical import canonical_json, truncation_marker
 from ._exceptions import ConfigurationError
-from ._validate import one_of
+from ._validate import one_of, require_one_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -88,12 +88,13 @@ class Document:
     """
 
     data: str
-    media_type: str = attrs.field(validator=one_of(_DOCUMENT_TYPES))
+    media_type: str
     title: str | None
 
     def __init__(
         self, data: bytes | str, media_type: str = "application/pdf", title: str | None = None
     ) -> None:
+        require_one_of("media_type", media_type, _DOCUMENT_TYPES)
         if media_type == "application/pdf":
             data = _base64(data)
         elif not isinstance(data, str):

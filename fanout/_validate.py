@@ -32,6 +32,7 @@ __all__ = [
     "positive",
     "require_at_least",
     "require_non_negative",
+    "require_one_of",
     "require_positive",
 ]
 
@@ -106,13 +107,18 @@ def flag(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise ConfigurationError(f"{attribute.name} must be True or False, not {value!r}")
 
 
+def require_one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """One of the ``allowed`` strings."""
+    if value not in allowed:
+        choices = ", ".join(allowed)
+        raise ConfigurationError(f"{name} must be one of {choices}, not {value!r}")
+
+
 def one_of(allowed: tuple[str, ...]) -> Any:
     """An attrs validator: one of the ``allowed`` strings."""
 
     def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if value not in allowed:
-            choices = ", ".join(allowed)
-            raise ConfigurationError(f"{attribute.name} must be one of {choices}, not {value!r}")
+        require_one_of(attribute.name, value, allowed)
 
     return check
 
