@@ -7,27 +7,22 @@ models, where every start time and request count is exact.
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fanout
-from fanout import ConfigurationError, Kind, Registry, Runner, Scope, ServerCount, Status, ToolCall
+from fanout import ConfigurationError, Runner, Scope, ServerCount, Status
 from fanout._window import Arrivals, SlidingLog
 from fanout.http import RateLimitInfo
-from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+from fanout.testing import ServerConfig
+from tests.test_bucket import Admitted
+from tests.test_learning import api, calls, registry
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    import httpx
-
     from fanout import Booking
 
 
@@ -216,16 +211,6 @@ async def test_a_told_window_is_its_rate_and_burst(autojump_clock: Any) -> None:
 # -- any interleaving ----------------------------------------------------------
 
 
-@attrs.frozen
-class Admitted:
-    """A start that happened: when, what it cost, and the order of its booking and start."""
-
-    at: float
-    cost: float
-    booked: int
-    seq: int
-
-
 _ops = st.one_of(
     st.tuples(st.just("reserve"), st.sampled_from([1.0, 1.0, 2.0]), st.sampled_from([0, 0.5, 9])),
     st.tuples(st.just("refund"), st.integers(0, 40)),
@@ -316,31 +301,6 @@ def test_no_interleaving_puts_more_than_the_limit_in_a_window_or_starts_inside_a
 
 
 # -- against the throttling server ---------------------------------------------
-
-
-@asynccontextmanager
-async def api(config: ServerConfig) -> AsyncIterator[tuple[ThrottlingServer, httpx.AsyncClient]]:
-    async with (
-        serve_throttled(config) as server,
-        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
-    ):
-        yield server, client
-
-
-def registry(client: httpx.AsyncClient) -> Registry:
-    reg = Registry()
-
-    @reg.tool(kind=Kind.READS, scopes=["key"], timeout=60)
-    async def fetch(n: int) -> str:
-        response = await client.get(f"/items/{n}")
-        response.raise_for_status()
-        return f"item {n}"
-
-    return reg
-
-
-def calls(n: int) -> list[ToolCall]:
-    return [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(n)]
 
 
 WINDOWS = ["fixed", "sliding"]
