@@ -288,7 +288,9 @@ class TokenBucket:
         self.rate, self.burst = rate, burst
         self._holes.clear()
         if rate is not None:
-            self._set_balance(now, min(balance, burst))
+            # The balance is as of the end of a refill pause (a burst's slack):
+            # it still holds from then, not from now, at the new rate.
+            self._set_balance(max(now, self._paused_until), min(balance, burst))
 
     def sync(self, count: ServerCount) -> bool:
         """The server's count (``ServerCount``) replaces the bucket's where it is sure.

@@ -196,6 +196,26 @@ async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
     assert bucket.wait_for() == 0
 
 
+def test_a_slower_rate_keeps_the_refill_pause_of_a_burst_booked_in_a_block() -> None:
+    """Found by the model below: 4/s, burst 2, slack 0.05. A 429 drains the bucket and
+    blocks it for a second; two calls book for its end (a burst: the refill pauses for
+    the slack after it). A slower rate set now must count the balance from that pause,
+    not from now: else a third call found a token at 1.0 beside the two booked there."""
+
+    async def main() -> None:
+        bucket = TokenBucket(4.0, 2.0, slack=0.05)
+        assert bucket.reserve(1.0, max_wait=0) is not None
+        bucket.drain(1.0)
+        booked = [bucket.reserve(1.0, max_wait=9) for _ in range(2)]
+        assert [b.start for b in booked if b is not None] == [1.0, 1.0]
+        bucket.set_limits(1.0, 2.0)
+        third = bucket.reserve(1.0, max_wait=9)
+        assert third is not None
+        assert third.start > 1.0
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 # -- the model: any interleaving, and the promise -----------------------------------
 
 

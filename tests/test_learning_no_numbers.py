@@ -84,7 +84,7 @@ async def test_after_the_probe_the_rate_starts_slow_and_doubles_each_round_trip(
     ("retry_after", "second", "end"),
     [
         ("ms", 0.7437899051180337, 2.6959633036025408),
-        ("http-date", 1.5348366962090134, 2.823391550054088),
+        ("http-date", 1.5535866962090168, 2.8448472474263413),
         ("absent", 0.7437899051180332, 2.6959633036025505),
     ],
 )
