@@ -639,11 +639,14 @@ class ScopeFront:
         tokens while the request waits, and one that fills up meanwhile
         keeps no more than its burst, so the wait would make the next
         request early. A bucket that cannot say what it holds (a shared one)
-        holds nothing back, as before.
+        holds nothing back, as before; nor does a scope that learns its rate,
+        whose bucket is itself a guess (learning paces its own start).
         """
         rate, burst = self._limits
-        if self.slack is not None or rate is None or self._warm_fastest is not None:
+        told = rate is not None and self._learner is None
+        if self.slack is not None or not told or self._warm_fastest is not None:
             return 0.0
+        assert rate is not None
         hold = max(0.0, self._first_answer - self._measured_slack())
         present = self._backend.bucket_statistics().present  # after this request's own
         if hold == 0.0 or present is None or present + 1.0 + hold * rate > burst:
