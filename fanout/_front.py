@@ -210,7 +210,6 @@ class ScopeFront:
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
-    _first_answer: float = attrs.field(init=False, default=0.0, repr=False)  # after a burst began
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
@@ -590,7 +589,7 @@ class ScopeFront:
             self._apply_learned()
 
     def _observe_arrival(self, seconds: float) -> None:
-        """How late the first request of a burst reached the server, at most.
+        """How late the first request of the latest burst reached the server, at most.
 
         The server refills a burst's bucket from its *first arrival*; every
         request of the burst arrives no earlier, so the earliest answer to
@@ -607,17 +606,15 @@ class ScopeFront:
         makes a whole burst's answers late, which would look like a slower
         server and no lag at all. Until a warm call is seen, the fastest of
         any call stands in, and requests over reused connections wait for
-        the worst case (`warm_hold`). The latest earliest answer of any
-        burst counts, so the lag never shrinks because a later burst was
-        luckier.
+        the worst case (`warm_hold`).
         """
         now = trio.current_time()
-        if self._burst is not None and now - seconds >= self._burst[0]:
-            began, first = self._burst[0], min(self._burst[1], now)
-            self._burst = (began, first)
-            self._first_answer = max(self._first_answer, first - began)
+        if self._burst is None or now - seconds < self._burst[0]:
+            return  # no burst, or a call that began before the latest burst
+        began, first = self._burst[0], min(self._burst[1], now)
+        self._burst = (began, first)
         fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
-        lag = self._first_answer - fastest
+        lag = first - began - fastest
         if self.slack is None and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
@@ -630,9 +627,10 @@ class ScopeFront:
         arrivals (the fastest call so far opened a connection too). A
         request over a connection already open reaches the server at once:
         it waits for the worst case, the whole of the earliest answer's delay
-        counted as a late first arrival, less the slack already kept. A
-        request over a new connection arrives as late as the burst did, and
-        waits for nothing.
+        counted as a late first arrival, less the slack already kept and
+        the time the tokens the bucket still holds would cover. A request
+        over a new connection arrives as late as the burst did, and waits
+        for nothing.
 
         Only a request the bucket can spare the time for waits: if the
         server's first arrival was not late after all, its bucket gains
@@ -647,9 +645,15 @@ class ScopeFront:
         if self.slack is not None or not told or self._warm_fastest is not None:
             return 0.0
         assert rate is not None
-        hold = max(0.0, self._first_answer - self._measured_slack())
+        if self._burst is None or not math.isfinite(self._burst[1]):
+            return 0.0  # the latest burst is not answered yet: how late it was is unknown
         present = self._backend.bucket_statistics().present  # after this request's own
-        if hold == 0.0 or present is None or present + 1.0 + hold * rate > burst:
+        if present is None:
+            return 0.0
+        # The worst case is this much further behind; the tokens at hand cover some of it.
+        behind = self._burst[1] - self._burst[0] - self._measured_slack()
+        hold = behind - max(0.0, present) / rate
+        if hold <= 0.0 or present + 1.0 + hold * rate > burst:
             return 0.0
         return hold
 

@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from ._admission import take_tokens
+from ._budget import Verdict
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
@@ -343,7 +344,7 @@ def _watch_connections(request: _Request, context: CallContext) -> _Held:
         if event.startswith("connection.connect_") and event.endswith(".started"):
             opened = context.opened_connection = True
         elif event.endswith(".send_request_headers.started") and not opened:
-            hold = max((scope.warm_hold() for scope in context.scopes), default=0.0)
+            hold = _warm_hold(context)
             if hold > 0:
                 held.seconds += hold
                 context.held += hold
@@ -353,6 +354,22 @@ def _watch_connections(request: _Request, context: CallContext) -> _Held:
 
     extensions["trace"] = trace
     return held
+
+
+def _warm_hold(context: CallContext) -> float:
+    """The longest ``warm_hold`` of the call's scopes, if the call can afford it.
+
+    A call that would then end at or past its deadline (or wait longer than
+    the runner waits inline) is sent at once instead: the worst case is
+    only a possibility, and the deadline is certain.
+    """
+    hold = max((scope.warm_hold() for scope in context.scopes), default=0.0)
+    if hold <= 0:
+        return 0.0
+    latency = max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
+    budget = context.budget
+    fits = budget.judge(hold, latency=latency) is Verdict.SLEEP and budget.fits(hold + latency)
+    return hold if fits else 0.0
 
 
 async def _charge(context: CallContext) -> None:
