@@ -40,6 +40,8 @@ class BucketStatistics:
 
     ``window`` is None for a token bucket; for a sliding log (``_window``),
     the seconds after which a spent token comes back (``burst`` per window).
+    ``present``: the tokens there are now if no booking still ahead had been
+    made (None where this process cannot tell, a shared bucket or a log).
     """
 
     rate: float | None
@@ -51,6 +53,7 @@ class BucketStatistics:
     refunded: int
     drained: int
     window: float | None = None
+    present: float | None = None
 
 
 @attrs.frozen
@@ -348,15 +351,17 @@ class TokenBucket:
         return self._blocked_until
 
     def statistics(self) -> BucketStatistics:
+        now = trio.current_time()
         return BucketStatistics(
             rate=self.rate,
             burst=self.burst,
-            tokens=self._tokens(trio.current_time()),
+            tokens=self._tokens(now),
             blocked_until=self._blocked_until,
             reserved=self._reserved,
             refused=self._refused,
             refunded=self._refunded,
             drained=self._drained,
+            present=self._present(now) if self.rate is not None else None,
         )
 
     # -- the schedule --------------------------------------------------------

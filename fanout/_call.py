@@ -294,9 +294,9 @@ async def _run_tool(
             hint="the tool raised an error; fix the arguments or try another approach",
         )  # fmt: skip
     finally:
-        elapsed = trio.current_time() - began
+        elapsed = trio.current_time() - began - context.held
         for scope in state.plan.scopes:
-            scope.observe_call(elapsed, ok=went_fine)
+            scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:

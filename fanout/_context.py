@@ -42,6 +42,12 @@ class CallContext:
     request leaves a little later, and the scope measures by how much;
     ``arrived_at``, when the turn received the call (a streamed call arrives
     when its block closes, after others of its burst may have started).
+    ``opened_connection`` is set when a request of the attempt opened a new
+    connection (the HTTP layer is told so by the connection pool): its
+    duration then includes the connection's set-up, so it is not a sample
+    of how fast the server answers. ``held`` is how long its requests
+    waited inside the pool for a slow first connection's worst case
+    (`fanout._http_core`), which is no part of how long the call took.
     """
 
     call: ToolCall
@@ -57,6 +63,8 @@ class CallContext:
     effect_unknown: bool = False
     admitted_at: float = -math.inf
     arrived_at: float = -math.inf
+    opened_connection: bool = False
+    held: float = 0.0
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
 
     def report_progress(

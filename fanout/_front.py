@@ -210,6 +210,7 @@ class ScopeFront:
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -561,20 +562,24 @@ class ScopeFront:
         """When the spent quota returns, or None while the scope is usable."""
         return self._ledger.exhausted_until()
 
-    def observe_call(self, seconds: float, *, ok: bool) -> None:
+    def observe_call(self, seconds: float, *, ok: bool, warm: bool = True) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.
 
         Only an attempt that went fine is a sample of a call's duration: a
         429 answers at once, with none of the work's latency, and a cut-off
         attempt ends at its deadline, not its answer; as the fastest call,
         either would widen the slack by a whole latency. It only shows that
-        calls take at least that long.
+        calls take at least that long. ``warm``: no request of the attempt
+        opened a connection (or the transport could not tell), so its
+        duration is the server's latency, without a connection's set-up.
         """
         self._probe.finished()
         if not ok:
             self._ledger.observe_cut_short(seconds)
             return
         self._ledger.observe_latency(seconds)
+        if warm and (self._warm_fastest is None or seconds < self._warm_fastest):
+            self._warm_fastest = seconds
         self._observe_arrival(seconds)
         if self._window_length is not None and self.slack is None:
             self._backend.set_slack(self._measured_slack())
@@ -588,22 +593,69 @@ class ScopeFront:
 
         The server refills a burst's bucket from its *first arrival*; every
         request of the burst arrives no earlier, so the earliest answer to
-        any of them, less the fastest a call here has ever been, bounds how
-        long after the burst began that was (the request that arrived first
-        had at least the fastest call's server time and way back). It is
-        not the spread of durations: a server whose response time jitters
-        stretches the slowest answers, but it admitted those requests when
-        they arrived, and the earliest answer is not stretched by much.
+        any of them, less the fastest *warm* call here (one whose requests
+        opened no connection), bounds how long after the burst began that
+        was (the request that arrived first had at least the fastest call's
+        server time and way back). It is not the spread of durations: a
+        server whose response time jitters stretches the slowest answers,
+        but it admitted those requests when they arrived, and the earliest
+        answer is not stretched by much.
+
+        A call that opened a connection is no sample of that server time: a
+        slow first connection (a TLS handshake, a server slow to read it)
+        makes a whole burst's answers late, which would look like a slower
+        server and no lag at all. Until a warm call is seen, the fastest of
+        any call stands in, and requests over reused connections wait for
+        the worst case (`warm_hold`).
         """
         now = trio.current_time()
         if self._burst is None or now - seconds < self._burst[0]:
             return  # no burst, or a call that began before the latest burst
         began, first = self._burst[0], min(self._burst[1], now)
         self._burst = (began, first)
-        lag = first - began - self._ledger.fastest()
+        fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
+        lag = first - began - fastest
         if self.slack is None and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
+
+    def warm_hold(self) -> float:
+        """How long a request about to leave over a reused connection waits first.
+
+        Until a warm call (`observe_call`) shows how fast the server answers,
+        the slack takes a burst's answers as a slower server, not as late
+        arrivals (the fastest call so far opened a connection too). A
+        request over a connection already open reaches the server at once:
+        it waits for the worst case, the whole of the earliest answer's delay
+        counted as a late first arrival, less the slack already kept and
+        the time the tokens the bucket still holds would cover. A request
+        over a new connection arrives as late as the burst did, and waits
+        for nothing.
+
+        Only a request the bucket can spare the time for waits: if the
+        server's first arrival was not late after all, its bucket gains
+        tokens while the request waits, and one that fills up meanwhile
+        keeps no more than its burst, so the wait would make the next
+        request early. A bucket that cannot say what it holds (a shared one)
+        holds nothing back, as before; nor does a scope that learns its rate,
+        whose bucket is itself a guess (learning paces its own start).
+        """
+        rate, burst = self._limits
+        told = rate is not None and self._learner is None
+        if self.slack is not None or not told or self._warm_fastest is not None:
+            return 0.0
+        assert rate is not None
+        if self._burst is None or not math.isfinite(self._burst[1]):
+            return 0.0  # the latest burst is not answered yet: how late it was is unknown
+        present = self._backend.bucket_statistics().present  # after this request's own
+        if present is None:
+            return 0.0
+        # The worst case is this much further behind; the tokens at hand cover some of it.
+        behind = self._burst[1] - self._burst[0] - self._measured_slack()
+        hold = behind - max(0.0, present) / rate
+        if hold <= 0.0 or present + 1.0 + hold * rate > burst:
+            return 0.0
+        return hold
 
     def _measured_slack(self) -> float:
         """The margin measured so far: the later of the two signs of a late first arrival.

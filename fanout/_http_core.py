@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from ._admission import take_tokens
+from ._budget import Verdict
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
@@ -238,6 +239,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url, context.secrets)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+        held = _watch_connections(request, context)
         sent_at = trio.current_time()
         if first:  # its token was taken at admission: how late it leaves is the scope's slack
             for scope in context.scopes:
@@ -248,6 +250,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             raise self._failed(
                 context, exc, sent=not isinstance(exc, self._seam.not_sent)
             ) from None
+        sent_at += held.seconds
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
             server_now=self._server_now(request, response.headers.get("date"), sent_at),
@@ -306,6 +309,67 @@ def server_scope(name: str | None, secrets: Iterable[str]) -> str | None:
     if name is None:
         return None
     return name if redact_text(name, secrets) == name else REDACTED
+
+
+@attrs.define
+class _Held:
+    """How long a request waited, inside the pool, before it left."""
+
+    seconds: float = 0.0
+
+
+def _watch_connections(request: _Request, context: CallContext) -> _Held:
+    """Have the connection pool say whether ``request`` opens a new connection.
+
+    httpcore (and httpcore2, under httpx2) report each step of a request to
+    its ``trace`` extension, and await it: ``connection.connect_tcp`` (or
+    ``_unix_socket``) only when a connection is opened for it, then
+    ``http11.send_request_headers`` (or ``http2.``) as it leaves. A call
+    that opened a connection is not a sample of the server's latency
+    (`ScopeFront.observe_call`); a request that did not open one waits
+    here for its scopes' ``warm_hold`` before it leaves, and the wait is
+    not counted in its call's duration. A ``trace`` the caller set is still
+    called. A transport that reports nothing (a mock, a custom one) leaves
+    every call a sample and every request unheld, as before.
+    """
+    held = _Held()
+    extensions = getattr(request, "extensions", None)
+    if not isinstance(extensions, dict):
+        return held
+    theirs = extensions.get("trace")
+    opened = False
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal opened
+        if event.startswith("connection.connect_") and event.endswith(".started"):
+            opened = context.opened_connection = True
+        elif event.endswith(".send_request_headers.started") and not opened:
+            hold = _warm_hold(context)
+            if hold > 0:
+                held.seconds += hold
+                context.held += hold
+                await trio.sleep(hold)
+        if theirs is not None:
+            await theirs(event, info)
+
+    extensions["trace"] = trace
+    return held
+
+
+def _warm_hold(context: CallContext) -> float:
+    """The longest ``warm_hold`` of the call's scopes, if the call can afford it.
+
+    A call that would then end at or past its deadline (or wait longer than
+    the runner waits inline) is sent at once instead: the worst case is
+    only a possibility, and the deadline is certain.
+    """
+    hold = max((scope.warm_hold() for scope in context.scopes), default=0.0)
+    if hold <= 0:
+        return 0.0
+    latency = max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
+    budget = context.budget
+    fits = budget.judge(hold, latency=latency) is Verdict.SLEEP and budget.fits(hold + latency)
+    return hold if fits else 0.0
 
 
 async def _charge(context: CallContext) -> None:

@@ -594,3 +594,33 @@ def test_a_transport_needs_at_least_one_pool(lib: Library, pools: Any) -> None:
     """pools below one (or not a whole number) is a configuration error, not a crash later."""
     with pytest.raises(fanout.ConfigurationError):
         lib.transport(pools=pools)
+
+
+async def test_a_trace_the_caller_set_still_hears_every_step(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """fanout listens to the pool's ``trace`` extension to tell a new connection from a
+    reused one; a tool that set its own still hears every step, the connection's
+    opening only for the request that opened it."""
+    heard: list[list[str]] = []
+
+    async with api(ServerConfig(rate=None), lib) as (_, client):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["key"])
+        async def fetch(n: int) -> str:
+            for _ in range(2):
+                steps: list[str] = []
+                heard.append(steps)
+
+                async def trace(event: str, info: dict[str, Any], steps: list[str] = steps) -> None:
+                    steps.append(event)
+
+                (await client.get(f"/items/{n}", extensions={"trace": trace})).raise_for_status()
+            return "ok"
+
+        turn = await Runner(reg, scopes=[Scope("key", rate=100, burst=2)]).run_turn(calls(1))
+    assert turn.results[0].status is Status.OK
+    opened = [[e for e in steps if e.startswith("connection.connect_")] for steps in heard]
+    assert opened == [["connection.connect_tcp.started", "connection.connect_tcp.complete"], []]
+    assert all("http11.receive_response_headers.complete" in steps for steps in heard)

@@ -359,8 +359,13 @@ async def test_calls_start_as_their_blocks_close_or_the_apis_bucket_allows(
     the moment its block closes, or the API's bucket holds a token, whatever the headers say
     (a whole Remaining is the count rounded down, not a token lost per response)."""
     starts = await _request_starts([k / 16 for k in range(1, 9)], headers, 4, 2, 0.05)
-    # Two at once as blocks 1 and 2 close; then one per 0.25 s from the first.
-    assert starts == [k / 16 for k in (1, 2, 5, 9, 13, 17, 21, 25)]
+    # Two at once as blocks 1 and 2 close; then one per 0.25 s from the first. The fifth is
+    # the first over a reused connection (the transport has four pools) before any such
+    # call answered: it waits 0.05 s, in case the burst's first request, which opened a
+    # connection, reached the API that late (README, "Slack sizes itself").
+    expected = [k / 16 for k in (1, 2, 5, 9, 13, 17, 21, 25)]
+    expected[4] += 0.05
+    assert starts == pytest.approx(expected, abs=1e-9)
 
 
 async def test_a_streamed_call_of_the_burst_measures_its_send_lag_from_its_arrival(
@@ -368,12 +373,16 @@ async def test_a_streamed_call_of_the_burst_measures_its_send_lag_from_its_arriv
 ) -> None:
     """Requests leaving 1/1024 s after admission: the second call of the burst, whose block
     closed 1/16 s after the first's, left 1/1024 s late, not 1/16 s. So the slack is 1/1024 s
-    and the calls after the burst start that much after their tokens, not a block later."""
+    and the calls after the burst start that much after their tokens, not a block later
+    (but the fifth, the first over a reused connection, waits for a slow first connection's
+    worst case: the burst's earliest answer, 0.05 s after its request left)."""
     setup = 1 / 1024
     closes_at = [k / 16 for k in range(1, 9)]
     starts = await _request_starts(closes_at, "none", 4, 2, 0.05, setup)
     best = earliest_starts(closes_at, 4, 2)
-    assert starts == [at + setup for at in best[:2]] + [at + 2 * setup for at in best[2:]]
+    expected = [at + setup for at in best[:2]] + [at + 2 * setup for at in best[2:]]
+    expected[4] = best[4] + setup + 0.05
+    assert starts == pytest.approx(expected, abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
@@ -389,13 +398,18 @@ def test_any_stream_gets_the_earliest_starts_the_api_allows(
 ) -> None:
     """Blocks closing at any times (multiples of 1/64 s): each request starts as early as its
     block and the API's bucket allow, and no 429, whatever the headers say and however long
-    the answers take against a token's time."""
+    the answers take against a token's time. A request over a reused connection sent before
+    any such call answered may wait, at most the burst's earliest answer (a latency here),
+    in case the burst's first request was slow to reach the API over its new connection."""
     closes_at = [sum(gaps[: k + 1]) / 64 for k in range(len(gaps))]
     starts = trio.run(
         _request_starts, closes_at, headers, rate, burst, latency,
         clock=trio.testing.MockClock(autojump_threshold=0),
     )  # fmt: skip
-    assert starts == earliest_starts(closes_at, rate, burst)
+    best = earliest_starts(closes_at, rate, burst)
+    late = [start - at for start, at in zip(starts, best, strict=True)]
+    assert min(late) >= -1e-9
+    assert max(late) <= latency + 1e-9
 
 
 @pytest.mark.parametrize(
