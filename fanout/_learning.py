@@ -213,6 +213,8 @@ class RateLearner:
             return
         if self.rate is None or self.measured is not None or not self._headroom:
             return
+        if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
+            return  # too soon for the refill to have shown: the guess stands until it could
         grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
 

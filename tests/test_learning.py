@@ -151,14 +151,17 @@ async def test_a_guessed_rate_does_not_creep_up_while_remaining_is_drawn_down(
 
 def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     """Unit level: Remaining 5 of 20 holds the guess (20/s, a burst per reset) where
-    it is; Remaining 19 of 20 lets a success add its step."""
+    it is; Remaining 19 of 20 lets a success add its step, once the first count is
+    half a second old (sooner, the refill could not have shown yet)."""
     learner = RateLearner()
     assert learner.from_headers(20, None, remaining=5, reset_after=1.0, at=0.0, started=15)
     assert learner.rate == 20
-    learner.on_success()
+    learner.on_success(began=0.6)
     assert learner.rate == 20
     learner.from_headers(20, None, remaining=19, reset_after=1.0, at=0.1, started=16)
-    learner.on_success()
+    learner.on_success(began=0.2)
+    assert learner.rate == 20
+    learner.on_success(began=0.6)
     assert learner.rate == pytest.approx(21)
 
 
