@@ -239,7 +239,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url, context.secrets)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-        held = _watch_connections(request, context)
+        _watch_connections(request, context)
+        held_before = context.held
         sent_at = trio.current_time()
         if first:  # its token was taken at admission: how late it leaves is the scope's slack
             for scope in context.scopes:
@@ -250,7 +251,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             raise self._failed(
                 context, exc, sent=not isinstance(exc, self._seam.not_sent)
             ) from None
-        sent_at += held.seconds
+        sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
             server_now=self._server_now(request, response.headers.get("date"), sent_at),
@@ -311,14 +312,7 @@ def server_scope(name: str | None, secrets: Iterable[str]) -> str | None:
     return name if redact_text(name, secrets) == name else REDACTED
 
 
-@attrs.define
-class _Held:
-    """How long a request waited, inside the pool, before it left."""
-
-    seconds: float = 0.0
-
-
-def _watch_connections(request: _Request, context: CallContext) -> _Held:
+def _watch_connections(request: _Request, context: CallContext) -> None:
     """Have the connection pool say whether ``request`` opens a new connection.
 
     httpcore (and httpcore2, under httpx2) report each step of a request to
@@ -328,14 +322,13 @@ def _watch_connections(request: _Request, context: CallContext) -> _Held:
     that opened a connection is not a sample of the server's latency
     (`ScopeFront.observe_call`); a request that did not open one waits
     here for its scopes' ``warm_hold`` before it leaves, and the wait is
-    not counted in its call's duration. A ``trace`` the caller set is still
-    called. A transport that reports nothing (a mock, a custom one) leaves
-    every call a sample and every request unheld, as before.
+    not counted in its call's duration (``context.held``). A ``trace`` the
+    caller set is still called. A transport that reports nothing (a mock, a
+    custom one) leaves every call a sample and every request unheld, as before.
     """
-    held = _Held()
     extensions = getattr(request, "extensions", None)
     if not isinstance(extensions, dict):
-        return held
+        return
     theirs = extensions.get("trace")
     opened = False
 
@@ -346,14 +339,12 @@ def _watch_connections(request: _Request, context: CallContext) -> _Held:
         elif event.endswith(".send_request_headers.started") and not opened:
             hold = _warm_hold(context)
             if hold > 0:
-                held.seconds += hold
                 context.held += hold
                 await trio.sleep(hold)
         if theirs is not None:
             await theirs(event, info)
 
     extensions["trace"] = trace
-    return held
 
 
 def _warm_hold(context: CallContext) -> float:
