@@ -305,11 +305,12 @@ def _play(
     seed: int,
     hosted: bool,
     answers: list[str],
+    limits: dict[str, Any],
 ) -> tuple[list[ToolCall], fanout.Turn, float, bool]:
     behaviours = [behaviour for _, behaviour in calls_spec]
     calls = [ToolCall(f"toolu_{i:02d}", name, {"n": i}) for i, (name, _) in enumerate(calls_spec)]
     faults = Faults(plan, budget=3)
-    scope = FaultyScope("api", rate=5, burst=2, max_concurrency=2)
+    scope = FaultyScope("api", max_concurrency=2, **limits)
     scope.faults = faults
     store = FaultyStore()
     store.faults = faults
@@ -358,6 +359,8 @@ def _play(
     seed=st.integers(0, 2**32),
     hosted=st.booleans(),
     answers=transport_answers,
+    # A token bucket told its limits, a window told its limit, or nothing told (learning).
+    limits=st.sampled_from([{"rate": 5, "burst": 2}, {"limit": 2, "per": 0.4}, {}]),
 )
 def test_every_call_answered_truthfully_whatever_fails(
     calls_spec: list[tuple[str, tuple[str, Any]]],
@@ -367,10 +370,11 @@ def test_every_call_answered_truthfully_whatever_fails(
     seed: int,
     hosted: bool,
     answers: list[str],
+    limits: dict[str, Any],
 ) -> None:
     """Hostile tools and faults at every seam: the turn returns on time, every id answered."""
     calls, turn, returned, escaped = _play(
-        calls_spec, plan, policy, broken_events, seed, hosted, answers
+        calls_spec, plan, policy, broken_events, seed, hosted, answers, limits
     )
     assert not escaped
     assert returned <= turn.deadline
