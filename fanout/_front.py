@@ -705,8 +705,11 @@ class ScopeFront:
         rate, _ = self._limits
         if self._burst is None or rate is None:
             return 0.0
-        began = self._burst[0]
-        in_burst = began <= admitted < began + 1.0 / rate  # before the burst's first new token
+        began, answered = self._burst
+        # Before the burst's first new token, and before its first answer: a call
+        # admitted once an answer was in (a learning scope's first after its probe)
+        # waited for that answer, not for the burst's sending.
+        in_burst = began <= admitted < min(began + 1.0 / rate, answered)
         return trio.current_time() - max(began, arrived) if in_burst else 0.0
 
     def expected_latency(self) -> float | None:

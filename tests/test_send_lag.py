@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 import fanout
@@ -44,3 +45,34 @@ async def test_a_configured_slack_is_kept() -> None:
     scope = Scope("api", rate=10, burst=2, slack=0.0)
     scope.observe_send_lag(0.5)
     assert scope.statistics().slack == 0.0
+
+
+async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
+    autojump_clock: Any,
+) -> None:
+    """A learning scope's probe opens a burst; the calls its answer lets start are not
+    part of that burst, so their lag counts from their own admission, not the probe's.
+
+    Counted from the probe, each would have "left" a latency late: a slack of a whole
+    latency, which at 5/s holds back a token, and the four the server's Remaining
+    allows would have started three now and one an answer later."""
+    async with (
+        serve_throttled(ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["api"])
+        async def fetch(n: int) -> str:
+            await trio.sleep(0.005)  # the tool's own set-up before its request
+            return (await client.get(f"/items/{n}")).text
+
+        scope = Scope("api")
+        began = trio.current_time()
+        runner = Runner(reg, scopes=[scope], inline_wait=None)
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(8)])
+    assert [r.status for r in turn.results] == [fanout.Status.OK] * 8
+    assert scope.statistics().slack == pytest.approx(0.005)
+    starts = [round(t - began, 9) for t in server.starts()]
+    assert starts[:5] == [0.005] + [0.005 + 0.05 + 0.005] * 4  # the probe, then four at once
+    assert server.count(status=429) == 0
