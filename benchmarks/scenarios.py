@@ -345,6 +345,16 @@ FULL: tuple[Scenario, ...] = (
         "server's bucket refills later than the client thinks.",
     ),
     Scenario(
+        "eight", "8 calls, 5/s", calls=8, rate=5, burst=5, latency=0.05,
+        why="Issue 13's first row, the seeds' example: a turn of eight calls against 5/s.",
+    ),
+    Scenario(
+        "forty", "40 calls, 10/s, C=4, 400 ms", calls=40, rate=10, burst=10, latency=0.4,
+        max_in_flight=4,
+        why="Issue 13's second row: 10/s at 400 ms keeps 4 in flight, and the server "
+        "enforces 4 (503 beyond), so rate and concurrency bind together.",
+    ),
+    Scenario(
         "two-hundred", "200 calls, 50/s, B=20, C=16", calls=200, rate=50, burst=20,
         latency=0.1, max_in_flight=16,
         why="Issue 13's large turn: rate and concurrency both bind.",
