@@ -462,18 +462,30 @@ def targets_table(
 
     configured, learned = runs("fanout_configured", scenarios), runs("fanout_learned", scenarios)
     if configured:
+        # A fixed window may cost one 429 per scope (issue 13): told nothing of its edge.
+        allowed = {s.name: 1 if s.model == "fixed" else 0 for s in scenarios}
+        over = [r for r in configured if r.throttled > allowed[r.scenario]]
         throttled = sum(r.throttled for r in configured)
-        rows.append(["limits configured: zero 429s", f"{throttled} in all", _met(throttled == 0)])
+        rows.append(["limits told: no 429 (a fixed window: at most one)",
+                     f"{throttled} in all", _met(not over)])  # fmt: skip
         worst = max((r.ratio for r in runs("fanout_configured", timed)), default=math.nan)
-        rows.append(["limits configured: within 10% of the minimum", f"worst {worst:.2f}{X}",
-                     _met(worst <= 1.10)])  # fmt: skip
+        rows.append([f"limits told: ≤ 1.05{X} the minimum", f"worst {worst:.2f}{X}",
+                     _met(worst <= 1.05)])  # fmt: skip
     if learned:
         worst = max((r.ratio for r in runs("fanout_learned", timed)), default=math.nan)
-        most = max(r.throttled for r in learned)
-        rows.append(["learning: within 30% of the minimum", f"worst {worst:.2f}{X}",
-                     _met(worst <= 1.30)])  # fmt: skip
-        rows.append(["learning: at most a handful (≤ 5) of 429s per run", f"most {most}",
-                     _met(most <= 5)])  # fmt: skip
+        most = max(r.throttled + r.overloaded for r in learned)
+        rows.append([f"learning: ≤ 1.20{X} the minimum", f"worst {worst:.2f}{X}",
+                     _met(worst <= 1.20)])  # fmt: skip
+        rows.append(["learning: ≤ 3 429s (or 503s) per scope", f"most {most}",
+                     _met(most <= 3)])  # fmt: skip
+    for scenario in scenarios:
+        if scenario.deadline is None:
+            continue
+        for result in runs("fanout_configured", [scenario]) + runs("fanout_learned", [scenario]):
+            ok = result.ok_in_time or 0
+            goal = 0.95 * scenario.max_ok
+            rows.append([f"{result.label}: ≥ 95 % of what can finish by the deadline",
+                         f"{ok}/{scenario.max_ok}", _met(ok >= goal)])  # fmt: skip
     if overhead is not None:
         ratio = overhead.ratio("fanout_trace")
         rows.append([f"overhead per call ≤ 2{X} a bare nursery", f"{ratio:.1f}{X} (default)",
