@@ -70,6 +70,7 @@ class Booking:
     epoch: int
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
+    shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
 
     @property
     def opens_burst(self) -> bool:

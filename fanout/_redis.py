@@ -138,6 +138,7 @@ class BucketReply:
     epoch: int
     before: float
     after: float
+    shift: float = 0.0  # how far a wider slack has moved the schedule (``widen``)
 
 
 @attrs.define(eq=False)
@@ -179,7 +180,7 @@ class SharedBucket:
             granted=bool(int(raw[0])), wait=float(raw[1]), tokens=float(raw[2]),
             blocked_for=float(raw[3]),
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
-            epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]),
+            epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]), shift=float(raw[8]),
         )  # fmt: skip
 
     async def mark_exhausted(self, seconds: float) -> None:

@@ -265,7 +265,9 @@ class RedisBackend:
             return None
         now = trio.current_time()
         before = member or reply.before  # a log's booking is named by its member
-        return Booking(now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after)
+        return Booking(
+            now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift
+        )
 
     async def refund(self, booking: Booking) -> None:
         """Undo a booking; never raises, safe in ``finally``."""
@@ -292,7 +294,11 @@ class RedisBackend:
                     self._fallback_bucket.refund(booking)
 
     async def confirm(self, booking: Booking) -> bool:
-        """Still valid: same epoch and not blocked (a booking without a wait needs no trip)."""
+        """Still valid: same epoch and not blocked (a booking without a wait needs no trip).
+
+        A schedule a wider slack moved since the booking was made (``widen``)
+        holds it that much later: it sleeps the move, then asks again.
+        """
         if booking.wait <= 0:
             await trio.lowlevel.checkpoint()
             return True
@@ -302,7 +308,12 @@ class RedisBackend:
             if self._fallback_bucket is None:
                 raise
             return self._fallback_bucket.confirm(booking)
-        return reply.epoch == booking.epoch and reply.blocked_for <= 0
+        if reply.epoch != booking.epoch or reply.blocked_for > 0:
+            return False
+        if reply.shift > booking.shift:
+            await trio.sleep(reply.shift - booking.shift)
+            return await self.confirm(attrs.evolve(booking, shift=reply.shift))
+        return True
 
     async def wait_for(self, cost: float) -> float:
         try:
@@ -370,16 +381,29 @@ class RedisBackend:
             )
 
     def set_slack(self, slack: float) -> None:
-        """A wider slack voids a log's bookings ahead, as the local log does: they were
-        placed with the narrower window, and their holders book again on waking."""
+        """A wider slack reaches the shared tokens, as it does a local bucket or log.
+
+        A log's bookings ahead are void: they were placed with the narrower
+        window, and their holders book again on waking. A busy bucket's
+        whole schedule moves that much later (the burst under way was booked
+        before the lag that widened it was seen, so without this the request
+        after it leaves early and draws a 429): each booking ahead starts
+        later by the move (``confirm``), in the same order; voiding them
+        would queue every one of them again behind the tokens they hold.
+        """
         wider = slack > self.slack
         self.slack = slack
-        if wider and self.window is not None and self.nursery is not None:
-            self.nursery.start_soon(self._void_ahead)
+        if self._fallback_bucket is not None:
+            self._fallback_bucket.set_slack(slack)
+        if wider and self.nursery is not None:
+            self.nursery.start_soon(self._widen, slack)
 
-    async def _void_ahead(self) -> None:
+    async def _widen(self, slack: float) -> None:
         with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("void")
+            if self.window is not None:
+                await self._shared("void")
+            elif self.rate is not None:
+                await self._shared("widen", extra=slack)
 
     def voided(self) -> trio.Event | None:
         """Other processes' changes are not heard of here: waiters confirm on waking."""

@@ -71,18 +71,26 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #   block    start nothing for ARGV[5] seconds from now, new epoch
 #   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
+#   widen    a process measured a slack of ARGV[5], wider than the burst under way
+#            was booked with: a busy bucket's whole schedule moves that much
+#            later. ``full`` moves, and ``shift`` (the total moved) tells each
+#            booking ahead how much later it starts (its holder compares it
+#            with the shift it was booked at). ``slack`` keeps the widest
+#            applied, so processes that each measure it add it once, not once each.
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
-# after} (KEYS[2] is the shared "quota exhausted" marker; PTTL -2 when absent).
+# after, shift} (KEYS[2] is the shared "quota exhausted" marker; PTTL -2 when absent).
 BUCKET = (
     _TOKEN_OP
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
-local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch')
+local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
+local applied = tonumber(state[4]) or 0
+local shift = tonumber(state[5]) or 0
 local function tokens_now()
   if rate <= 0 then return burst end
   return burst - math.max(0, full - now) * rate
@@ -102,7 +110,7 @@ if op == 'reserve' then
     if rate > 0 then
       local was_full = full <= start
       full = math.max(full, start) + cost / rate
-      if was_full then full = full + slack end
+      if was_full then full, applied = full + slack, slack end
     end
   else
     write = false
@@ -125,6 +133,12 @@ elseif op == 'block' then
   else
     write = false
   end
+elseif op == 'widen' then
+  if rate > 0 and full > now and extra > applied then
+    full, shift, applied = full + extra - applied, shift + extra - applied, extra
+  else
+    write = false
+  end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
     epoch, full = epoch + 1, now + (burst - extra) / rate
@@ -136,12 +150,13 @@ else
 end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
-             'epoch', string.format('%d', epoch))
+             'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
-        redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full)}
+        redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
+        num(shift)}
 """
 )
 

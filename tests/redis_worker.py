@@ -9,6 +9,9 @@ from one clock. Two modes:
   (wall clock, so all processes begin together) for ``--duration`` seconds;
   prints a JSON tally of the answers.
 - ``hold``: one turn whose calls hold their slots until the process is killed.
+- ``fetch``: one turn of ``--calls`` calls, each a GET from the throttling
+  server at ``--api`` under one API key (``--key``); the tally adds how many
+  answers of each HTTP status the server gave (``http 429``).
 
     python tests/redis_worker.py run --url redis://127.0.0.1:6379/0 --prefix p: ...
 """
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 import coredis
+import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,7 +55,7 @@ async def main(options: argparse.Namespace) -> None:
     downstream: coredis.Redis[str] = coredis.Redis.from_url(options.url, decode_responses=True)
     scope = RedisScope.from_url(
         options.url, name=SCOPE, prefix=options.prefix, rate=options.rate, burst=options.burst,
-        max_concurrency=options.cap, lease_ttl=options.lease_ttl,
+        max_concurrency=options.cap or None, lease_ttl=options.lease_ttl,
     )  # fmt: skip
     keys = downstream_keys(options.prefix)
     async with downstream, scope:
@@ -68,6 +72,9 @@ async def main(options: argparse.Namespace) -> None:
                     await downstream.decr(keys[1])
             return f"hit {i}"
 
+        if options.mode == "fetch":
+            await fetch(options, scope)
+            return
         runner = fanout.Runner(registry, scopes=[scope], turn_timeout=options.turn_timeout)
         tally: collections.Counter[str] = collections.Counter()
         await trio.sleep(max(0.0, options.start_at - time.time()))
@@ -86,14 +93,54 @@ async def main(options: argparse.Namespace) -> None:
     print(json.dumps(dict(tally)), flush=True)
 
 
+class CountingTransport(httpx.AsyncHTTPTransport):
+    """Counts the server's answers by status, under fanout's own retries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses: collections.Counter[str] = collections.Counter()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        self.statuses[f"http {response.status_code}"] += 1
+        return response
+
+
+async def fetch(options: argparse.Namespace, scope: RedisScope) -> None:
+    """One turn of GETs from the throttling server, every process under one key."""
+    transport = CountingTransport()
+    headers = {"x-api-key": options.key}
+    registry = fanout.Registry()
+    async with fanout.http_client(transport, base_url=options.api, headers=headers) as client:
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=[SCOPE], timeout=None)
+        async def get(i: int) -> str:
+            response = await client.get(f"/items/{i}")
+            response.raise_for_status()
+            return response.text
+
+        runner = fanout.Runner(
+            registry, scopes=[scope], inline_wait=None, turn_timeout=options.turn_timeout
+        )
+        await trio.sleep(max(0.0, options.start_at - time.time()))
+        turn = await runner.run_turn(
+            [fanout.ToolCall(f"c{i}", "get", {"i": i}) for i in range(options.calls)]
+        )
+    tally = collections.Counter(result.status.value for result in turn.results)
+    tally.update(transport.statuses)
+    print(json.dumps(dict(tally)), flush=True)
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=["run", "hold"])
+    parser.add_argument("mode", choices=["run", "hold", "fetch"])
+    parser.add_argument("--api", default="")
+    parser.add_argument("--key", default="shared-key")
     parser.add_argument("--url", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--burst", type=float, default=5.0)
-    parser.add_argument("--cap", type=int, default=3)
+    parser.add_argument("--cap", type=int, default=3, help="0: no cap")
     parser.add_argument("--lease-ttl", type=float, default=1.0)
     parser.add_argument("--calls", type=int, default=8)
     parser.add_argument("--latency", type=float, default=0.05)

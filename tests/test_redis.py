@@ -245,6 +245,33 @@ async def test_a_floored_count_lowers_the_shared_bucket_only_from_above_the_serv
         assert await other.wait_for(1) > 0.2  # a whole token away: 0.25
 
 
+async def test_a_wider_slack_moves_the_shared_schedule_once_keeping_its_order(
+    redis_url: str, prefix: str
+) -> None:
+    """10/s, burst 2, three booked (the third 0.1 s ahead), then the burst's requests are
+    seen to leave 0.3 s late: the schedule moves 0.3 s later, once, though both processes
+    measured it, and the third booking still holds, starting 0.3 s later instead of
+    queueing again behind the tokens the others hold."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        bookings = [await one.reserve(1, math.inf) for _ in range(3)]
+        assert all(b is not None for b in bookings)
+        third = bookings[2]
+        assert third is not None
+        assert 0.05 < await other.wait_for(1) <= 0.2  # (3 - 2) / 10 + 0.1, less the trips
+        one.observe_send_lag(0.3)
+        other.observe_send_lag(0.3)
+        await trio.sleep(0.05)  # the widening runs in each scope's own nursery
+        assert 0.4 < await other.wait_for(1) < 0.6  # 0.2 + 0.3 once, not 0.2 + 0.6
+        await trio.sleep_until(third.start)
+        confirmed_from = trio.current_time()
+        assert await one.confirm(third)
+        assert trio.current_time() - confirmed_from >= 0.3
+
+
 async def test_slots_are_capped_across_clients(
     redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
@@ -357,6 +384,38 @@ async def test_four_processes_share_one_rate_and_cap(
     assert sum(tallies[i].get("ok", 0) for i in range(4)) == len(stamps)
     assert all(tally.get("ok", 0) > 0 for tally in tallies)  # every process got its share in
     assert int(await client.get(downstream_keys(prefix)[2]) or 0) <= cap
+
+
+async def test_four_processes_told_the_limits_draw_no_429_from_a_throttling_server(
+    redis_url: str, prefix: str
+) -> None:
+    """Four OS processes, one RedisScope told the API's 20/s with a burst of 10, against
+    the throttling server (its own process, a token bucket refilled from each burst's
+    first arrival): every call answered ok and not one 429, though each process's burst
+    leaves over new connections a few ms apart, which a schedule booked before that lag
+    was seen would have ignored (the request after the burst would arrive early)."""
+    from benchmarks.harness import run_server
+
+    async with run_server(["--rate", "20", "--burst", "10", "--latency", "0.05",
+                           "--headers", "draft"]) as api:  # fmt: skip
+        start_at = time.time() + 1.5
+        command = worker(
+            "fetch", redis_url, prefix, "--api", api, "--key", prefix, "--rate", "20",
+            "--burst", "10", "--cap", "0", "--calls", "15", "--start-at", str(start_at),
+            "--turn-timeout", "30",
+        )  # fmt: skip
+        tallies: list[dict[str, int]] = []
+
+        async def one() -> None:
+            done = await trio.run_process(command, capture_stdout=True, check=True)
+            tallies.append(json.loads(done.stdout))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(one)
+    assert [tally.get("ok", 0) for tally in tallies] == [15] * 4
+    assert sum(tally.get("http 200", 0) for tally in tallies) == 60
+    assert sum(tally.get("http 429", 0) for tally in tallies) == 0
 
 
 async def test_killed_process_slots_return_within_the_lease_ttl(
