@@ -379,8 +379,19 @@ class ScopeFront:
         await self._backend.refund(booking)
 
     async def confirm(self, booking: Booking) -> bool:
-        """Whether a booking still holds now it is due (nothing voided it meanwhile)."""
-        return await self._backend.confirm(booking)
+        """Whether a booking still holds now it is due (nothing voided it meanwhile).
+
+        A shared schedule may have moved it (`RedisBackend.confirm`): the
+        start remembered for counting what started since a response's
+        request is when it is confirmed, not when it was booked for.
+        """
+        held = await self._backend.confirm(booking)
+        now = trio.current_time()
+        entry = (booking.start, booking.cost)
+        if held and now != booking.start and entry in self._recent:
+            self._recent.remove(entry)
+            self._recent.append((now, booking.cost))
+        return held
 
     def voided(self) -> trio.Event | None:
         """An event set when bookings made until now are void, or None if this

@@ -148,6 +148,7 @@ class SharedBucket:
     link: RedisLink
     key: str
     exhausted_key: str
+    _identity: str = attrs.field(init=False, factory=lambda: uuid.uuid4().hex)  # this process
     _script: Script[Any] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -163,15 +164,18 @@ class SharedBucket:
         extra: float = 0.0,
         slack: float = 0.0,
         booking: tuple[int, float, float] = (0, 0.0, 0.0),
+        ahead: float = 0.0,
     ) -> BucketReply:
         """One bucket op (see ``BUCKET``); ``rate=None`` is a bucket without a rate.
 
-        ``booking`` is (epoch, before, after) of the booking a refund undoes.
+        ``booking`` is (epoch, before, after) of the booking a refund undoes;
+        ``ahead``, what this process has booked and not yet started (``adopt``).
         """
         epoch, before, after = booking
         args = [
             op, lua_number(rate or 0.0), lua_number(burst), lua_number(cost), lua_number(extra),
             str(epoch), lua_number(before), lua_number(after), lua_number(slack),
+            self._identity, lua_number(ahead),
         ]  # fmt: skip
         call = functools.partial(self._script, keys=[self.key, self.exhausted_key], args=args)
         raw = await self.link.run(op, call)

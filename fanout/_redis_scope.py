@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisScope"]
 
+_RESCALES_KEPT = 64  # rate increases remembered, to re-time bookings made before them
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
 
@@ -108,6 +109,12 @@ class RedisBackend:
     _fallback_bucket: TokenBucket | SlidingLog | None = attrs.field(init=False, default=None)
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> member
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
+    # A faster rate waiting to re-time the shared schedule, and the re-timings made here.
+    _faster_to: float | None = attrs.field(init=False, default=None)
+    _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
+    _rescaled: trio.Event | None = attrs.field(init=False, default=None)
+    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # own, not started
     _counts: dict[str, int] = attrs.field(
         init=False, factory=lambda: dict.fromkeys(("reserved", "refused", "refunded", "drained"), 0)
     )
@@ -231,6 +238,8 @@ class RedisBackend:
         *,
         member: str = "",
         elapsed: float = 0.0,
+        rate: float | None = None,
+        ahead: float = 0.0,
     ) -> BucketReply:
         """One op on the shared bucket or log; remember what it said for the sync methods."""
         self._opened()
@@ -241,7 +250,8 @@ class RedisBackend:
             )  # fmt: skip
         else:
             reply = await self.bucket.run(
-                op, rate=self.rate, burst=self.burst, cost=cost, extra=extra,
+                op, rate=self.rate if rate is None else rate, burst=self.burst, cost=cost,
+                extra=extra, ahead=ahead,
                 slack=self.slack, booking=booking,
             )  # fmt: skip
         now = trio.current_time()
@@ -264,6 +274,9 @@ class RedisBackend:
         if not reply.granted:
             return None
         now = trio.current_time()
+        if reply.wait > 0:
+            self._ahead = [(start, c) for start, c in self._ahead if start > now]
+            self._ahead.append((now + reply.wait, cost))
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift
@@ -296,24 +309,42 @@ class RedisBackend:
     async def confirm(self, booking: Booking) -> bool:
         """Still valid: same epoch and not blocked (a booking without a wait needs no trip).
 
-        A schedule a wider slack moved since the booking was made (``widen``)
-        holds it that much later: it sleeps the move, then asks again.
+        A schedule moved since the booking was made holds it at its new
+        time: later by what a wider slack added (``widen``), sooner by a
+        faster rate this process set (``_go_faster``). It waits until then,
+        waking when the schedule moves again, and asks again.
         """
         if booking.wait <= 0:
             await trio.lowlevel.checkpoint()
             return True
-        try:
-            reply = await self._shared("peek")
-        except LimiterUnavailableError:
-            if self._fallback_bucket is None:
-                raise
-            return self._fallback_bucket.confirm(booking)
-        if reply.epoch != booking.epoch or reply.blocked_for > 0:
-            return False
-        if reply.shift > booking.shift:
-            await trio.sleep(reply.shift - booking.shift)
-            return await self.confirm(attrs.evolve(booking, shift=reply.shift))
-        return True
+        while True:
+            try:
+                reply = await self._shared("peek")
+            except LimiterUnavailableError:
+                if self._fallback_bucket is None:
+                    raise
+                return self._fallback_bucket.confirm(booking)
+            if reply.epoch != booking.epoch or reply.blocked_for > 0:
+                return False
+            start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
+            now = trio.current_time()
+            if start <= now:
+                return True
+            woken = self.voided()
+            with trio.move_on_at(start):
+                if woken is None:
+                    await trio.sleep_forever()
+                await woken.wait()
+            # Re-timed as of ``now``: only what changes from here moves it again.
+            booking = attrs.evolve(booking, start=start, wait=start - now, shift=reply.shift)
+
+    def _retimed(self, booking: Booking) -> float:
+        """When ``booking`` starts after the rate increases made here since it was booked."""
+        start, booked_at = booking.start, booking.start - booking.wait
+        for when, factor in self._rescales:
+            if booked_at < when < start:
+                start = when + (start - when) * factor
+        return start
 
     async def wait_for(self, cost: float) -> float:
         try:
@@ -367,18 +398,50 @@ class RedisBackend:
         # rate lowers the bucket only from above the most the server can have.
         most = count.at_most(self.rate, self.burst) if count.rate_known else estimate
         with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("sync", extra=estimate, booking=(0, most, 0.0))
+            before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
+            adopt = count.at_least(self.burst)
+            now = trio.current_time()
+            self._ahead = [(start, c) for start, c in self._ahead if start > now]
+            ahead = sum(cost for _, cost in self._ahead)
+            if adopt >= self._projected()[0] + ahead + 1.0:  # as last seen: worth asking
+                await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+
+    async def _adopt(self, adopt: float, ahead: float, *, since: float, epoch: int) -> None:
+        """Raise the shared bucket to ``adopt``, the least the server holds by this
+        process's counts, if this process alone booked since its request was sent
+        (``adopt`` in ``BUCKET``), as the local bucket adds a surplus it could not
+        see the server refill. Its own bookings ahead (``ahead`` tokens) are void,
+        and wake to book again."""
+        reply = await self._shared("adopt", extra=adopt, booking=(0, since, 0.0), ahead=ahead)
+        if reply.epoch != epoch:
+            self._ahead.clear()
+            self._wake()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """Each script refills with the limits its caller sends; processes agree once
-        each has the same limits. ``tokens`` is for a local bucket only."""
+        each has the same limits. ``tokens`` is for a local bucket only.
+
+        A faster rate (a learning scope measured it) first re-times what is
+        booked ahead (``_go_faster``), as the local bucket lets its bookings
+        ahead book again: a turn booked at a first guess would otherwise keep
+        that pace to its end. Until then this process books at the old rate,
+        which the shared schedule still holds.
+        """
         del tokens
-        self.rate, self.burst = rate, burst
         if self._fallback_bucket is not None and self.fallback is not None:
             share = self.fallback.share
             self._fallback_bucket.set_limits(
                 rate * share if rate is not None else None, max(1.0, burst * share)
             )
+        self.burst = burst
+        old = self.rate
+        faster = old is not None and rate is not None and rate > old
+        if faster and self.window is None and self.nursery is not None:
+            self._faster_to = rate
+            self.nursery.start_soon(self._go_faster)
+            return
+        self._faster_to = None
+        self.rate = rate
 
     def set_slack(self, slack: float) -> None:
         """A wider slack reaches the shared tokens, as it does a local bucket or log.
@@ -405,9 +468,44 @@ class RedisBackend:
             elif self.rate is not None:
                 await self._shared("widen", extra=slack)
 
+    async def _go_faster(self) -> None:
+        """Contract the shared schedule to the faster rate, then book at it.
+
+        The bookings ahead keep their order and start sooner: each holder
+        here wakes (``voided``) and re-times its own (``confirm``). Other
+        processes' holders start at their old times, later than they may:
+        never sooner than allowed. If Redis does not answer, nothing was
+        contracted, and booking at the faster rate against the longer
+        schedule only starts later.
+        """
+        async with self._rescaling:
+            faster, old = self._faster_to, self.rate
+            if faster is None or old is None or faster <= old:
+                return
+            with contextlib.suppress(LimiterUnavailableError):
+                await self._shared("rescale", extra=old, rate=faster)
+                self._rescales.append((trio.current_time(), old / faster))
+                del self._rescales[:-_RESCALES_KEPT]
+            if self._faster_to == faster:
+                self._faster_to = None
+                self.rate = faster
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake this process's holders (``voided``): their bookings moved or are void."""
+        woken, self._rescaled = self._rescaled, None
+        if woken is not None:
+            woken.set()
+
     def voided(self) -> trio.Event | None:
-        """Other processes' changes are not heard of here: waiters confirm on waking."""
-        return None
+        """Set when this process re-times the schedule to a faster rate or adopts a
+        surplus: its holders wake to re-time or book again. Other processes' changes
+        are not heard of here: waiters confirm on waking."""
+        if self.window is not None:
+            return None
+        if self._rescaled is None:
+            self._rescaled = trio.Event()
+        return self._rescaled
 
     def estimated_wait(self, cost: float) -> float:
         """From the bucket as last seen, refilled to now on trio's clock."""

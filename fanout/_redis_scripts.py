@@ -63,14 +63,25 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 # changes whenever the server says otherwise (drain, block, sync): bookings
 # of an older epoch are void and their holders book again. A fresh hash
 # (first use, expiry, or a Redis restart) starts a new epoch from the clock.
-# ARGV: op, rate, burst, cost, extra, epoch, before, after, slack. Ops:
+# ARGV: op, rate, burst, cost, extra, epoch, before, after, slack, process,
+# ahead (the last two for ``reserve`` and ``adopt``). Ops:
 #   reserve  book ARGV[4] tokens; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek     the wait for ARGV[4] tokens, consuming nothing
 #   refund   undo the latest booking (epoch ARGV[6], full ARGV[7] -> ARGV[8])
 #   drain    a 429: no tokens now, block for ARGV[5] seconds, new epoch
 #   block    start nothing for ARGV[5] seconds from now, new epoch
+#   rescale  the rate went up from ARGV[5] to ARGV[2]: what is booked ahead is
+#            booked at the new rate (the tokens held now stay as they are), so
+#            the schedule contracts towards now by ARGV[5] / ARGV[2]
 #   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
+#   adopt    the server holds at least ARGV[5] tokens now, by the counts of the
+#            process ARGV[10], which has ARGV[11] tokens booked ahead: adopt
+#            ARGV[5], new epoch, if that is a token or more above the bucket,
+#            and only if that process is the sole booker since ARGV[7] s ago
+#            (``owner`` booked last; ``foreign`` is when everything anyone else
+#            booked had started, at the latest): a surplus others' starts could
+#            have spent is never added
 #   widen    a process measured a slack of ARGV[5], wider than the burst under way
 #            was booked with: a busy bucket's whole schedule moves that much
 #            later. ``full`` moves, and ``shift`` (the total moved) tells each
@@ -85,12 +96,15 @@ BUCKET = (
     _TOKEN_OP
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
-local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift')
+local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
+                         'owner', 'foreign')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
 local applied = tonumber(state[4]) or 0
 local shift = tonumber(state[5]) or 0
+local owner, foreign = state[6] or '', tonumber(state[7]) or 0
+local me = ARGV[10] or ''
 local function tokens_now()
   if rate <= 0 then return burst end
   return burst - math.max(0, full - now) * rate
@@ -107,6 +121,9 @@ if op == 'reserve' then
   wait = start - now
   if wait <= extra then
     granted = 1
+    if owner ~= me then
+      foreign, owner = math.max(foreign, full), me  -- what others booked starts by then
+    end
     if rate > 0 then
       local was_full = full <= start
       full = math.max(full, start) + cost / rate
@@ -139,6 +156,20 @@ elseif op == 'widen' then
   else
     write = false
   end
+elseif op == 'rescale' then
+  if rate > 0 and extra > 0 and full > now then
+    full = now + (full - now) * extra / rate
+  else
+    write = false
+  end
+elseif op == 'adopt' then
+  local present = tokens_now() + tonumber(ARGV[11])
+  local sole = owner == me and foreign <= now - tonumber(ARGV[7])
+  if rate > 0 and sole and extra >= present + 1 then
+    epoch, full = epoch + 1, now + (burst - math.min(extra, burst)) / rate
+  else
+    write = false
+  end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
     epoch, full = epoch + 1, now + (burst - extra) / rate
@@ -150,7 +181,8 @@ else
 end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
-             'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift))
+             'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
+             'owner', owner, 'foreign', num(foreign))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end

@@ -272,6 +272,57 @@ async def test_a_wider_slack_moves_the_shared_schedule_once_keeping_its_order(
         assert trio.current_time() - confirmed_from >= 0.3
 
 
+async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
+    redis_url: str, prefix: str
+) -> None:
+    """5/s, burst 10: twelve booked, the last two 0.2 and 0.4 s ahead. The server states
+    20/s: what is booked ahead is re-timed to it, so each starts at a quarter of its wait
+    (0.05 and 0.1 s), in order, instead of keeping the pace of the first guess."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
+    }  # fmt: skip
+    async with RedisScope.from_url(redis_url, **options) as scope:
+        bookings = [await scope.reserve(1, math.inf) for _ in range(12)]
+        eleventh, twelfth = bookings[10], bookings[11]
+        assert eleventh is not None
+        assert twelfth is not None
+        assert twelfth.start - eleventh.start > 0.15  # a token at 5/s apart
+        await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
+        await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+        assert await scope.confirm(eleventh)
+        first = trio.current_time()
+        assert await scope.confirm(twelfth)
+        second = trio.current_time()
+    assert first < eleventh.start - 0.1
+    assert first + 0.03 < second < twelfth.start - 0.2  # a token at 20/s (0.05 s) apart
+
+
+async def test_a_surplus_the_server_shows_is_adopted_only_by_the_sole_booker(
+    redis_url: str, prefix: str
+) -> None:
+    """10/s, burst 10, fifteen booked: five wait. A response says 9 remain (the burst did
+    not all reach the server): the one process that booked raises the shared bucket to
+    it, its bookings ahead are void and book again at once. Once another process has
+    booked too, a surplus it could have spent is never added."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 10}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        bookings = [await one.reserve(1, math.inf) for _ in range(15)]
+        ahead = bookings[-1]
+        assert ahead is not None
+        assert ahead.wait > 0.4
+        await trio.sleep(0.05)
+        await one.observe_headers(RateLimitInfo(remaining=9), sent_at=trio.current_time())
+        assert not await one.confirm(ahead)  # void: book again
+        assert await one.wait_for(1) == 0.0
+        for _ in range(10):
+            assert await other.reserve(1, math.inf) is not None
+        await one.observe_headers(RateLimitInfo(remaining=9), sent_at=trio.current_time())
+        assert await one.wait_for(1) > 0.0
+
+
 async def test_slots_are_capped_across_clients(
     redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
