@@ -132,6 +132,20 @@ def worker(mode: str, url: str, prefix: str, *options: str) -> list[str]:
     return [sys.executable, str(WORKER), mode, "--url", url, "--prefix", prefix, *options]
 
 
+async def run_workers(command: list[str], count: int) -> list[dict[str, int]]:
+    """Run ``count`` worker processes at once; the JSON tally each printed."""
+    tallies: list[dict[str, int]] = []
+
+    async def one() -> None:
+        done = await trio.run_process(command, capture_stdout=True, check=True)
+        tallies.append(json.loads(done.stdout))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(one)
+    return tallies
+
+
 def most_in_any_window(stamps: Sequence[float], window: float) -> int:
     """The largest number of stamps in any closed window of ``window`` seconds."""
     best, first = 0, 0
@@ -415,15 +429,7 @@ async def test_four_processes_share_one_rate_and_cap(
         "run", redis_url, prefix, "--rate", str(rate), "--burst", str(burst), "--cap", str(cap),
         "--start-at", str(start_at), "--duration", str(duration), "--latency", "0.05",
     )  # fmt: skip
-    tallies: list[dict[str, int]] = []
-
-    async def one() -> None:
-        done = await trio.run_process(command, capture_stdout=True, check=True)
-        tallies.append(json.loads(done.stdout))
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(4):
-            nursery.start_soon(one)
+    tallies = await run_workers(command, 4)
     stamps = await starts(client, prefix)
     # The run is [first start, first start + D]; workers stop issuing turns at its end.
     first = stamps[0]
@@ -455,15 +461,7 @@ async def test_four_processes_told_the_limits_draw_no_429_from_a_throttling_serv
             "--burst", "10", "--cap", "0", "--calls", "15", "--start-at", str(start_at),
             "--turn-timeout", "30",
         )  # fmt: skip
-        tallies: list[dict[str, int]] = []
-
-        async def one() -> None:
-            done = await trio.run_process(command, capture_stdout=True, check=True)
-            tallies.append(json.loads(done.stdout))
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(4):
-                nursery.start_soon(one)
+        tallies = await run_workers(command, 4)
     assert [tally.get("ok", 0) for tally in tallies] == [15] * 4
     assert sum(tally.get("http 200", 0) for tally in tallies) == 60
     assert sum(tally.get("http 429", 0) for tally in tallies) == 0
