@@ -60,6 +60,7 @@ _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
+_ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
 _REFUSALS = 3  # 429s learning may spend per scope; once spent, the rate grows only on proof
 
 
@@ -165,7 +166,7 @@ class RateLearner:
 
         ``sending_rate`` is what we sent in the last second; ``sent_at`` is
         when the refused request was sent, ``started`` how many requests of
-        ours were booked to start up to then.
+        ours were booked to start up to then and not refused.
         """
         self._refused += 1
         if not self._stated:
@@ -186,7 +187,7 @@ class RateLearner:
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._log.note(sent_at, admitted=False)
-        if sent_at < self._quiet_until:
+        if sent_at < self._quiet_until - _ON_TIME:
             # Sent before we slowed down, or sooner than the slower rate allows
             # (a retry, a token left over): the same event.
             return
@@ -195,8 +196,11 @@ class RateLearner:
         self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
             self._slow_start = False
-            # Nothing is proven yet: a burst's worth a second (the requests
-            # admitted so far, this one aside) is the first guess.
+            # Nothing is proven yet: a burst's worth a second is the first guess,
+            # the requests admitted so far (``started`` leaves refused ones out)
+            # less one: the bucket was empty at this 429, so the refill paid for
+            # at least part of them. (Counting them all drew a fourth 429 from
+            # servers of 2/s with bursts of 6 or 7.)
             guess = max(started - 1.0, 1.0) / _PHASE_ONE
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE

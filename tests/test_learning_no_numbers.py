@@ -162,7 +162,7 @@ def test_429s_of_requests_sent_before_the_last_one_are_the_same_event() -> None:
     learner.on_throttled(40.0, now=0.1, wait=0.0, sent_at=0.1, started=9.0)
     after_one = learner.rate
     learner.on_throttled(40.0, now=0.101, wait=0.0, sent_at=0.099, started=9.0)
-    assert learner.rate == after_one == 8.0  # a burst's worth (8 admitted) a second
+    assert learner.rate == after_one == 8.0  # 9 admitted, less one the refill paid: 8 a second
 
 
 def test_stated_numbers_keep_the_aimd_of_before() -> None:
