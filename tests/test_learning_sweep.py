@@ -120,8 +120,13 @@ async def learn_on(server: Server) -> tuple[ThrottlingServer, fanout.Turn, float
 def run(server: Server) -> tuple[ThrottlingServer, fanout.Turn, float]:
     """One turn on a MockClock; trio's scheduler shuffles wake-ups at random, so it is
     seeded (privately: trio has no public switch) for a counterexample to replay."""
-    trio._core._run._r.seed(server.seed)
-    return trio.run(learn_on, server, clock=trio.testing.MockClock(autojump_threshold=0))
+    scheduler = trio._core._run._r
+    state = scheduler.getstate()  # other tests keep the stream they would have had
+    scheduler.seed(server.seed)
+    try:
+        return trio.run(learn_on, server, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        scheduler.setstate(state)
 
 
 @st.composite
