@@ -65,6 +65,7 @@ _RECENT = 4096  # bookings remembered, to count what started since a request was
 _RECENT_FOR = 60.0  # seconds a booking is remembered
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
+_TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, the most learning allows.
 _PROBE_WIDTH = 4
@@ -217,6 +218,8 @@ class ScopeFront:
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
+    # A learned window on trial: its length, and when the server said it reopens.
+    _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
 
     if TYPE_CHECKING:
         name: str
@@ -410,6 +413,18 @@ class ScopeFront:
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
 
+    def _forget_refused(self, sent: float) -> None:
+        """A refused request took no token of the server's: learning counts only admissions.
+
+        Counted, a wave of 429s would read as requests the server's refill
+        paid for, and "proves" a rate many times the true one.
+        """
+        booked = [entry for entry in self._recent if entry[0] <= sent]
+        if booked:
+            latest = max(booked, key=lambda entry: entry[0])
+            self._recent.remove(latest)
+            self._started -= latest[1]
+
     def _started_by(self, when: float) -> float:
         """The running total of tokens booked to start at or before ``when``."""
         return self._started - sum(cost for start, cost in self._recent if start > when)
@@ -440,21 +455,30 @@ class ScopeFront:
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
-        if opened is not None and now < opened and self.window == "auto":
+        sent = now if sent_at is None or not sent_at <= now else sent_at
+        trial = self._window_trial
+        if trial is not None and sent >= trial[1]:
+            self._window_trial = None  # refused after the window's reported end: no window
+        elif opened is not None and now < opened and self.window == "auto" and trial is None:
             self._window_open_until = None  # one vote per reported window
             blocked_for = max(blocked_for, opened - now)
             if self._could_be_windows(now):
                 self._window_votes += 1
-            if self._window_votes >= (1 if self._learner is not None else _WINDOW_VOTES):
+            if self._learner is not None and self._window_votes >= 1:
+                self._window_trial = (self._window_guess()[0], opened)
+            elif self._window_votes >= _WINDOW_VOTES:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
         if self._learner is not None:
-            sent = now if sent_at is None or not sent_at <= now else sent_at
+            self._forget_refused(sent)
+            unknown = self._limits[0] is None
             self._learner.on_throttled(
                 float(self.retry_budget.recent_requests(1.0)), now=now, wait=blocked_for,
                 sent_at=sent, started=self._started_by(sent),
             )  # fmt: skip
-            self._apply_learned()
+            # A bucket with no rate had nothing to drain: the rate it gets now
+            # starts from the empty bucket the 429 showed, not a full one.
+            self._apply_learned(tokens=0.0 if unknown else None)
 
     def _window_guess(self) -> tuple[float, float]:
         """The window the server would count in (``burst`` per this many seconds), and ``burst``.
@@ -479,11 +503,42 @@ class ScopeFront:
         started = sum(cost for start, cost in self._recent if now - window < start <= now)
         return started <= 1.5 * burst
 
-    def _count_in_windows(self) -> None:
+    def _count_in_windows(self, length: float | None = None) -> None:
         """The server counts in windows: keep ``burst`` per the guessed window in a log."""
-        self._window_length, _ = self._window_guess()
+        self._window_length = self._window_guess()[0] if length is None else length
         self._window_open_until = None
         self._backend.use_window(self._window_length)
+
+    def _judge_window(self, remaining: float, sent: float) -> None:
+        """A learned window is tried before it is trusted, by the first answer after it reopens.
+
+        A token bucket whose ``Reset`` is its next token (rounded up to a
+        second) reports a spent window and draws a 429 inside it just as a
+        window does; taken for a window, its whole burst would go at each
+        reopening and most of it be refused, every time. Until the server
+        answers a request sent after the reported end, the scope sends one
+        request at a time: a window shows room for all but what we sent
+        within its length (``Remaining`` is its limit less those), a bucket
+        shows only what it refilled, and stays a bucket.
+        """
+        assert self._window_trial is not None
+        assert self._learner is not None
+        length, reopened = self._window_trial
+        if sent < reopened:
+            return
+        self._window_trial = None
+        # A window (fixed or sliding) of ``burst`` per ``length`` has room for
+        # all but what we sent in the last ``length``; a bucket, only its refill.
+        within = self._started_by(sent) - self._started_by(sent - length)
+        if remaining + within >= self._learner.burst:
+            self._count_in_windows(length)
+            # The new log holds what went after the trial, one at a time, while it
+            # was answered; this answer's sync adds what the server had counted then.
+            later = self._started_between(sent, trio.current_time())
+            self._apply_learned(tokens=self._learner.burst - later if later else None)
+        else:
+            self._window_votes = 0
+            self._apply_learned()
 
     async def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset)."""
@@ -506,6 +561,8 @@ class ScopeFront:
             arrived_by = self._arrivals.arrived_by(sent, now)
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(sent, arrived_by)
+            if self._window_trial is not None and info.remaining is not None:
+                self._judge_window(info.remaining, sent)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
         if remaining is not None and remaining < 1 and reset is not None:
@@ -539,9 +596,11 @@ class ScopeFront:
         if self._learner is not None:
             first = self._limits[0] is None
             started = self._started_by(sent)
+            alongside = max(0.0, started - self._started_by(sent - _TOGETHER) - 1.0)
             if self._learner.from_headers(
-                info.limit, info.window, info.remaining, info.reset_after, at=sent, started=started
-            ):
+                info.limit, info.window, info.remaining, info.reset_after,
+                at=sent, started=started, alongside=alongside,
+            ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.
                 tokens = None
@@ -730,7 +789,8 @@ class ScopeFront:
     def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None
         if self._learner.rate is not None:
-            self._set(self._learner.rate, max(1.0, self._learner.burst), tokens=tokens)
+            burst = 1.0 if self._window_trial is not None else max(1.0, self._learner.burst)
+            self._set(self._learner.rate, burst, tokens=tokens)
 
     def _set(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         self._limits = (rate, burst)

@@ -60,6 +60,8 @@ _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
+_ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
+_REFUSALS = 3  # 429s learning may spend per scope; once spent, the rate grows only on proof
 
 
 @attrs.define
@@ -94,6 +96,7 @@ class RateLearner:
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
+    _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
 
     def from_headers(
         self,
@@ -104,14 +107,20 @@ class RateLearner:
         *,
         at: float = 0.0,
         started: float = 0.0,
+        alongside: float = 0.0,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
         ``at`` is when its request was sent; ``started`` counts every request
-        of ours booked to start up to then (a running total).
+        of ours booked to start up to then (a running total); ``alongside``
+        how many of those were sent with it, itself aside: the server may
+        have counted them after it, so a refill bound leaves them out.
         """
         changed = False
-        self._stated = self._stated or limit is not None or remaining is not None
+        # A bucket of one says nothing in Remaining (0 after every request, whatever
+        # the rate): it is learned as a server that states nothing, from its 429s.
+        tells = (limit is not None and limit >= 2) or (remaining is not None and remaining >= 1)
+        self._stated = self._stated or tells or window is not None
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
         if limit is not None and window is not None and limit >= 1 and window > 0:
@@ -123,7 +132,7 @@ class RateLearner:
         if remaining is None or self.ceiling is not None:
             return changed
         self._headroom = remaining >= self.burst - 1
-        changed |= self._measure(remaining, at, started)
+        changed |= self._measure(remaining, at, started, alongside)
         if self.rate is None and reset_after:
             # A burst's worth per reset (at least a second: resets are rounded up).
             guess = (limit if limit is not None else max(remaining, 1.0)) / max(reset_after, 1.0)
@@ -132,7 +141,7 @@ class RateLearner:
                 changed = True
         return changed
 
-    def _measure(self, remaining: float, at: float, started: float) -> bool:
+    def _measure(self, remaining: float, at: float, started: float, alongside: float) -> bool:
         anchor = self._anchor
         if anchor is None or at < anchor[0]:
             self._anchor = (at, remaining, started)
@@ -140,7 +149,8 @@ class RateLearner:
         then, before, started_then = anchor
         if at - then < _BASELINE:
             return False  # over a shorter span the floored counts are mostly noise
-        bound = (remaining - before + (started - started_then) - 1) / (at - then)
+        admitted = started - alongside - started_then
+        bound = (remaining - before + admitted - 1) / (at - then)
         if not (math.isfinite(bound) and bound > max(self.measured or 0.0, _MIN_RATE)):
             return False
         self.measured = bound
@@ -156,13 +166,15 @@ class RateLearner:
 
         ``sending_rate`` is what we sent in the last second; ``sent_at`` is
         when the refused request was sent, ``started`` how many requests of
-        ours were booked to start up to then.
+        ours were booked to start up to then and not refused.
         """
+        self._refused += 1
         if not self._stated:
             self._throttled_blind(now, sent_at, started)
             return
         if now < self._hold_until:
             return
+        self._slow_start = False
         self._hold_until = now + max(wait, 1.0)
         current = sending_rate if self.rate is None else min(self.rate, sending_rate)
         current = max(current, _MIN_RATE)
@@ -175,7 +187,7 @@ class RateLearner:
     def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._log.note(sent_at, admitted=False)
-        if sent_at < self._quiet_until:
+        if sent_at < self._quiet_until - _ON_TIME:
             # Sent before we slowed down, or sooner than the slower rate allows
             # (a retry, a token left over): the same event.
             return
@@ -184,8 +196,11 @@ class RateLearner:
         self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
             self._slow_start = False
-            # Nothing is proven yet: a burst's worth a second (the requests
-            # admitted so far, this one aside) is the first guess.
+            # Nothing is proven yet: a burst's worth a second is the first guess,
+            # the requests admitted so far (``started`` leaves refused ones out)
+            # less one: the bucket was empty at this 429, so the refill paid for
+            # at least part of them. (Counting them all drew a fourth 429 from
+            # servers of 2/s with bursts of 6 or 7.)
             guess = max(started - 1.0, 1.0) / _PHASE_ONE
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE
@@ -211,11 +226,18 @@ class RateLearner:
         if not self._stated:
             self._admitted_blind(began, latency)
             return
-        if self.rate is None or self.measured is not None or not self._headroom:
+        if self.rate is None or not self._headroom or self._refused >= _REFUSALS:
             return
         if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
             return  # too soon for the refill to have shown: the guess stands until it could
-        grown = self.rate + _STEP * self._reference
+        if self._slow_start and latency is not None:
+            # No 429 yet and the bucket is full whenever we ask: far below its rate
+            # (a refill bound only proves we kept up): double per round trip.
+            grown = self.rate + 1.0 / max(latency, _SHORTEST)
+        elif self.measured is not None:
+            return
+        else:
+            grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
 
     def _admitted_blind(self, began: float | None, latency: float | None) -> None:
@@ -243,7 +265,8 @@ class RateLearner:
                 self._settle()
             # Grow e-fold in ``_growth`` seconds (successes come at the rate);
             # a request sent before the last event says nothing of the new rate.
-            self.rate = max(min(self.rate + 1.0 / self._growth, self._cap), self.floor)
+            grown = self.rate + 1.0 / self._growth if self._refused < _REFUSALS else self.rate
+            self.rate = max(min(grown, self._cap), self.floor)
 
     def _settle(self) -> None:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""

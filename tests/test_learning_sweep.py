@@ -1,0 +1,297 @@
+"""Learning against any server: generated servers, not the rows we thought of.
+
+Issue 13's target for a scope told no rate and no burst (the benchmarks'
+``fanout_learned``): at most three refused requests (429 and 503), every
+call answered ok, and a makespan within 1.20 times the fastest any client
+could finish, on every server model. Here the server is drawn: its model,
+numbers, latency, jitter, in-flight cap, header style and Retry-After format,
+and client and server run in one ``trio.run`` on a MockClock, so a
+counterexample is exact and replays as it was found.
+
+What the draws found, each pinned below by an exact repro named for what it
+shows, and what is still missed (the makespan property is an expected
+failure until learning meets it; ``README.md``, "Learning limits").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import Phase, assume, given, settings
+from hypothesis import strategies as st
+
+import fanout
+from benchmarks.scenarios import jittered_makespan, min_makespan
+from fanout import Scope, Status
+from fanout.testing import ServerConfig, ThrottlingServer
+from tests.test_learning_no_numbers import learn
+
+_REFUSED = 3  # 429s and 503s a learning scope may draw
+_WITHIN = 1.20  # times the minimum makespan
+
+
+@attrs.frozen
+class Server:
+    """A drawn server: ``model`` is a ``ServerConfig`` model, or ``"concurrency"`` (no rate)."""
+
+    model: str
+    rate: float
+    burst: int
+    latency: float
+    jitter: float
+    max_in_flight: int | None
+    headers: str
+    retry_after: str
+    calls: int
+    reset: str = "full"
+    seed: int = 0
+
+    def config(self) -> ServerConfig:
+        concurrency = self.model == "concurrency"
+        return ServerConfig(
+            rate=None if concurrency else self.rate,
+            burst=self.burst,
+            max_in_flight=self.max_in_flight,
+            latency=self.latency,
+            jitter=self.jitter,
+            seed=self.seed,
+            retry_after=self.retry_after,  # type: ignore[arg-type]
+            headers=self.headers,  # type: ignore[arg-type]
+            model="bucket" if concurrency else self.model,  # type: ignore[arg-type]
+            reset=self.reset,  # type: ignore[arg-type]
+        )
+
+    def scope(self) -> Scope:
+        """What ``fanout_learned`` tells the scope: the in-flight cap where there is one."""
+        return Scope("api", max_concurrency=self.max_in_flight)
+
+
+def fastest(server: Server, *, blind: bool = False) -> float:
+    """The fastest any client could finish ``server.calls`` against ``server``.
+
+    The schedule that starts every request at the earliest instant the
+    server would admit it and a slot is free, in admission order (the k-th
+    admission takes ``latency`` plus the server's k-th jitter draw), is
+    optimal: each start is a non-decreasing function of the earlier ones
+    (`benchmarks.scenarios` argues the same for a bucket). Unlike
+    ``min_makespan`` this also covers windows, and a cap together with
+    jitter (a slot is held for the jittered duration).
+    """
+    draws = random.Random(server.seed)
+    window = server.burst / server.rate
+    starts: list[float] = []
+    ends: list[float] = []
+    tokens, updated = float(server.burst), 0.0
+    for k in range(server.calls):
+        t = starts[-1] if starts else 0.0
+        if blind and k == _REFUSED + 1:
+            t = max(t, min(ends))  # the first answer
+        cap = server.max_in_flight
+        if cap is not None and k >= cap:
+            t = max(t, sorted(ends)[k - cap])
+        if server.model == "bucket":
+            tokens = min(float(server.burst), tokens + (t - updated) * server.rate)
+            if tokens < 1.0 - 1e-12:
+                t += (1.0 - tokens) / server.rate
+                tokens = 1.0
+            tokens, updated = tokens - 1.0, t
+        elif server.model == "fixed":
+            t = max(t, (k // server.burst) * window)  # windows follow the first request
+        elif server.model == "sliding" and k >= server.burst:
+            t = max(t, starts[k - server.burst] + window)
+        starts.append(t)
+        ends.append(t + server.latency + (draws.uniform(0, server.jitter) if server.jitter else 0))
+    return max(ends, default=0.0)
+
+
+async def learn_on(server: Server) -> tuple[ThrottlingServer, fanout.Turn, float]:
+    """The turn, as ``fanout_learned`` runs it; the server, the turn and its makespan."""
+    began = trio.current_time()
+    throttling, turn = await learn(server.config(), server.calls, server.scope())
+    answered = max(e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED)
+    return throttling, turn, answered - began
+
+
+def run(server: Server) -> tuple[ThrottlingServer, fanout.Turn, float]:
+    """One turn on a MockClock; trio's scheduler shuffles wake-ups at random, so it is
+    seeded (privately: trio has no public switch) for a counterexample to replay."""
+    scheduler = trio._core._run._r
+    state = scheduler.getstate()  # other tests keep the stream they would have had
+    scheduler.seed(server.seed)
+    try:
+        return trio.run(learn_on, server, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        scheduler.setstate(state)
+
+
+@st.composite
+def servers(draw: st.DrawFn) -> Server:
+    """Any server of the matrix's kinds, with numbers of its own (ranges: module tests)."""
+    model = draw(st.sampled_from(["bucket", "bucket-next", "fixed", "sliding", "concurrency"]))
+    reset = "next" if model == "bucket-next" else "full"
+    model = "bucket" if model == "bucket-next" else model
+    headers = draw(st.sampled_from(["draft", "ietf", "x", "none"]))
+    burst = draw(st.integers(1, 25))
+    if headers == "ietf" and model != "concurrency":
+        # The IETF policy states its window in whole seconds: a server states its
+        # own policy only when that window is whole (else it advertises a slower
+        # rate than it enforces, and a client that honours it is slower too).
+        rate = burst / draw(st.integers(1, 3))
+    else:
+        rate = draw(st.floats(2.0, 50.0))
+    cap = draw(st.none() | st.integers(1, 16))
+    if model == "concurrency" and cap is None:
+        cap = draw(st.integers(1, 16))
+    latency = draw(st.floats(0.01, 0.3))
+    return Server(
+        model=model,
+        rate=rate,
+        burst=burst,
+        latency=latency,
+        jitter=draw(st.sampled_from([0.0, 0.5])) * latency,
+        max_in_flight=cap,
+        headers=headers,
+        retry_after=draw(st.sampled_from(["seconds", "ms", "http-date", "absent"])),
+        calls=draw(st.integers(1, 80)),
+        reset=reset,
+        seed=draw(st.integers(0, 3)),
+    )
+
+
+def refused(throttling: ThrottlingServer) -> int:
+    return throttling.count(status=429) + throttling.count(status=503)
+
+
+def refusals(throttling: ThrottlingServer) -> list[float]:
+    return [round(r.start, 9) for r in throttling.records if r.status in (429, 503)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(server=servers())
+def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Server) -> None:
+    """Any server: every call ok, and at most three 429s and 503s in all.
+
+    Except a window that says nothing at all (no state headers, no
+    Retry-After): nothing tells when it reopens, so a call's three attempts
+    can all land inside one window however they are spaced, and a longer
+    window defeats any finite number of them.
+    """
+    assume(server.model in ("bucket", "concurrency") or server.headers != "none"
+           or server.retry_after != "absent")  # fmt: skip
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) <= _REFUSED
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="learning is within 1.20x of the minimum on the benchmark rows, not on every "
+    "server: about half the drawn servers take longer (small bursts, windows, few calls)",
+)
+@settings(max_examples=40, deadline=None, phases=[Phase.generate])
+@given(server=servers())
+def test_learning_finishes_within_a_fifth_of_the_minimum(server: Server) -> None:
+    """Any server: within 1.20 times the fastest a client told nothing could finish.
+
+    The minimum is ``fastest(server, blind=True)``: the optimal schedule,
+    except that no more than four requests start before the first answer.
+    That much is provable: a learner that sends a fifth before any answer
+    draws four 429s from a server whose burst is one and whose rate is slow
+    enough, which the three allowed here cannot absorb. Nothing else is
+    allowed for: with few calls, that one round trip is most of the minimum,
+    and the bound says so rather than being widened to pass.
+    """
+    _, _, makespan = run(server)
+    assert makespan <= _WITHIN * fastest(server, blind=True) + 1e-9
+
+
+def test_the_fastest_schedule_is_the_benchmarks_minimum_where_that_applies() -> None:
+    """For a bucket, ``fastest`` agrees with ``benchmarks.scenarios``' formulas."""
+    for calls, rate, burst, latency, cap in [(60, 20, 10, 0.05, None), (40, 10, 10, 0.4, 4)]:
+        server = Server("bucket", rate, burst, latency, 0.0, cap, "none", "absent", calls)
+        best = min_makespan(calls, rate=rate, burst=burst, latency=latency, concurrency=cap)
+        assert math.isclose(fastest(server), best)
+    jittered = Server("bucket", 20, 10, 0.05, 0.1, None, "none", "absent", 60, seed=3)
+    best = jittered_makespan(60, rate=20, burst=10, latency=0.05, jitter=0.1, seed=3)
+    assert math.isclose(fastest(jittered), best)
+
+
+def test_a_bucket_whose_reset_is_its_next_token_is_tried_before_it_is_taken_for_a_window() -> None:
+    """5/s, burst 10, ``Reset`` = next token (1 s, rounded up): its 429 comes inside the
+    window its answers reported spent, as a window's would. Taken for a window at once,
+    its ten went at every reopening and five were refused each time (32 refused, 15
+    calls failed); tried with one request first, it shows a bucket, and stays one."""
+    server = Server("bucket", 5, 10, 0.05, 0.0, None, "draft", "seconds", 60, reset="next")
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == [0.15]
+    assert makespan == pytest.approx(10.25)  # the minimum is 10.05
+
+
+def test_a_window_tried_one_request_at_a_time_counts_each_of_them() -> None:
+    """A sliding log of 16 a second at 250 ms: four requests go, one at a time, before the
+    trial's answer shows the window; the log then holds all four, not only the trial."""
+    server = Server("sliding", 16, 16, 0.25, 0.0, None, "ietf", "absent", 38, seed=3)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 1
+    assert makespan <= _WITHIN * fastest(server, blind=True)
+
+
+def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
+    """A burst of one says nothing in ``Remaining`` (0 after every request): learned as a
+    server that states nothing, 20/s is found in two 429s, where the stated path crept
+    from the guessed 1/s by 0.05 a success (39.4 s; the minimum is 2.2 s)."""
+    server = Server("bucket", 20, 1, 0.15, 0.0, None, "draft", "seconds", 42)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 2
+    assert makespan == pytest.approx(5.356445635180678)
+
+
+def test_a_wide_probe_against_a_bucket_of_one_spends_the_three_429s_and_no_more() -> None:
+    """Four probes, a burst of one: three refused at once. They are not retried at once
+    (the bucket the learned rate starts from is the empty one they showed), and with the
+    three spent the rate grows only as far as admissions prove, so no fourth follows
+    (there were five: one retry at t=0, one later)."""
+    server = Server("bucket", 20, 1, 0.05, 0.0, 4, "none", "absent", 60)
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == [0.0, 0.0, 0.0]
+
+
+def test_requests_sent_together_are_left_out_of_a_refill_bound() -> None:
+    """2/s, burst 3, ``Reset`` = next token: two requests sent at once get Remaining 1
+    and 0, in either order. Counting the other as already taken when 1 came back
+    "proved" 2.7/s, and the scope drew a 429 a cycle (seven, and a call failed)."""
+    server = Server("bucket", 2, 3, 0.0625, 0.0, None, "draft", "seconds", 18, reset="next")
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 1
+    assert makespan <= _WITHIN * fastest(server, blind=True)
+
+
+def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:
+    """4 per 2 s, one at a time: the trial reaches the log as its oldest request leaves,
+    so Remaining is 0, and that is what a window with our last three in it has left.
+    Read as "not full again", the log was taken for a bucket and drew a 429 a window."""
+    server = Server("sliding", 2, 4, 0.125, 0.0625, 1, "draft", "seconds", 18)
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 1
+
+
+def test_a_retry_paced_at_the_slower_rate_is_a_new_congestion_event() -> None:
+    """2/s with a burst of 7, no numbers: after the first 429 the retry is paced exactly
+    one slower-rate interval later. Read as part of the first event (it was sent a
+    float's width before that interval ended), its 429 slowed nothing, and the same
+    call's third attempt was refused too: the call failed."""
+    server = Server("bucket", 2, 7, 0.1875, 0.0, None, "none", "absent", 9)
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 2
