@@ -295,7 +295,9 @@ class ScopeFront:
         rate, _ = self._limits
         by_rate = self._backend.estimated_wait(1.0)
         if rate is not None and (guess or self._rate_is_evidence()):
-            by_rate += (self._ledger.waiting - self._ledger.booked) / rate
+            # Calls queued for a slot take the tokens at hand first; only the rest wait on the rate.
+            spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
+            by_rate += max(0.0, self._ledger.waiting - self._ledger.booked - spare) / rate
         return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
 
     def _rate_is_evidence(self) -> bool:
