@@ -217,6 +217,7 @@ class ScopeFront:
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
+    _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
 
     if TYPE_CHECKING:
         name: str
@@ -635,12 +636,13 @@ class ScopeFront:
         for nothing.
 
         Only a request the bucket can spare the time for waits: if the
-        server's first arrival was not late after all, its bucket gains
-        tokens while the request waits, and one that fills up meanwhile
-        keeps no more than its burst, so the wait would make the next
-        request early. A bucket that cannot say what it holds (a shared one)
-        holds nothing back, as before; nor does a scope that learns its rate,
-        whose bucket is itself a guess (learning paces its own start).
+        server's first arrival was not late after all, it still has the
+        tokens of every request held back now (this one's too), gains more
+        while they wait, and one that fills up meanwhile keeps no more than
+        its burst, so the wait would make the next request early. A bucket
+        that cannot say what it holds (a shared one) holds nothing back, as
+        before; nor does a scope that learns its rate, whose bucket is itself
+        a guess (learning paces its own start).
         """
         rate, burst = self._limits
         told = rate is not None and self._learner is None
@@ -655,8 +657,14 @@ class ScopeFront:
         # The worst case is this much further behind; the tokens at hand cover some of it.
         behind = self._burst[1] - self._burst[0] - self._measured_slack()
         hold = behind - max(0.0, present) / rate
-        if hold <= 0.0 or present + 1.0 + hold * rate > burst:
+        if hold <= 0.0:
             return 0.0
+        now = trio.current_time()
+        held = [end for end in self._holds if end > now] + [now + hold]
+        # What the server would have by the last hold's end if none of them had reached it.
+        if present + len(held) + (max(held) - now) * rate > burst:
+            return 0.0
+        self._holds = held
         return hold
 
     def _measured_slack(self) -> float:
