@@ -417,6 +417,24 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
+    def _late_after_all(self) -> None:
+        """A 429 before any warm answer: take the latest burst's first arrival as late as it
+        can have been. Otherwise a request the bucket could not spare a hold for
+        (`warm_hold`) draws one, the next one too, and no warm answer ever shows the lag
+        (a refused call is no sample of the server's time).
+        """
+        burst = self._burst
+        told = self._limits[0] is not None and self._learner is None
+        if not told or self.slack is not None or self._warm_fastest is not None:
+            return
+        if (
+            burst is not None
+            and math.isfinite(burst[1])
+            and burst[1] - burst[0] > self._arrival_lag
+        ):
+            self._arrival_lag = burst[1] - burst[0]
+            self._backend.set_slack(self._measured_slack())
+
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
         """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
 
@@ -429,6 +447,7 @@ class ScopeFront:
         reach a token bucket out of step, after a burst's slow first
         connection or with jitter, can draw a stray 429 there too.
         """
+        self._late_after_all()
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
