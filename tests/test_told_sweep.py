@@ -214,7 +214,7 @@ def _counts_spread_per_window(s: Scenario) -> bool:
     return s.model in ("fixed", "sliding") and s.jitter > 0
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(s=servers())
 def test_a_told_scope_meets_the_target_on_any_server(s: Scenario) -> None:
     """Told the limits, fanout draws no 429 and no 503 from any server and answers every
@@ -235,7 +235,7 @@ def test_a_told_scope_meets_the_target_on_any_server(s: Scenario) -> None:
         assert outcome.latest <= s.deadline + _EPS
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(s=servers(connect_delay=True))
 def test_after_a_slow_first_connection_every_call_is_still_answered_in_time(
     s: Scenario,
