@@ -293,12 +293,18 @@ class ScopeFront:
 
     def _estimate(self, *, guess: bool) -> float:
         """``guess``: a hint may use a guessed rate; a decision to shed may not."""
-        rate, _ = self._limits
+        rate, burst = self._limits
         by_rate = self._backend.estimated_wait(1.0)
-        if rate is not None and (guess or self._rate_is_evidence()):
+        queued = max(0.0, self._ledger.waiting - self._ledger.booked)
+        if rate is not None and self._window_length is not None:
+            # A window gives its tokens back a whole limit at a time: the queued calls
+            # take what the log has, then ``burst`` more every window.
+            windows, within = divmod(queued, burst)
+            by_rate = self._backend.estimated_wait(within + 1.0) + windows * self._window_length
+        elif rate is not None and (guess or self._rate_is_evidence()):
             # Calls queued for a slot take the tokens at hand first; only the rest wait on the rate.
             spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
-            by_rate += max(0.0, self._ledger.waiting - self._ledger.booked - spare) / rate
+            by_rate += max(0.0, queued - spare) / rate
         return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
 
     def _rate_is_evidence(self) -> bool:
