@@ -124,6 +124,7 @@ class Backend(Protocol):
     async def answered(self, sent: float, arrived_by: float) -> None: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
+    def owe(self, tokens: float) -> None: ...
     def share_exhaustion(self, until: float) -> None: ...
     def bucket_statistics(self) -> BucketStatistics: ...
 
@@ -423,24 +424,6 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
-    def _late_after_all(self) -> None:
-        """A 429 before any warm answer: take the latest burst's first arrival as late as it
-        can have been. Otherwise a request the bucket could not spare a hold for
-        (`warm_hold`) draws one, the next one too, and no warm answer ever shows the lag
-        (a refused call is no sample of the server's time).
-        """
-        burst = self._burst
-        told = self._limits[0] is not None and self._learner is None
-        if not told or self.slack is not None or self._warm_fastest is not None:
-            return
-        if (
-            burst is not None
-            and math.isfinite(burst[1])
-            and burst[1] - burst[0] > self._arrival_lag
-        ):
-            self._arrival_lag = burst[1] - burst[0]
-            self._backend.set_slack(self._measured_slack())
-
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
         """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
 
@@ -453,7 +436,6 @@ class ScopeFront:
         reach a token bucket out of step, after a burst's slow first
         connection or with jitter, can draw a stray 429 there too.
         """
-        self._late_after_all()
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
@@ -660,12 +642,14 @@ class ScopeFront:
         over a new connection arrives as late as the burst did, and waits
         for nothing.
 
-        Only a request the bucket can spare the time for waits: if the
-        server's first arrival was not late after all, it still has the
-        tokens of every request held back now (this one's too), gains more
-        while they wait, and one that fills up meanwhile keeps no more than
-        its burst, so the wait would make the next request early. A bucket
-        that cannot say what it holds (a shared one) holds nothing back, as
+        If the server's first arrival was not late after all, it still has
+        the tokens of every request held back now (this one's too), gains
+        more while they wait, and one that fills up meanwhile keeps no more
+        than its burst: it loses the overflow. Less than a token is cheaper
+        than the 429 the wait may prevent (which costs at least the token it
+        is refused for): the bucket owes it, so the next request is not
+        early. A token or more, and the request leaves at once. A bucket that
+        cannot say what it holds (a shared one) holds nothing back, as
         before; nor does a scope that learns its rate, whose bucket is itself
         a guess (learning paces its own start).
         """
@@ -687,8 +671,11 @@ class ScopeFront:
         now = trio.current_time()
         held = [end for end in self._holds if end > now] + [now + hold]
         # What the server would have by the last hold's end if none of them had reached it.
-        if present + len(held) + (max(held) - now) * rate > burst:
+        overflow = present + len(held) + (max(held) - now) * rate - burst
+        if overflow >= 1.0 - 1e-9:
             return 0.0
+        if overflow > 0.0:
+            self._backend.owe(overflow)
         self._holds = held
         return hold
 
