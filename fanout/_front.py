@@ -212,13 +212,13 @@ class ScopeFront:
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
+    _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
-    _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
 
     if TYPE_CHECKING:
         name: str
