@@ -33,7 +33,7 @@ import fanout
 from .harness import CallOutcome, RecordingTransport
 from .scenarios import Scenario
 
-__all__ = ["STRATEGIES", "Setting", "Strategy", "parse_retry_after"]
+__all__ = ["STRATEGIES", "Setting", "Strategy", "configured_scope", "parse_retry_after"]
 
 _TIMEOUT = 30.0  # httpx's own timeout: generous, the server never hangs
 _NO_DEADLINE = 120.0  # fanout's turn timeout when the scenario has no deadline
@@ -304,20 +304,25 @@ async def _fanout(setting: Setting, scope: fanout.Scope) -> list[CallOutcome]:
     ]
 
 
-async def fanout_configured(setting: Setting) -> list[CallOutcome]:
-    """fanout told the true limits, as the README says: rate, burst, and the in-flight cap
-    where the API has one; an API that counts in windows is told "N per W seconds".
-    Nothing else: slack is measured, shedding is by budget."""
-    s = setting.scenario
+def configured_scope(s: Scenario) -> fanout.Scope:
+    """The scope a user builds from the README, told the true limits: rate, burst, and the
+    in-flight cap where the API has one; an API that counts in windows is told "N per W
+    seconds" (and its in-flight cap). Nothing else: slack is measured, shedding is by budget.
+    ``tests/test_told_sweep.py`` runs this same scope against generated servers."""
     if s.model in ("fixed", "sliding"):
-        window = fanout.Scope("api", limit=s.burst, per=s.burst / s.rate)
-        return await _fanout(setting, window)
+        return fanout.Scope(
+            "api", limit=s.burst, per=s.burst / s.rate, max_concurrency=s.max_in_flight
+        )
     # An API documented to have no rate is told so (learn=False), as the README says.
-    scope = fanout.Scope(
+    return fanout.Scope(
         "api", rate=s.told_rate, burst=s.burst, max_concurrency=s.max_in_flight,
         learn=s.told_rate is not None,
     )  # fmt: skip
-    return await _fanout(setting, scope)
+
+
+async def fanout_configured(setting: Setting) -> list[CallOutcome]:
+    """fanout told the true limits, as the README says (``configured_scope``)."""
+    return await _fanout(setting, configured_scope(setting.scenario))
 
 
 async def fanout_learned(setting: Setting) -> list[CallOutcome]:

@@ -333,6 +333,16 @@ class TokenBucket:
         self._blocked_until = max(self._blocked_until, now + max(0.0, blocked_for))
         self._drained += 1
 
+    def owe(self, tokens: float) -> None:
+        """Give up ``tokens`` the server may have lost (it filled up while requests were
+        held back); bookings not yet due book again against what is left."""
+        if self.rate is None or not tokens > 0:
+            return
+        now = trio.current_time()
+        present = self._present(now)
+        self._void()
+        self._set_balance(now, present - tokens)
+
     def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset), without draining.
 

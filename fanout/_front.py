@@ -125,6 +125,7 @@ class Backend(Protocol):
     async def answered(self, sent: float, arrived_by: float) -> None: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
+    def owe(self, tokens: float) -> None: ...
     def share_exhaustion(self, until: float) -> None: ...
     def bucket_statistics(self) -> BucketStatistics: ...
 
@@ -212,6 +213,7 @@ class ScopeFront:
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
+    _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -295,10 +297,18 @@ class ScopeFront:
 
     def _estimate(self, *, guess: bool) -> float:
         """``guess``: a hint may use a guessed rate; a decision to shed may not."""
-        rate, _ = self._limits
+        rate, burst = self._limits
         by_rate = self._backend.estimated_wait(1.0)
-        if rate is not None and (guess or self._rate_is_evidence()):
-            by_rate += (self._ledger.waiting - self._ledger.booked) / rate
+        queued = max(0.0, self._ledger.waiting - self._ledger.booked)
+        if rate is not None and self._window_length is not None:
+            # A window gives its tokens back a whole limit at a time: the queued calls
+            # take what the log has, then ``burst`` more every window.
+            windows, within = divmod(queued, burst)
+            by_rate = self._backend.estimated_wait(within + 1.0) + windows * self._window_length
+        elif rate is not None and (guess or self._rate_is_evidence()):
+            # Calls queued for a slot take the tokens at hand first; only the rest wait on the rate.
+            spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
+            by_rate += max(0.0, queued - spare) / rate
         return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
 
     def _rate_is_evidence(self) -> bool:
@@ -702,13 +712,16 @@ class ScopeFront:
         over a new connection arrives as late as the burst did, and waits
         for nothing.
 
-        Only a request the bucket can spare the time for waits: if the
-        server's first arrival was not late after all, its bucket gains
-        tokens while the request waits, and one that fills up meanwhile
-        keeps no more than its burst, so the wait would make the next
-        request early. A bucket that cannot say what it holds (a shared one)
-        holds nothing back, as before; nor does a scope that learns its rate,
-        whose bucket is itself a guess (learning paces its own start).
+        If the server's first arrival was not late after all, it still has
+        the tokens of every request held back now (this one's too), gains
+        more while they wait, and one that fills up meanwhile keeps no more
+        than its burst: it loses the overflow. Less than a token is cheaper
+        than the 429 the wait may prevent (which costs at least the token it
+        is refused for): the bucket owes it, so the next request is not
+        early. A token or more, and the request leaves at once. A bucket that
+        cannot say what it holds (a shared one) holds nothing back, as
+        before; nor does a scope that learns its rate, whose bucket is itself
+        a guess (learning paces its own start).
         """
         rate, burst = self._limits
         told = rate is not None and self._learner is None
@@ -723,8 +736,17 @@ class ScopeFront:
         # The worst case is this much further behind; the tokens at hand cover some of it.
         behind = self._burst[1] - self._burst[0] - self._measured_slack()
         hold = behind - max(0.0, present) / rate
-        if hold <= 0.0 or present + 1.0 + hold * rate > burst:
+        if hold <= 0.0:
             return 0.0
+        now = trio.current_time()
+        held = [end for end in self._holds if end > now] + [now + hold]
+        # What the server would have by the last hold's end if none of them had reached it.
+        overflow = present + len(held) + (max(held) - now) * rate - burst
+        if overflow >= 1.0 - 1e-9:
+            return 0.0
+        if overflow > 0.0:
+            self._backend.owe(overflow)
+        self._holds = held
         return hold
 
     def _measured_slack(self) -> float:

@@ -526,6 +526,10 @@ class RedisBackend:
         refilled = tokens + (trio.current_time() - seen_at) * self.rate
         return min(self.burst, refilled), blocked_until
 
+    def owe(self, tokens: float) -> None:
+        """Never called: a shared bucket cannot say what it holds, so nothing is held for it."""
+        del tokens
+
     def share_exhaustion(self, until: float) -> None:
         """Tell every process the quota is spent (a marker key with a TTL)."""
         if self.nursery is not None:

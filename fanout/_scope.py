@@ -203,6 +203,10 @@ class LocalBackend:
     def estimated_wait(self, cost: float) -> float:
         return self.tokens.wait_for(min(cost, self.tokens.burst))
 
+    def owe(self, tokens: float) -> None:
+        """Only a bucket says what it holds (``present``), so only a bucket is held for and owes."""
+        self.bucket.owe(tokens)
+
     def share_exhaustion(self, until: float) -> None:
         """Nothing to share: this process is the only one that uses the scope."""
 

@@ -325,3 +325,17 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
     for start in admitted:
         for seq, until in blocks:
             assert not (seq < start.seq and start.at < until - 1e-9)
+
+
+async def test_owing_lowers_the_balance_and_rebooks_what_is_ahead(autojump_clock: Any) -> None:
+    """``owe`` gives up tokens the server may have lost: the balance drops by them, and a
+    booking not yet due is void, so its holder books again, later."""
+    bucket = TokenBucket(10.0, 2.0)
+    assert bucket.reserve() is not None
+    assert bucket.reserve() is not None
+    ahead = bucket.reserve()
+    assert ahead is not None
+    assert ahead.start == pytest.approx(0.1)
+    bucket.owe(0.5)
+    assert not bucket.confirm(ahead)
+    assert bucket.wait_for(1.0) == pytest.approx(0.15)

@@ -8,6 +8,7 @@ what it admits on arrival.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -33,11 +34,13 @@ async def _turn(
     *,
     deadline: float = 120.0,
     make_client: Callable[..., Any] = fanout.http_client,
+    wall_clock: Callable[[], float] = time.time,
 ) -> tuple[fanout.Turn, ThrottlingServer, float]:
     """``calls`` fetches through ``scope`` against a server of ``config`` (with a
-    client of httpx's shape); the turn's result, the server, and when it began."""
+    client of httpx's shape, and the server's clock for dates); the turn's result,
+    the server, and when it began."""
     async with (
-        serve_throttled(config) as server,
+        serve_throttled(config, wall_clock=wall_clock) as server,
         make_client(base_url=server.url) as client,
     ):
         reg = Registry()
