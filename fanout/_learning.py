@@ -272,9 +272,18 @@ class RateLearner:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""
         fit = self._log.fit(slowest=max(self.floor, _MIN_RATE), fastest=self._fastest)
         if fit is None:
+            if self._refused >= _REFUSALS and self.floor > 0:
+                self.rate = self.floor  # spent, and no fit yet: what admissions proved
             return
         low, high = fit.low, fit.high
-        if fit.bounded and self._events > 1:
+        if self._refused >= _REFUSALS:
+            # The 429s learning may spend are spent: only what the answers prove
+            # (a halved rate, or leaning towards the fastest rate refused, drew
+            # a fourth). Answers still in flight raise it when they come in.
+            self.rate = max(self.floor, low)
+            if fit.bounded:
+                self._growth, self._cap = _SETTLED, high
+        elif fit.bounded and self._events > 1:
             # Two drains bound the rate from both sides: settle, lean slow,
             # and never grow past the fastest rate the answers allow.
             lean = min(low + (high - low) * _FIT_SHARE, low * _LEAP)

@@ -171,3 +171,36 @@ def test_stated_numbers_keep_the_aimd_of_before() -> None:
     assert learner.from_headers(10, 1.0)
     learner.on_throttled(10.0, now=1.0, wait=1.0, sent_at=1.0, started=12.0)
     assert learner.rate == 8.0
+
+
+# A real-time run against the benchmark's HTTP-date row (20/s, burst 10, 50 ms, no state
+# headers) that drew a fourth 429: the requests' send times and statuses up to its third.
+_TRACE_TO_THIRD_429 = [
+    (0.009, 200), (0.063, 200), (0.097, 200), (0.122, 200), (0.142, 200), (0.158, 200),
+    (0.173, 200), (0.185, 200), (0.196, 200), (0.206, 200), (0.215, 200), (0.223, 200),
+    (0.231, 200), (0.241, 200), (0.248, 429), (0.253, 429), (0.737, 200), (0.815, 200),
+    (0.88, 200), (0.938, 200), (1.04, 200), (1.087, 200), (1.131, 200), (1.171, 200),
+    (1.209, 200), (1.245, 200), (1.278, 200), (1.31, 200), (1.34, 200), (1.368, 200),
+    (1.395, 200), (1.422, 200), (1.445, 200), (1.469, 200), (1.491, 200), (1.513, 200),
+    (1.533, 200), (1.553, 200), (1.573, 200), (1.591, 200), (1.609, 200), (1.627, 429),
+]  # fmt: skip
+
+
+def test_once_three_429s_are_spent_the_rate_is_only_what_the_answers_prove() -> None:
+    """Replayed to its third 429 (two in the first event, one in the second), learning
+    settles at the slowest rate the answers fit, not leaning towards the fastest refused:
+    leaning had sent the next requests at 29/s into the 20/s server, and drew a fourth."""
+    learner = RateLearner()
+    latency = 0.05
+    started = 0.0
+    reports: list[tuple[float, float, int]] = []  # (when it is known, sent, status)
+    for sent, status in _TRACE_TO_THIRD_429:
+        reports.append((sent + (latency if status == 200 else 0.003), sent, status))
+    for now, sent, status in sorted(reports):
+        if status == 200:
+            started += 1
+            learner.on_success(began=sent, latency=latency)
+        else:
+            learner.on_throttled(30.0, now=now, wait=0.5, sent_at=sent, started=started)
+    assert learner.rate is not None
+    assert learner.rate <= 20.0
