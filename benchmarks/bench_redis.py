@@ -171,20 +171,25 @@ async def worker(url: str, prefix: str, start_at: float) -> None:
     print(json.dumps(stamps))
 
 
+async def processes_printing(command: list[str], count: int) -> list[Any]:
+    """Run ``count`` copies of ``command`` at once; the JSON each printed."""
+    outputs: list[Any] = []
+
+    async def one() -> None:
+        done = await trio.run_process(command, capture_stdout=True, check=True)
+        outputs.append(json.loads(done.stdout))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(one)
+    return outputs
+
+
 async def accuracy(url: str) -> dict[str, float]:
     prefix = f"fanout-bench:{time.time_ns()}:"
     start_at = time.time() + 1.5
     command = [sys.executable, __file__, "--worker", url, prefix, str(start_at)]
-    stamps: list[float] = []
-
-    async def one() -> None:
-        done = await trio.run_process(command, capture_stdout=True, check=True)
-        stamps.extend(json.loads(done.stdout))
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(PROCESSES):
-            nursery.start_soon(one)
-    stamps.sort()
+    stamps = sorted(stamp for out in await processes_printing(command, PROCESSES) for stamp in out)
     first = stamps[0]
     in_run = [s for s in stamps if s < first + SECONDS]
     busiest, low = 0, 0
@@ -240,15 +245,7 @@ async def throttled(url: str, processes: int, *, told: bool) -> dict[str, float]
         calls = API_CALLS // processes
         command = [sys.executable, __file__, "--fetch", url, prefix, api, str(start_at),
                    str(calls), "told" if told else "learn"]  # fmt: skip
-        runs: list[dict[str, Any]] = []
-
-        async def one() -> None:
-            done = await trio.run_process(command, capture_stdout=True, check=True)
-            runs.append(json.loads(done.stdout))
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(processes):
-                nursery.start_soon(one)
+        runs: list[dict[str, Any]] = await processes_printing(command, processes)
     minimum = API_LATENCY + (API_CALLS - API_BURST) / API_RATE
     statuses = [status for run in runs for status in run["statuses"]]
     return {
