@@ -38,6 +38,7 @@ The background tasks live in the scope's own nursery, opened by
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
 import random
 from typing import TYPE_CHECKING, Any, Self
@@ -114,7 +115,9 @@ class RedisBackend:
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _rescaled: trio.Event | None = attrs.field(init=False, default=None)
-    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # own, not started
+    # This process's bookings not yet due (a heap by start), and their tokens.
+    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)
+    _ahead_tokens: float = attrs.field(init=False, default=0.0)
     _counts: dict[str, int] = attrs.field(
         init=False, factory=lambda: dict.fromkeys(("reserved", "refused", "refunded", "drained"), 0)
     )
@@ -275,8 +278,9 @@ class RedisBackend:
             return None
         now = trio.current_time()
         if reply.wait > 0:
-            self._ahead = [(start, c) for start, c in self._ahead if start > now]
-            self._ahead.append((now + reply.wait, cost))
+            self._own_ahead()  # those now due leave, so the heap stays as long as the queue
+            heapq.heappush(self._ahead, (now + reply.wait, cost))
+            self._ahead_tokens += cost
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift
@@ -400,11 +404,17 @@ class RedisBackend:
         with contextlib.suppress(LimiterUnavailableError):
             before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
             adopt = count.at_least(self.burst)
-            now = trio.current_time()
-            self._ahead = [(start, c) for start, c in self._ahead if start > now]
-            ahead = sum(cost for _, cost in self._ahead)
+            ahead = self._own_ahead()
             if adopt >= self._projected()[0] + ahead + 1.0:  # as last seen: worth asking
                 await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+
+    def _own_ahead(self) -> float:
+        """Tokens of this process's bookings not yet due (each is forgotten once due:
+        a refunded one stays counted until then, which only makes adopting rarer)."""
+        now = trio.current_time()
+        while self._ahead and self._ahead[0][0] <= now:
+            self._ahead_tokens -= heapq.heappop(self._ahead)[1]
+        return max(0.0, self._ahead_tokens)
 
     async def _adopt(self, adopt: float, ahead: float, *, since: float, epoch: int) -> None:
         """Raise the shared bucket to ``adopt``, the least the server holds by this
@@ -415,6 +425,7 @@ class RedisBackend:
         reply = await self._shared("adopt", extra=adopt, booking=(0, since, 0.0), ahead=ahead)
         if reply.epoch != epoch:
             self._ahead.clear()
+            self._ahead_tokens = 0.0
             self._wake()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
