@@ -263,6 +263,10 @@ class RateLearner:
                 # Every request sent before the event has answered by now: fit.
                 self._refit = False
                 self._settle()
+                # "Sooner than the slower rate allows" means the rate just fitted:
+                # kept at the interim guess's interval, a 429 drawn at the fitted,
+                # faster rate was merged into the old event and slowed nothing.
+                self._quiet_until = self._event_at + 1.0 / self.rate
             # Grow e-fold in ``_growth`` seconds (successes come at the rate);
             # a request sent before the last event says nothing of the new rate.
             grown = self.rate + 1.0 / self._growth if self._refused < _REFUSALS else self.rate

@@ -7,6 +7,7 @@ request count asserted here is exact.
 
 from __future__ import annotations
 
+import random
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,10 @@ async def learn(
             response.raise_for_status()
             return f"item {n}"
 
-        runner = Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=600)
+        # Seeded backoff jitter: a run replays exactly, counterexamples included.
+        runner = Runner(
+            registry, scopes=[scope], inline_wait=None, turn_timeout=600, rng=random.Random(0)
+        )
         turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
     return server, turn
 

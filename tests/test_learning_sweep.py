@@ -321,3 +321,16 @@ def test_known_servers_where_learning_still_breaks_its_promise(server: Server) -
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) <= _REFUSED
+
+
+def test_a_429_at_the_fitted_rate_is_a_new_congestion_event() -> None:
+    """4.5/s, burst 10, no numbers: the second 429's interim guess (0.73/s) set how long
+    after it a 429 still counts as the same event (1.4 s). The fit then raised the rate
+    to 5.3/s, too fast, and the 429 that drew at 1.56 s was merged into the old event:
+    the rate stayed, and a fourth 429 followed. Judged by the fitted rate, the third is
+    an event of its own, the fit settles below 4.5/s, and there is no fourth."""
+    server = Server("bucket", 4.496841751841005, 10, 0.1681989180861059, 0.0, 16, "none",
+                    "ms", 72, reset="next", seed=2)  # fmt: skip
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == pytest.approx([0.3893, 0.5453, 1.5563], abs=1e-4)
