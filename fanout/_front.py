@@ -489,6 +489,17 @@ class ScopeFront:
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
             self._apply_learned(tokens=0.0 if unknown else None)
+            rate = self._limits[0]
+            if (
+                rate is not None and blocked_for > 0 and self._window_length is None
+                and not self._rate_is_evidence() and rate > self._learner.floor
+            ):  # fmt: skip
+                # A guessed rate may be many times the server's (a burst per rounded
+                # Reset): refilled at it all through the wait, the bucket sent that
+                # guess's worth at once when the wait ended, and most of it was
+                # refused. Unproven, it refills from the wait's end, where the
+                # server's wait promises one request.
+                self._backend.owe(rate * blocked_for - 1.0)
 
     def _window_guess(self) -> tuple[float, float]:
         """The window the server would count in (``burst`` per this many seconds), and ``burst``.
@@ -537,10 +548,16 @@ class ScopeFront:
         if sent < reopened:
             return
         self._window_trial = None
-        # A window (fixed or sliding) of ``burst`` per ``length`` has room for
-        # all but what we sent in the last ``length``; a bucket, only its refill.
+        # A sliding log of ``burst`` per ``length`` has room for all but what we
+        # sent in the last ``length``, and never took more than ``burst`` in it;
+        # a fixed window that reopened has room for all but what went since. A
+        # bucket shows only its refill. (When the guessed length reaches back
+        # over a first burst, the sum alone passed any bucket for a log.)
+        burst = self._learner.burst
         within = self._started_by(sent) - self._started_by(sent - length)
-        if remaining + within >= self._learner.burst:
+        since = self._started_by(sent) - self._started_by(reopened - _TOGETHER)
+        sliding = within <= burst + 1.0 and remaining + within >= burst
+        if sliding or remaining + since >= burst:
             self._count_in_windows(length)
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
