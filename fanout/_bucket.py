@@ -280,21 +280,32 @@ class TokenBucket:
         """
         check_limits(rate, burst)
         now = trio.current_time()
+        # The balance is as of the end of a refill pause (a burst's slack) or of a
+        # block: it still holds from then, not from now, at the new rate.
+        since = max(now, self._paused_until)
         faster = rate is None or (self.rate is not None and rate > self.rate)
         if faster and self._due_after(now):
             # Faster now: what is booked ahead could start sooner; let it book again.
             balance = self._present(now)
             self._void()
         else:
-            balance = self._tokens(now)
+            # A booking made during a block starts at its end, and the balance now
+            # counts the whole block as tokens spent at the old rate: it is read at
+            # the block's end instead, where the bookings took theirs. (Read now and
+            # refilled at a slower rate, a 1 s block at 408/s became 13 s at 32/s.)
+            # Until then it refills at the new rate, from what it holds now.
+            if rate is not None and self._blocked_until > since:
+                ready = max(0.0, self._tokens(now)) + (self._blocked_until - since) * rate
+                since = self._blocked_until
+                balance = min(self._tokens(since), ready)
+            else:
+                balance = self._tokens(since)
         if tokens is not None and math.isfinite(tokens):
             balance = tokens if self.rate is None else min(balance, tokens)
         self.rate, self.burst = rate, burst
         self._holes.clear()
         if rate is not None:
-            # The balance is as of the end of a refill pause (a burst's slack):
-            # it still holds from then, not from now, at the new rate.
-            self._set_balance(max(now, self._paused_until), min(balance, burst))
+            self._set_balance(since, min(balance, burst))
 
     def sync(self, count: ServerCount) -> bool:
         """The server's count (``ServerCount``) replaces the bucket's where it is sure.

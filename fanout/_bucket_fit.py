@@ -34,11 +34,14 @@ _TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they
 
 @attrs.frozen
 class Fit:
-    """The slowest and fastest rate that fit; ``bounded`` when a faster one was seen not to."""
+    """The slowest and fastest rate that fit; ``bounded`` when a faster one was seen not to,
+    ``floored`` when the slowest rate tried fits (so might slower ones: ``low`` bounds
+    nothing, it is only where the search began)."""
 
     low: float
     high: float
     bounded: bool
+    floored: bool = False
 
 
 @attrs.define
@@ -89,13 +92,14 @@ class AnswerLog:
         run = next((run for run in runs if len(run) > 1), max(runs, key=len))
         if not run:
             return None
-        low = next(r for r in _rates(run[0] / _COARSE, run[0], _FINE) if fits(r))
+        finer = _rates(run[0] / _COARSE, run[0], _FINE)
+        low = next(r for r in finer if fits(r))
         top = run[-1]
         for rate in _rates(top, top * _COARSE, _FINE):
             if not fits(rate):
                 break
             top = rate
-        return Fit(low, top, run[-1] != coarse[-1])
+        return Fit(low, top, run[-1] != coarse[-1], floored=low == finer[0])
 
     def _replay(self, rate: float, burst: float) -> tuple[bool, bool]:
         """Whether a bucket of ``rate`` and ``burst`` admits every admitted request,

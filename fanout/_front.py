@@ -488,8 +488,8 @@ class ScopeFront:
             )  # fmt: skip
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
-            self._apply_learned(tokens=0.0 if unknown else None)
-            rate = self._limits[0]
+            tokens = 0.0 if unknown else None
+            rate = self._learner.rate
             if (
                 rate is not None and blocked_for > 0 and self._window_length is None
                 and not self._rate_is_evidence() and rate > self._learner.floor
@@ -497,9 +497,11 @@ class ScopeFront:
                 # A guessed rate may be many times the server's (a burst per rounded
                 # Reset): refilled at it all through the wait, the bucket sent that
                 # guess's worth at once when the wait ended, and most of it was
-                # refused. Unproven, it refills from the wait's end, where the
-                # server's wait promises one request.
-                self._backend.owe(rate * blocked_for - 1.0)
+                # refused. Unproven, it holds at the wait's end (where the balance
+                # is counted from, `TokenBucket.set_limits`) the one request the
+                # server's wait promises.
+                tokens = min(1.0, rate * blocked_for)
+            self._apply_learned(tokens=tokens)
 
     def _window_guess(self) -> tuple[float, float]:
         """The window the server would count in (``burst`` per this many seconds), and ``burst``.

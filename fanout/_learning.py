@@ -59,6 +59,7 @@ _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is th
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
+_FLOORED_SHARE = 0.5  # of the fastest rate that fits, when no slower rate is ruled out
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
 _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
 _REFUSALS = 3  # 429s learning may spend per scope; once spent, the rate grows only on proof
@@ -278,7 +279,13 @@ class RateLearner:
         if fit is None:
             return
         low, high = fit.low, fit.high
-        if fit.bounded and self._refused >= _REFUSALS:
+        if fit.floored:
+            # Every rate down to the slowest tried fits (a large burst spent slowly
+            # explains the answers at any rate): ``low`` proves nothing, only
+            # ``high`` does. Taken as the rate, ``low`` crawled at 0.09/s, one call
+            # per 11 s, against 7.8/s; half the fastest fit is at most twice slow.
+            self.rate = max(self.floor, min(self.rate or high, high * _FLOORED_SHARE))
+        elif fit.bounded and self._refused >= _REFUSALS:
             # The answers bound the rate from both sides and the 429s learning may
             # spend are spent: the slowest rate they fit (leaning towards the
             # fastest rate refused drew a fourth). An unbounded fit's slowest

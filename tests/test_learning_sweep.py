@@ -176,8 +176,8 @@ def refusals(throttling: ThrottlingServer) -> list[float]:
 def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Server) -> None:
     """Any server: every call ok, and at most three 429s and 503s in all.
 
-    The same 60 servers each run, so that CI is repeatable; a wider search
-    (500 random servers) finds the counterexamples below, which are open.
+    The same 60 servers each run, so that CI is repeatable; the pinned
+    servers below are what a wider seeded search (thousands of servers) found.
 
     Except a window that says nothing at all (no state headers, no
     Retry-After): nothing tells when it reopens, so a call's three attempts
@@ -338,4 +338,4 @@ def test_a_429_at_the_fitted_rate_is_a_new_congestion_event() -> None:
                     "ms", 72, reset="next", seed=2)  # fmt: skip
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
-    assert refusals(throttling) == pytest.approx([0.3893, 0.5453, 1.5563], abs=1e-4)
+    assert refusals(throttling) == pytest.approx([0.3893, 0.5453, 1.3080], abs=1e-4)
