@@ -39,9 +39,9 @@ Known misses, left out of the bounds they break (and asserted otherwise):
   much call durations vary as its margin (a real server takes a burst's
   requests in a few ms apart, and without that margin the real-time sliding
   row drew 429s), and durations cannot tell that lateness from jitter, so
-  every window costs the spread of answer times once (1.1-2.6x the fastest
-  where the jitter is near the window or longer; it cost it twice, and
-  smeared each window's starts over it, before).
+  every window costs the spread of answer times once (1.1-4x the fastest
+  where the jitter is near the window or longer, the most at a limit of
+  one; it cost it twice, and smeared each window's starts over it, before).
 * A slow first connection: where waiting out the worst case would cost a
   server whose first arrival was not late a token or more
   (``ScopeFront.warm_hold``), a request over a reused connection leaves at
