@@ -235,8 +235,9 @@ class SlidingLog:
         What it counted beyond the entries of the log that were in it then is
         someone else's: held as phantoms until they surely left, a window from
         now (it counted them by now). (Entries that left the log since, while
-        the answer travelled, were counted too: the log keeps them a window
-        longer than they hold tokens, to tell.) Later
+        the answer travelled, were counted too: the log keeps them a window,
+        and as long as the slowest answer yet, longer than they hold tokens,
+        to tell.) Later
         starts (``started_since``) are in the log already; requests it may not
         have counted yet (``unsure``) are not taken off, as they would be from
         a bucket: the log keeps them anyway. True when the log changed.
