@@ -574,20 +574,27 @@ class ScopeFront:
         await self._backend.block_until(when)
 
     async def observe_headers(
-        self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False
+        self,
+        info: RateLimitInfo,
+        *,
+        sent_at: float | None = None,
+        refused: bool = False,
+        opened: bool | None = None,
     ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
         ``sent_at`` is when its request was sent (default: now); the server's
         count is as of then. ``refused``: the server turned the request away
         (a 429 or 503), at once, so its round trip says nothing of how long
-        the server takes to answer one it admits.
+        the server takes to answer one it admits. ``opened``: whether the
+        request opened a connection (None: the transport cannot tell), so
+        may have reached the server late (`fanout._window.Arrivals`).
         """
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
         self._adopt_stated(info, sent)
         if not refused:
-            arrived_by = self._arrivals.arrived_by(sent, now)
+            arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(sent, arrived_by)
             if self._window_trial is not None and info.remaining is not None:
@@ -772,9 +779,15 @@ class ScopeFront:
         """The margin measured so far: the later of the two signs of a late first arrival.
 
         A window gives back every token of its last window, not only a
-        burst's first: its margin is also how much call durations vary (a
-        request the server took in a few ms late holds its token that much
-        longer there).
+        burst's first: its margin is also how much call durations vary. A
+        server takes a burst's requests in a few ms apart, as busy as it
+        is, and a log whose next window began a window after each *send*
+        drew one to three 429s a run against the sliding log in real time.
+        Durations cannot tell that lateness from a server whose answers
+        jitter (which took each request in when it arrived), so the whole
+        spread is kept: against such a server it costs the spread in every
+        window, once (the answers themselves no longer add it again,
+        `fanout._window.Arrivals`).
         """
         slack = max(self._send_lag, self._arrival_lag)
         if self._window_length is not None:

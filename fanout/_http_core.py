@@ -239,7 +239,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url, context.secrets)
         _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-        _watch_connections(request, context)
+        opened = _watch_connections(request, context)
         held_before = context.held
         sent_at = trio.current_time()
         if first:  # its token was taken at admission: how late it leaves is the scope's slack
@@ -259,7 +259,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
-                info, sent_at=sent_at, refused=response.status_code in (429, 503)
+                info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened()
             )
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
@@ -312,7 +312,7 @@ def server_scope(name: str | None, secrets: Iterable[str]) -> str | None:
     return name if redact_text(name, secrets) == name else REDACTED
 
 
-def _watch_connections(request: _Request, context: CallContext) -> None:
+def _watch_connections(request: _Request, context: CallContext) -> Callable[[], bool | None]:
     """Have the connection pool say whether ``request`` opens a new connection.
 
     httpcore (and httpcore2, under httpx2) report each step of a request to
@@ -325,18 +325,24 @@ def _watch_connections(request: _Request, context: CallContext) -> None:
     not counted in its call's duration (``context.held``). A ``trace`` the
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
+
+    Returns what the pool said of this request once it has left: True if it
+    opened a connection, False if it went over one already open, None if
+    the pool said nothing (a window's log judges its arrival by that,
+    `fanout._window.Arrivals`).
     """
     extensions = getattr(request, "extensions", None)
     if not isinstance(extensions, dict):
-        return
+        return lambda: None
     theirs = extensions.get("trace")
-    opened = False
+    opened: bool | None = None
 
     async def trace(event: str, info: dict[str, Any]) -> None:
         nonlocal opened
         if event.startswith("connection.connect_") and event.endswith(".started"):
             opened = context.opened_connection = True
         elif event.endswith(".send_request_headers.started") and not opened:
+            opened = False
             hold = _warm_hold(context)
             if hold > 0:
                 context.held += hold
@@ -345,6 +351,7 @@ def _watch_connections(request: _Request, context: CallContext) -> None:
             await theirs(event, info)
 
     extensions["trace"] = trace
+    return lambda: opened
 
 
 def _warm_hold(context: CallContext) -> float:

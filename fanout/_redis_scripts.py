@@ -195,14 +195,15 @@ return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
 # The sliding log of ``_window.py``: a sorted set KEYS[1] of bookings scored by
 # their start (server time), each holding its cost for ``window + slack`` s
 # from it (or until it is held, if later), and a hash KEYS[2] {blocked,
-# epoch}. A member is "<cost>|<id>" for a booking; "=<cost>|<held>|<id>" for
+# epoch, longest}. A member is "<cost>|<id>" for a booking; "=<cost>|<held>|<id>" for
 # one whose answer showed when it reached the server (held until ``held``);
 # "~<cost>|<id>" for a phantom (tokens the server counted and the log did not),
 # which no refund removes. A start fits when no instant in the span it holds
 # has more than ``limit - cost``; the load rises only where an entry starts,
 # and the earliest fit is now (or the block's end) or when an entry leaves.
-# Entries are kept a window after they leave: a sync counts those the server
-# counted while the answer travelled.
+# Entries are kept a window after they leave, and as long as the slowest
+# answer yet (``longest``): a sync counts those the server counted while the
+# answer travelled, and an answer finds its booking.
 # ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed. Ops:
 #   reserve   book ARGV[4] as ARGV[7]; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek      the wait for ARGV[4], consuming nothing
@@ -221,10 +222,15 @@ WINDOW = (
     + """
 local limit, window, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
 local span = window + slack
-local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch')
+local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch', 'longest')
 local blocked = tonumber(state[1]) or 0
 local epoch = tonumber(state[2]) or math.floor(now * 1000000)
 local fresh = not state[2]  -- a new epoch is kept, or each call would make another
+local keep = window + (tonumber(state[3]) or 0)
+if op == 'answered' and tonumber(ARGV[9]) + window > keep then
+  keep = tonumber(ARGV[9]) + window
+  redis.call('HSET', KEYS[2], 'longest', num(keep - window))
+end
 local members, starts, costs, ends = {}, {}, {}, {}
 local function read()
   members, starts, costs, ends = {}, {}, {}, {}
@@ -233,7 +239,7 @@ local function read()
     local member, start = raw[i], tonumber(raw[i + 1])
     local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|')) or 0
     local ends_at = math.max(start + span, held)
-    if ends_at + window <= now then
+    if ends_at + keep <= now then
       redis.call('ZREM', KEYS[1], member)
     else
       members[#members + 1] = member
@@ -350,7 +356,7 @@ if write or fresh then
 end
 read()
 local idle = math.max(0, blocked - now)
-for i = 1, #ends do idle = math.max(idle, ends[i] + window - now) end
+for i = 1, #ends do idle = math.max(idle, ends[i] + keep - now) end
 if #members > 0 then redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000)) end
 redis.call('PEXPIRE', KEYS[2], num(math.ceil(idle * 1000) + 1000))
 local tokens = limit - load(now)

@@ -25,7 +25,6 @@ touches them.
 from __future__ import annotations
 
 import bisect
-import collections
 import math
 from typing import TYPE_CHECKING
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
-_TRIPS = 32  # recent warm round trips, for the quickest and their spread
 
 _BOOKED, _ANSWERED, _PHANTOM = 0, 1, 2
 # (start, cost, kind, held until at least): a booking, a booking whose answer
@@ -87,36 +85,50 @@ def earliest_start(
 
 @attrs.define
 class Arrivals:
-    """By when a request reached the server, judged from when its answer came.
+    """By when a request reached the server, judged from how it went and when its answer came.
 
     The server counts a request from its arrival, which the client never
-    sees. An answer ``rtt`` after the send bounds it: the request arrived
-    about the quickest round trip before its answer (the work and the way
-    back take at least about that), give or take how much round trips vary
-    (the way there of the quickest one, and the spread of the rest): that
-    spread is added, and the answer itself is the latest it can be. Round
-    trips are taken only from requests sent after the first answer, on warm
-    connections: a first burst that the server took in late (new
-    connections, a cold server) would otherwise make that lateness look like
-    the round trip. Before any warm round trip, a request arrived by its
-    answer: safe, and one latency long.
+    sees. A request over a connection already open (*warm*) reaches the
+    server as it leaves, give or take the log's slack (which keeps how much
+    durations vary, `ScopeFront._measured_slack`): a server whose answers
+    jitter took it in then, and only its answer is late, so its answer says
+    no more of its arrival. Taking the answer, less the quickest round trip
+    plus how much trips vary, for the arrival held each token for the
+    spread of answer times a second time, and smeared each window's starts
+    over it.
+
+    A request that opened a connection (*cold*) may have reached the server
+    late by the connection's set-up (a TLS handshake, a server slow to
+    accept), which looks just like a slower answer. The set-up is taken to
+    cost every new connection about alike, as a burst's earliest answer is
+    taken for all of it in the bucket's slack: it is at most the quickest
+    round trip of any cold request, less the quickest warm one (the
+    server's own time and the way back, which the set-up did not add to),
+    or all of it before any warm round trip. A cold request arrived no
+    later than that after it left, nor after its answer.
+
+    ``opened`` None: the transport cannot tell; a request sent before the
+    first answer is taken for cold (no connection was free then), any later
+    one for warm.
     """
 
-    _warm_since: float | None = attrs.field(default=None, alias="_warm_since")
-    _trips: collections.deque[float] = attrs.field(
-        factory=lambda: collections.deque(maxlen=_TRIPS), alias="_trips"
-    )
+    _first_answer: float = attrs.field(default=math.inf, alias="_first_answer")
+    _cold: float = attrs.field(default=math.inf, alias="_cold")  # quickest cold round trip
+    _warm: float = attrs.field(default=math.inf, alias="_warm")  # quickest warm round trip
 
-    def arrived_by(self, sent: float, answered: float) -> float:
+    def arrived_by(self, sent: float, answered: float, *, opened: bool | None = None) -> float:
         """The latest the request sent at ``sent`` and answered at ``answered`` arrived."""
-        if self._warm_since is None:
-            self._warm_since = answered
-        elif sent >= self._warm_since:
-            self._trips.append(answered - sent)
-        if not self._trips:
-            return answered
-        quickest, slowest = min(self._trips), max(self._trips)
-        return min(answered, max(sent, answered - quickest) + slowest - quickest)
+        if opened is None:
+            opened = sent < self._first_answer
+        self._first_answer = min(self._first_answer, answered)
+        trip = answered - sent
+        if not opened:
+            self._warm = min(self._warm, trip)
+            return sent
+        self._cold = min(self._cold, trip)
+        # At most this trip (the quickest cold one is no slower): never after its answer.
+        set_up = self._cold - self._warm if math.isfinite(self._warm) else self._cold
+        return sent + max(0.0, set_up)
 
 
 @attrs.define
@@ -132,6 +144,7 @@ class SlidingLog:
     slack: float = attrs.field(default=0.0)
     epochs: Epochs = attrs.field(factory=Epochs)
     _entries: list[Entry] = attrs.field(init=False, factory=list)
+    _longest: float = attrs.field(init=False, default=0.0)  # the slowest answer yet
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
@@ -222,8 +235,9 @@ class SlidingLog:
         What it counted beyond the entries of the log that were in it then is
         someone else's: held as phantoms until they surely left, a window from
         now (it counted them by now). (Entries that left the log since, while
-        the answer travelled, were counted too: the log keeps them a window
-        longer than they hold tokens, to tell.) Later
+        the answer travelled, were counted too: the log keeps them a window,
+        and as long as the slowest answer yet, longer than they hold tokens,
+        to tell.) Later
         starts (``started_since``) are in the log already; requests it may not
         have counted yet (``unsure``) are not taken off, as they would be from
         a bucket: the log keeps them anyway. True when the log changed.
@@ -232,7 +246,8 @@ class SlidingLog:
         if not math.isfinite(remaining):
             return False
         now = trio.current_time()
-        sent = now - max(0.0, elapsed)
+        # ``now - elapsed`` can fall a rounding error short of the request's own start.
+        sent = now - max(0.0, elapsed) + _EPS
         ours = sum(entry[1] for entry in self._live(sent))
         return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
 
@@ -246,6 +261,7 @@ class SlidingLog:
         that this overlaps book again.
         """
         now = trio.current_time()
+        self._longest = max(self._longest, now - sent)
         mine = [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
         if not mine:
             return
@@ -291,7 +307,8 @@ class SlidingLog:
         return self.window + self.slack
 
     def _slot(self, cost: float, now: float) -> float:
-        self._entries = [e for e in self._entries if _end(e, self._span) + self.window > now]
+        keep = self.window + self._longest
+        self._entries = [e for e in self._entries if _end(e, self._span) + keep > now]
         earliest = max(now, self._blocked_until)
         return earliest_start(
             self._entries, cost, earliest=earliest, limit=self.limit, span=self._span

@@ -156,3 +156,23 @@ async def test_an_answer_holds_a_shared_booking_from_its_arrival(
         await trio.sleep(0.2)
         await one.observe_headers(RateLimitInfo(), sent_at=booking.start)
         assert close([await other.wait_for(1)], [0.5])  # a window from the answer, not the send
+
+
+async def test_an_answer_slower_than_two_windows_still_finds_the_shared_booking(
+    redis_url: str, prefix: str
+) -> None:
+    """1 per 0.125 s, answers 0.5 s after the send: the log forgot a booking a window after
+    it left, before its answer came, and that answer's count took the request itself for
+    another client's and held its token a window more. Bookings are kept as long as the
+    slowest answer yet."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.125}
+    async with RedisScope.from_url(redis_url, **options) as one:
+        first = await one.reserve(1, 0)
+        assert first is not None
+        await trio.sleep(0.5)
+        await one.observe_headers(RateLimitInfo(remaining=0), sent_at=first.start)
+        second = await one.reserve(1, 1)
+        assert second is not None
+        await trio.sleep(0.5)
+        await one.observe_headers(RateLimitInfo(remaining=0), sent_at=second.start)
+        assert close([await one.wait_for(1)], [0.0])

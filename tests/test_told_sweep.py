@@ -35,15 +35,13 @@ What no client can do, and what is allowed for it:
 
 Known misses, left out of the bounds they break (and asserted otherwise):
 
-* A window (fixed or sliding) whose answers jitter: the scope's log holds
-  each token for the spread of answer times as well as its window, as if the
-  spread were late arrival, and that costs the spread in every window
-  (1.1-3x the fastest where the jitter is near the window or longer).
-* A window whose answers take longer than the window: each request sent
-  before the first answer came back holds its token until its own answer
-  and a window more, and requests sent meanwhile fall into the gaps, so
-  the schedule loses a window here and there beyond the first answer
-  (1.29x against 1.27x allowed for 24 calls, 1 per 57 ms, 365 ms).
+* A window (fixed or sliding) whose answers jitter: the scope's log keeps how
+  much call durations vary as its margin (a real server takes a burst's
+  requests in a few ms apart, and without that margin the real-time sliding
+  row drew 429s), and durations cannot tell that lateness from jitter, so
+  every window costs the spread of answer times once (1.1-4x the fastest
+  where the jitter is near the window or longer, the most at a limit of
+  one; it cost it twice, and smeared each window's starts over it, before).
 * A slow first connection: where waiting out the worst case would cost a
   server whose first arrival was not late a token or more
   (``ScopeFront.warm_hold``), a request over a reused connection leaves at
@@ -217,8 +215,8 @@ def _first_answer(s: Scenario) -> float:
 
 
 def _known_window_miss(s: Scenario) -> bool:
-    """A window server whose answers jitter, or take longer than a window (module docstring)."""
-    return s.model in ("fixed", "sliding") and (s.jitter > 0 or s.latency > s.burst / s.rate)
+    """A window server whose answers jitter (module docstring)."""
+    return s.model in ("fixed", "sliding") and s.jitter > 0
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -379,3 +377,45 @@ def test_a_window_sheds_by_whole_windows_not_by_its_average_rate() -> None:
     assert all(r.status is Status.OK for r in outcome.turn.results)
     starts = [round(start, 9) for start in outcome.server.starts()]
     assert starts == [0.0, 0.0] + [round(4.0 * k + 0.005, 9) for k in range(1, 5) for _ in "ab"]
+
+
+@pytest.mark.parametrize("model", ["fixed", "sliding"])
+def test_a_window_whose_answers_jitter_starts_each_window_at_once(model: Any) -> None:
+    """10 per second, 50 ms and 0-100 ms of jitter: ten at once, then ten at once a window
+    after the burst's earliest answer (until a request over a reused connection is answered,
+    that much of it may have been a late arrival), then ten at once a window and the spread
+    of the twenty durations later (the log's margin). Each token was held a window after
+    its own answer, less the quickest round trip plus how much trips vary, on top of that
+    margin: each window's starts were smeared over 60 ms, and the run took 1.13x the
+    fastest (1.07x now; the margin is the known miss, module docstring)."""
+    s = Scenario(
+        name="repro", title="", calls=30, rate=10, burst=10, latency=0.05, jitter=0.1,
+        model=model,
+    )  # fmt: skip
+    outcome = run(s)
+    assert outcome.server.count(status=429) == 0
+    records = outcome.server.records
+    earliest = min(record.end for record in records[:10])
+    durations = [record.end - record.start for record in records[:20]]
+    third = 2.0 + earliest + max(durations) - min(durations)
+    starts = [round(start, 9) for start in outcome.server.starts()]
+    assert starts == [0.0] * 10 + [round(1.0 + earliest, 9)] * 10 + [round(third, 9)] * 10
+    assert outcome.makespan <= 1.07 * fastest(s)
+
+
+def test_a_window_shorter_than_the_latency_keeps_its_bookings_until_they_are_answered() -> None:
+    """One per 57 ms, 365 ms each. The log forgot a booking a window after it left, long
+    before its answer came; that answer's count then took the request itself for another
+    client's and held a token a window more, at every answer (1.22x the fastest). Now the
+    only cost is the first requests' (each opened a connection and may have reached the
+    server as late as its answer, until one over a reused connection is answered at
+    0.787 s): the slots after 0.342 s come from their answers, one is given up at 0.593."""
+    s = Scenario(name="repro", title="", calls=24, rate=1 / 0.057, burst=1, latency=0.365,
+                 model="fixed")  # fmt: skip
+    outcome = run(s)
+    assert outcome.server.count(status=429) == 0
+    # Seven before the first answer (at 0.365 s), then from it a window on, one slot given up.
+    ticks = [*range(7), *range(7, 10), *range(11, 25)]
+    starts = [round(0.057 * k + (0.023 if k > 6 else 0.0), 9) for k in ticks]
+    assert [round(start, 9) for start in outcome.server.starts()] == starts
+    assert outcome.makespan == pytest.approx(fastest(s) + 0.08, abs=_EPS)
