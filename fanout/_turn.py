@@ -121,6 +121,8 @@ class Turn:
         self._recorder = recorder
         self._stage = _Stage.NEW
         self._deadline = math.inf  # set when the turn starts running
+        # The budget of every call with no timeout of its own (a frozen value, so shared).
+        self._turn_budget = Budget(math.inf, settings.inline_wait)
         self._failed: CallState | None = None
         self._deadline_reached = False
         self._stopping = False  # set once the turn has stopped its calls
@@ -151,7 +153,7 @@ class Turn:
     @property
     def trace(self) -> tuple[Event, ...]:
         """What happened, with times and reasons; never part of the transcript."""
-        return tuple(self._recorder.trace or ())
+        return self._recorder.events()
 
     @property
     def deadline(self) -> float:
@@ -171,6 +173,7 @@ class Turn:
         self._stage = _Stage.RUNNING
         self._host = self._host_of()
         self._deadline = trio.current_time() + self._timeout
+        self._turn_budget = Budget(self._deadline, self._settings.inline_wait)
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
         self._counts.running += 1
@@ -189,7 +192,8 @@ class Turn:
                     self._answer(state, self._interrupted(state))
             self._stage = _Stage.DONE
             self._counts.running -= 1
-            self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
+            if self._recorder.active:  # the tally is the event's alone
+                self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
 
     async def _run_phases(self) -> None:
         async with trio.open_nursery() as watching:
@@ -396,11 +400,12 @@ class Turn:
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         assert state.plan.spec is not None
-        budget = Budget.starting_now(
-            state.plan.spec.timeout,
-            turn_deadline=self._deadline,
-            inline_wait=self._settings.inline_wait,
-        )
+        timeout = state.plan.spec.timeout
+        budget = self._turn_budget
+        if timeout is not None:
+            budget = Budget.starting_now(
+                timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait
+            )
         place = _Place(task_status)
         try:
             if self._host is None and budget.deadline >= self._deadline:
