@@ -5,8 +5,9 @@ and ``reads`` call concurrently; phase two runs the mutating calls by
 policy. Each call also has its own deadline.
 
 Answers are written at the moment a call's fate is decided, not when its
-task has finished unwinding: a watcher task wakes at each deadline, writes
-the ``timed_out`` answers of the calls it ends, and only then cancels them.
+task has finished unwinding: at each deadline a watcher writes the
+``timed_out`` answers of the calls it ends (in trio's own pass over expired
+deadlines, before any task that pass wakes), and only then cancels them.
 Unwinding a thousand hung HTTP requests takes a library a while; the answers
 do not wait for it. A failed sibling under ``cancel_siblings`` ends the
 others the same way. What is still unanswered when the turn stops is
@@ -485,14 +486,24 @@ class Turn:
         self._deadlines.add(deadline, expire)
 
     async def _watch_deadlines(self) -> None:
-        """Answer each call at its deadline, then cancel it; at the turn's, all that are left."""
+        """Answer each call at its deadline, then cancel it; at the turn's, all that are left.
+
+        The answers are written in trio's pass over expired deadlines
+        (`fanout._deadlines`); cancelling the calls at the turn's deadline,
+        which takes trio a while for calls hung on sockets, waits for this
+        task's turn to run.
+        """
         with self._noting_crashes():
+            self._deadlines.add(self._deadline, self._answer_the_rest)
             await self._deadlines.watch(self._deadline)
-            self._deadline_reached = True
-            for state in self._states:
-                if state.result is None:
-                    self._answer(state, self._interrupted(state))
             self._scope.cancel()
+
+    def _answer_the_rest(self) -> None:
+        """The turn's deadline passed: every call still unanswered is answered ``timed_out``."""
+        self._deadline_reached = True
+        for state in self._states:
+            if state.result is None:
+                self._answer(state, self._interrupted(state))
 
     def _stop_calls(self) -> None:
         """Cancel every call still running, wherever its task lives.
