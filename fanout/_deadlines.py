@@ -14,13 +14,20 @@ turn in that batch, behind every task woken with it: with ten thousand
 connections in flight, the answers came a whole batch late (over a
 second). A deadline added while the watcher waits moves the scope's
 deadline earlier.
+
+The actions due at one moment run with Python's cyclic garbage collector
+paused: writing ten thousand answers allocates enough to start collections,
+and with ten thousand connections alive those took 0.4 s in the middle of
+the answers. The collection runs right after them instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import attrs
 import trio
@@ -75,6 +82,22 @@ class Deadlines:
 
     def _expire(self) -> None:
         now = trio.current_time()
-        while self._due and self._due[0][0] <= now:
-            _, _, expire = heapq.heappop(self._due)
-            expire()
+        if not self._due or self._due[0][0] > now:
+            return
+        with _collection_paused():
+            while self._due and self._due[0][0] <= now:
+                _, _, expire = heapq.heappop(self._due)
+                expire()
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """The cyclic collector off for the block, and back as it was (on, unless someone else
+    turned it off)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -72,3 +73,21 @@ async def test_an_action_that_raises_fails_the_watcher_not_trio(autojump_clock: 
     with pytest.raises(ValueError, match="broken action"):
         await deadlines.watch(5.0)
     assert trio.current_time() == 2.0
+
+
+async def test_actions_run_with_the_collector_paused_then_left_as_it_was(
+    autojump_clock: Any,
+) -> None:
+    """Due actions run with the cyclic collector off; after them it is on again, unless it
+    was off before."""
+    seen: list[bool] = []
+    for collecting in (True, False):
+        (gc.enable if collecting else gc.disable)()
+        try:
+            deadlines = Deadlines()
+            deadlines.add(trio.current_time() + 1, lambda: seen.append(gc.isenabled()))
+            await deadlines.watch(trio.current_time() + 2)
+            assert gc.isenabled() is collecting
+        finally:
+            gc.enable()
+    assert seen == [False, False]
