@@ -233,7 +233,7 @@ def bind(
         return ArgumentError(("the arguments are not a JSON object",))
     problems: list[str] = []
     bound: dict[str, Any] = {}
-    known = {parameter.name for parameter in signature.parameters}
+    known = signature.names
     for parameter in signature.parameters:
         if parameter.name not in arguments:
             if parameter.required:

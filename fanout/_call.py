@@ -225,8 +225,14 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
 async def _admit(
     state: CallState, within: _Within, holder: _SlotHolder, held: list[ScopeLike]
 ) -> Denial | None:
-    """Admission, with a limiter that fails or cannot be reached refusing the call."""
+    """Admission, with a limiter that fails or cannot be reached refusing the call.
+
+    A call with no scopes has no limiter to ask and no tokens to charge
+    (its tool's ``cost`` is not computed).
+    """
     plan = state.plan
+    if not plan.scopes:
+        return None
     call = plan.call
     assert plan.spec is not None
     assert isinstance(call.arguments, dict)

@@ -118,6 +118,13 @@ def _spelling(plain: Any) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time,
+# which costs more than encoding a tool's usual arguments. It keeps no state between calls.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` with sorted keys and no insignificant whitespace.
 
@@ -133,9 +140,7 @@ def canonical_json(value: Any) -> str:
     the same value always takes the same path, so its spelling is stable.
     """
     try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
         return _spelling(_plain(value, set(), 0))
     return clean_text(text)

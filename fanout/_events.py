@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, cast
 
 import attrs
 import trio
@@ -137,22 +137,41 @@ class Instrument(Protocol):
     def on_event(self, event: Event) -> None: ...
 
 
+# An event the trace holds but nobody has read yet: its kind, time and fields.
+_Noted = tuple["EventKind", float, dict[str, Any]]
+
+
 @attrs.define
 class Recorder:
     """Stamps events, appends them to a trace and fans them out to instruments.
 
     With no trace and no instruments it returns before building anything, so
-    instrumentation that is off costs one branch.
+    instrumentation that is off costs one branch. With instruments, each
+    event is built as it happens and handed to them. With the trace alone,
+    an event is noted as its kind, time and fields and built when the trace
+    is read (`events`): a turn of ten thousand calls does not build thirty
+    thousand events, that nobody may read, while its calls run.
     """
 
     instruments: Sequence[Instrument] = ()
-    trace: list[Event] | None = attrs.field(factory=list)
+    trace: list[Event | _Noted] | None = attrs.field(factory=list)
     turn_id: str | None = None
+    _built: int = attrs.field(default=0, init=False)  # the trace's first entries that are events
+
+    @property
+    def active(self) -> bool:
+        """Whether an event is kept or seen at all: what only an event needs can be skipped."""
+        return self.trace is not None or bool(self.instruments)
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if self.trace is None and not self.instruments:
             return
-        event = Event(kind, trio.current_time(), self.turn_id, **fields)
+        now = trio.current_time()
+        if not self.instruments:
+            assert self.trace is not None
+            self.trace.append((kind, now, fields))
+            return
+        event = Event(kind, now, self.turn_id, **fields)
         if self.trace is not None:
             self.trace.append(event)
         for instrument in self.instruments:
@@ -161,3 +180,16 @@ class Recorder:
             except Exception:
                 # An instrument must never cost a call its answer.
                 _log.exception("fanout instrument %r failed on %s", instrument, kind.value)
+
+    def events(self) -> tuple[Event, ...]:
+        """The trace so far, as events (each built once, on the first read that needs it)."""
+        kept = self.trace
+        if kept is None:
+            return ()
+        for i in range(self._built, len(kept)):
+            entry = kept[i]
+            if not isinstance(entry, Event):
+                kind, time, fields = entry
+                kept[i] = Event(kind, time, self.turn_id, **fields)
+        self._built = len(kept)
+        return tuple(cast("list[Event]", kept))

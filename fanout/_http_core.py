@@ -68,6 +68,12 @@ __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
 
 _TRANSIENT = frozenset({500, 502, 503, 504})
 _CLOCKS = 256  # servers whose clocks are remembered
+# Calls of a turn per set of pools. httpcore looks at every connection of a pool
+# each time a request starts or ends, so a pool's cost per request grows with its
+# connections: ten thousand hung calls on four pools spent 13 s starting, most of
+# it there (`benchmarks/bench_deadline.py`). Positions past the first set's get
+# pools of their own; a turn this size or smaller uses the first set alone.
+_CALLS_PER_SET = 256
 
 
 class _Request(Protocol):
@@ -141,6 +147,7 @@ class Seam:
     body: type[GuardedBody]
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
     limits: Callable[..., Any]  # the library's pool limits class
+    ssl_context: Callable[..., Any]  # the library's ``create_ssl_context``
 
     @classmethod
     def of(cls, library: ModuleType, body: type[GuardedBody]) -> Seam:
@@ -151,6 +158,7 @@ class Seam:
             body=body,
             pool=library.AsyncHTTPTransport,
             limits=library.Limits,
+            ssl_context=library.create_ssl_context,
         )
 
 
@@ -190,10 +198,17 @@ class TransportBase(Generic[RequestT, ResponseT]):
             transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
         else:
             pool_options.setdefault("limits", self.seam.limits(max_connections=None))
+            # One TLS context for every pool: each reads the CA bundle (some 20 ms) otherwise.
+            pool_options["verify"] = self.seam.ssl_context(
+                verify=pool_options.get("verify", True),
+                cert=pool_options.pop("cert", None),
+                trust_env=pool_options.get("trust_env", True),
+            )
             transports = tuple(self.seam.pool(**pool_options) for _ in range(pools))
         self._core = HttpCore(
             self.seam, transports, wall_clock=wall_clock,
             credentials=CredentialNames.adding(secret_headers, secret_params),
+            more=None if transport is not None else lambda: self.seam.pool(**pool_options),
         )  # fmt: skip
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
@@ -213,9 +228,13 @@ class HttpCore(Generic[RequestT, ResponseT]):
         *,
         wall_clock: Callable[[], float],
         credentials: CredentialNames,
+        more: Callable[[], _Pool[RequestT, ResponseT]] | None = None,
     ) -> None:
         self._seam = seam
         self._transports = tuple(transports)
+        # Further sets of pools, made with ``more`` as a large turn's calls need them.
+        self._more = more
+        self._sets: dict[int, tuple[_Pool[RequestT, ResponseT], ...]] = {}
         self._unbound = itertools.cycle(self._transports)
         self._wall_clock = wall_clock
         self._credentials = credentials
@@ -225,9 +244,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         context = maybe_current_call()
         if context is None:
             return await next(self._unbound).handle_async_request(request)
-        # A call keeps to one pool, so its next request finds the connection
-        # its last one just released.
-        transport = self._transports[context.call.position % len(self._transports)]
+        transport = self._pool_for(context.call.position)
         first = context.requests == 0
         if not first:
             await _charge(context)
@@ -297,8 +314,19 @@ class HttpCore(Generic[RequestT, ResponseT]):
         message = f"{type(exc).__name__} while {where}: {exc}"
         return TransientError(redact_text(message, context.secrets))
 
+    def _pool_for(self, position: int) -> _Pool[RequestT, ResponseT]:
+        """A call keeps to one pool, so its next request finds the connection
+        its last one just released; a set of pools serves `_CALLS_PER_SET` positions."""
+        pools = self._transports
+        which = position // _CALLS_PER_SET
+        if which and self._more is not None:
+            if which not in self._sets:
+                self._sets[which] = tuple(self._more() for _ in pools)
+            pools = self._sets[which]
+        return pools[position % len(pools)]
+
     async def aclose(self) -> None:
-        for transport in self._transports:
+        for transport in (*self._transports, *itertools.chain(*self._sets.values())):
             await transport.aclose()
 
 

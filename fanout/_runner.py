@@ -208,11 +208,19 @@ class Runner:
         turn_seed = self._rng.getrandbits(64)
         self._turn_serial += 1
 
+        # The scopes each set of names stands for, looked up once per turn, not once per call.
+        scopes_of: dict[tuple[str, ...], tuple[ScopeLike, ...]] = {}
+
         def state_for(call: ToolCall, position: int) -> CallState:
             if call.position != position:
-                call = attrs.evolve(call, position=position)
+                call = ToolCall(call.id, call.name, call.arguments, position)
             spec = self.registry.get(call.name)
-            scopes = tuple(self.scope(n) for n in sorted(set(spec.scopes))) if spec else ()
+            scopes: tuple[ScopeLike, ...] = ()
+            if spec is not None:
+                if spec.scopes not in scopes_of:
+                    names = sorted(set(spec.scopes))
+                    scopes_of[spec.scopes] = tuple(self.scope(n) for n in names)
+                scopes = scopes_of[spec.scopes]
             valid = call.arguments_valid
             key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
             seed = f"{turn_seed}:{call.id}"

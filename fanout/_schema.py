@@ -69,6 +69,12 @@ class Signature:
     parameters: tuple[Parameter, ...]
     extra: Any = None  # the hint of **kwargs; None: no other keyword is accepted
     accepts_extra: bool = False
+    # The parameters' names, read once: every call's arguments are checked against them.
+    names: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
+
+    @names.default
+    def _names(self) -> frozenset[str]:
+        return frozenset(parameter.name for parameter in self.parameters)
 
 
 # What a tool whose signature cannot be read is taken to accept.

@@ -111,7 +111,9 @@ class SecretRegistry:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._secrets: OrderedDict[Secret, None] = OrderedDict()
+        # None is also the pattern of no secrets: ``_current`` says whether it is rebuilt.
         self._pattern: re.Pattern[str] | None = None
+        self._current = True
         self._lock = threading.Lock()
 
     def learn(self, secrets: Iterable[Secret]) -> None:
@@ -121,14 +123,15 @@ class SecretRegistry:
                     self._secrets.move_to_end(secret)
                     continue
                 self._secrets[secret] = None
-                self._pattern = None
+                self._current = False
                 if len(self._secrets) > self._limit:
                     self._secrets.popitem(last=False)
 
     def pattern(self) -> re.Pattern[str] | None:
         with self._lock:
-            if self._pattern is None:
+            if not self._current:
                 self._pattern = _alternation(self._secrets)
+                self._current = True
             return self._pattern
 
     def values(self) -> list[str]:
@@ -174,8 +177,13 @@ def learn(secrets: Iterable[Secret]) -> None:
 def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """``text`` with every form of ``secrets`` and of every registered secret replaced."""
     # A call's secrets were learned when sent: only those the registry lacks
-    # need a pattern of their own.
-    own = _alternation(_known.unknown(s if isinstance(s, Secret) else Secret(s) for s in secrets))
+    # need a pattern of their own. An empty collection has none to look up
+    # (anything else, a generator too, is looked up).
+    own = (
+        _alternation(_known.unknown(s if isinstance(s, Secret) else Secret(s) for s in secrets))
+        if secrets
+        else None
+    )
     for pattern in (own, _known.pattern()):
         if pattern is not None:
             text = pattern.sub(REDACTED, text)

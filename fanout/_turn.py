@@ -5,8 +5,9 @@ and ``reads`` call concurrently; phase two runs the mutating calls by
 policy. Each call also has its own deadline.
 
 Answers are written at the moment a call's fate is decided, not when its
-task has finished unwinding: a watcher task wakes at each deadline, writes
-the ``timed_out`` answers of the calls it ends, and only then cancels them.
+task has finished unwinding: at each deadline a watcher writes the
+``timed_out`` answers of the calls it ends (in trio's own pass over expired
+deadlines, before any task that pass wakes), and only then cancels them.
 Unwinding a thousand hung HTTP requests takes a library a while; the answers
 do not wait for it. A failed sibling under ``cancel_siblings`` ends the
 others the same way. What is still unanswered when the turn stops is
@@ -121,6 +122,8 @@ class Turn:
         self._recorder = recorder
         self._stage = _Stage.NEW
         self._deadline = math.inf  # set when the turn starts running
+        # The budget of every call with no timeout of its own (a frozen value, so shared).
+        self._turn_budget = Budget(math.inf, settings.inline_wait)
         self._failed: CallState | None = None
         self._deadline_reached = False
         self._stopping = False  # set once the turn has stopped its calls
@@ -151,7 +154,7 @@ class Turn:
     @property
     def trace(self) -> tuple[Event, ...]:
         """What happened, with times and reasons; never part of the transcript."""
-        return tuple(self._recorder.trace or ())
+        return self._recorder.events()
 
     @property
     def deadline(self) -> float:
@@ -171,6 +174,7 @@ class Turn:
         self._stage = _Stage.RUNNING
         self._host = self._host_of()
         self._deadline = trio.current_time() + self._timeout
+        self._turn_budget = Budget(self._deadline, self._settings.inline_wait)
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
         self._counts.running += 1
@@ -189,7 +193,8 @@ class Turn:
                     self._answer(state, self._interrupted(state))
             self._stage = _Stage.DONE
             self._counts.running -= 1
-            self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
+            if self._recorder.active:  # the tally is the event's alone
+                self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
 
     async def _run_phases(self) -> None:
         async with trio.open_nursery() as watching:
@@ -396,11 +401,12 @@ class Turn:
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         assert state.plan.spec is not None
-        budget = Budget.starting_now(
-            state.plan.spec.timeout,
-            turn_deadline=self._deadline,
-            inline_wait=self._settings.inline_wait,
-        )
+        timeout = state.plan.spec.timeout
+        budget = self._turn_budget
+        if timeout is not None:
+            budget = Budget.starting_now(
+                timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait
+            )
         place = _Place(task_status)
         try:
             if self._host is None and budget.deadline >= self._deadline:
@@ -480,14 +486,24 @@ class Turn:
         self._deadlines.add(deadline, expire)
 
     async def _watch_deadlines(self) -> None:
-        """Answer each call at its deadline, then cancel it; at the turn's, all that are left."""
+        """Answer each call at its deadline, then cancel it; at the turn's, all that are left.
+
+        The answers are written in trio's pass over expired deadlines
+        (`fanout._deadlines`); cancelling the calls at the turn's deadline,
+        which takes trio a while for calls hung on sockets, waits for this
+        task's turn to run.
+        """
         with self._noting_crashes():
+            self._deadlines.add(self._deadline, self._answer_the_rest)
             await self._deadlines.watch(self._deadline)
-            self._deadline_reached = True
-            for state in self._states:
-                if state.result is None:
-                    self._answer(state, self._interrupted(state))
             self._scope.cancel()
+
+    def _answer_the_rest(self) -> None:
+        """The turn's deadline passed: every call still unanswered is answered ``timed_out``."""
+        self._deadline_reached = True
+        for state in self._states:
+            if state.result is None:
+                self._answer(state, self._interrupted(state))
 
     def _stop_calls(self) -> None:
         """Cancel every call still running, wherever its task lives.

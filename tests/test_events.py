@@ -10,9 +10,10 @@ fetches through fanout's transport from the loopback throttling server.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -20,6 +21,9 @@ import trio
 import fanout
 from fanout import Event, EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout.testing import ServerConfig, serve_throttled
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 E = EventKind
 SECRET = "sk-test-123"
@@ -282,27 +286,48 @@ async def test_http_events_never_carry_a_credential(autojump_clock: Any) -> None
     assert not [e for e in turn.trace if SECRET in repr(e)]
 
 
-async def test_instrumentation_off_builds_no_event(autojump_clock: Any) -> None:
-    """With trace=False and no instruments, no Event is ever constructed."""
-    built: list[float] = []
+@contextlib.contextmanager
+def _events_built(field: str) -> Iterator[list[Any]]:
+    """The ``field`` of every Event constructed inside the block, in order."""
+    built: list[Any] = []
     init = Event.__init__.__code__
 
     def watch(frame: Any, what: str, _: Any) -> None:
         if what == "call" and frame.f_code is init:
-            built.append(trio.current_time())
+            built.append(frame.f_locals[field])
 
     sys.setprofile(watch)
     try:
+        yield built
+    finally:
+        sys.setprofile(None)
+
+
+async def test_instrumentation_off_builds_no_event(autojump_clock: Any) -> None:
+    """With trace=False and no instruments, no Event is ever constructed."""
+    with _events_built("time") as built:
         turn = await run_throttled_turn(trace=False)
         assert [r.status for r in turn.results] == [Status.OK] * 4 + [Status.REFUSED] * 2
         assert turn.trace == ()
         assert built == []
         # The watch does see events when something listens: the zero above is real.
-        traced = await run_throttled_turn()
-    finally:
-        sys.setprofile(None)
-    assert built == [event.time for event in traced.trace]
+        trace = (await run_throttled_turn()).trace
+    assert built == [event.time for event in trace]
     assert len(built) == 31
+
+
+async def test_a_trace_nobody_reads_builds_no_event_while_the_turn_runs(
+    autojump_clock: Any,
+) -> None:
+    """With only the trace listening, events are built when it is read, each once, in order."""
+    with _events_built("kind") as built:
+        turn = await run_throttled_turn()
+        assert built == []
+        first = turn.trace
+        again = turn.trace
+    assert built == [event.kind for event in first]
+    assert len(first) == 31
+    assert all(a is b for a, b in zip(first, again, strict=True))
 
 
 async def test_noop_instrument_sees_each_event_once(autojump_clock: Any) -> None:

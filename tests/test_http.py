@@ -624,3 +624,70 @@ async def test_a_trace_the_caller_set_still_hears_every_step(
     opened = [[e for e in steps if e.startswith("connection.connect_")] for steps in heard]
     assert opened == [["connection.connect_tcp.started", "connection.connect_tcp.complete"], []]
     assert all("http11.receive_response_headers.complete" in steps for steps in heard)
+
+
+class _StubPool:
+    """A pool that only knows whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def handle_async_request(self, request: Any) -> Any:
+        raise AssertionError("not sent in this test")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_large_turn_spreads_over_sets_of_pools_each_call_keeping_its_own() -> None:
+    """Positions past the first set's get pools of their own, made once; a call keeps to one."""
+    from fanout._http_core import _CALLS_PER_SET, HttpCore, Seam
+
+    made: list[_StubPool] = []
+
+    def more() -> _StubPool:
+        made.append(_StubPool())
+        return made[-1]
+
+    first = [_StubPool() for _ in range(4)]
+    core = HttpCore(
+        Seam.of(httpx, fanout._http.GuardedBody), first, wall_clock=wall,
+        credentials=fanout._credentials.CredentialNames(), more=more,
+    )  # fmt: skip
+    small = [core._pool_for(p) for p in range(_CALLS_PER_SET)]
+    assert small == [first[p % 4] for p in range(_CALLS_PER_SET)]
+    assert made == []
+    large = [core._pool_for(p) for p in range(3 * _CALLS_PER_SET)]
+    assert large == [core._pool_for(p) for p in range(3 * _CALLS_PER_SET)]
+    assert len(made) == 8
+    for which in range(3):
+        pools = large[which * _CALLS_PER_SET : (which + 1) * _CALLS_PER_SET]
+        assert len({id(pool) for pool in pools}) == 4
+        assert all(count == _CALLS_PER_SET // 4 for count in _counts(pools))
+    await core.aclose()
+    assert all(pool.closed for pool in [*first, *made])
+
+
+def _counts(pools: list[_StubPool]) -> list[int]:
+    counts: dict[int, int] = {}
+    for pool in pools:
+        counts[id(pool)] = counts.get(id(pool), 0) + 1
+    return list(counts.values())
+
+
+def test_the_pools_of_one_transport_read_the_ca_bundle_once(
+    lib: Library, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One TLS context serves every pool: building one reads the CA bundle (some 20 ms)."""
+    import ssl
+
+    built: list[object] = []
+    create = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(kwargs.get("cafile"))
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    lib.transport(pools=8)
+    assert len(built) == 1
