@@ -300,29 +300,25 @@ def test_a_retry_paced_at_the_slower_rate_is_a_new_congestion_event() -> None:
     assert refused(throttling) == 2
 
 
-def test_a_bucket_refilled_over_a_first_burst_is_not_taken_for_a_window() -> None:
-    """2/s, burst 21, ``Reset`` = next token, 12 in flight: the window tried was 21 per
-    4.7 s, and it reached back over the first burst, so what went in it (25) plus what
-    the trial saw remaining passed any bucket for a log; the log then sent 11 and 8 at
-    once, and 13 were refused. Now a log that took more than its limit in one window is
-    refuted, and a guessed rate refills from the end of a wait, not through it: the first
-    429, and one more while the rate is learned."""
+@pytest.mark.parametrize(
+    ("cap", "retry_after", "calls"),
+    [(12, "ms", 43), (10, "seconds", 27)],
+    ids=["taken-for-a-window", "refilled-through-a-wait"],
+)
+def test_a_slow_bucket_whose_reset_is_its_next_token_draws_two_429s(
+    cap: int, retry_after: str, calls: int
+) -> None:
+    """2/s, burst 21, ``Reset`` = next token (1 s): the first guess is a burst per Reset,
+    21/s. With 12 in flight, the window then tried (21 per 4.7 s) reached back over the
+    first burst, so what went in it (25) plus what the trial saw remaining passed the
+    bucket for a log; the log sent 11 and 8 at once, and 13 were refused. Now a log that
+    took more than its limit in one window is refuted. With 10 in flight, the guessed
+    rate, halved, refilled the bucket all through the 1 s wait, which sent three at its
+    end and four at the next: one and two refused. A guess is no evidence that the
+    server refilled so much: the bucket holds one request at the wait's end."""
     server = Server(model="bucket", rate=2.0, burst=21, latency=0.050791635329969595,
-                    jitter=0.0, max_in_flight=12, headers="draft", retry_after="ms",
-                    calls=43, reset="next")  # fmt: skip
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refusals(throttling) == pytest.approx([0.101583271, 1.292059461], abs=1e-6)
-
-
-def test_a_guessed_rate_does_not_refill_through_a_wait() -> None:
-    """2/s, burst 21, ``Reset`` = next token (1 s), 10 in flight: the first guess is a
-    burst per Reset, 21/s. Refilled at its half through the 1 s wait, the bucket sent
-    three at the wait's end and four at the next: one and two refused. A guess is no
-    evidence that the server refilled so much: the bucket refills from the wait's end."""
-    server = Server(model="bucket", rate=2.0, burst=21, latency=0.050791635329969595,
-                    jitter=0.0, max_in_flight=10, headers="draft", retry_after="seconds",
-                    calls=27, reset="next")  # fmt: skip
+                    jitter=0.0, max_in_flight=cap, headers="draft", retry_after=retry_after,
+                    calls=calls, reset="next")  # fmt: skip
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refusals(throttling) == pytest.approx([0.101583271, 1.292059461], abs=1e-6)
