@@ -174,6 +174,9 @@ class TransportBase(Generic[RequestT, ResponseT]):
     a second queue inside the library would hide those waits (and, at a
     thousand hung calls, take over a second to unwind at the deadline
     against a fifth of that uncapped: ``benchmarks/bench_deadline.py``).
+    Each keeps 20 idle connections, as httpx does by default: kept without
+    bound, the connections a burst of 200 calls opened stayed, and httpcore
+    looked at every one of them at each later request (2.5x the CPU).
     ``secret_headers`` and ``secret_params`` name request headers and query
     parameters that carry credentials, besides the built-in ones.
     ``wall_clock`` is only for reading HTTP-dates and epoch resets; every
@@ -197,7 +200,9 @@ class TransportBase(Generic[RequestT, ResponseT]):
         if transport is not None:
             transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
         else:
-            pool_options.setdefault("limits", self.seam.limits(max_connections=None))
+            pool_options.setdefault(
+                "limits", self.seam.limits(max_connections=None, max_keepalive_connections=20)
+            )
             # One TLS context for every pool: each reads the CA bundle (some 20 ms) otherwise.
             pool_options["verify"] = self.seam.ssl_context(
                 verify=pool_options.get("verify", True),
