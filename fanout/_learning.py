@@ -31,7 +31,10 @@ Three sources, in order of trust:
    of each rate (`fanout._bucket_fit`), at once (the requests still in
    flight make that fit slow) and again when they have answered. The rate
    settles between the slowest and the fastest that fit, nearer the
-   slowest, grows only slowly after, and never past the fastest. This is
+   slowest, grows only slowly after, and never past the fastest; where
+   every rate down to the slowest tried fits (a large burst spent slowly
+   explains any rate), the slowest proves nothing, and it settles at half
+   the fastest. This is
    AIMD whose decrease lands on evidence instead of a blind half.
 
 A response never resets the estimate: only new evidence moves it.
