@@ -212,6 +212,8 @@ class ScopeFront:
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    # The burst whose earliest answer a 429 made the slack take as all late arrival.
+    _lag_assumed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
@@ -479,6 +481,7 @@ class ScopeFront:
             elif self._window_votes >= _WINDOW_VOTES:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
+        self._late_first_arrival()
         if self._learner is not None:
             self._forget_refused(sent)
             unknown = self._limits[0] is None
@@ -502,6 +505,28 @@ class ScopeFront:
                 # server's wait promises.
                 tokens = min(1.0, rate * blocked_for)
             self._apply_learned(tokens=tokens)
+
+    def _late_first_arrival(self) -> None:
+        """A 429 to a scope told its rate, before any warm call came back: the worst case.
+
+        Told the server's limits, a scope that sends on its schedule is
+        refused only if the server's refill runs behind it, and before a warm
+        call shows how fast the server answers (`observe_call`), the burst's
+        earliest answer may be all late first arrival (`warm_hold`). The
+        refusal shows the worst case was the case: the slack takes it, so
+        the requests after this one are not early too (a 48.6/s server
+        that read new connections 145 ms late refused each request over a
+        reused one, eight in a row, and a call gave up after three).
+        """
+        burst = self._burst
+        if self._learner is not None or self.slack is not None or self._warm_fastest is not None:
+            return
+        if burst is None or not math.isfinite(burst[1]):
+            return
+        lag = burst[1] - burst[0]
+        if lag > self._arrival_lag:
+            self._arrival_lag, self._lag_assumed = lag, burst
+            self._backend.set_slack(self._measured_slack())
 
     def _window_guess(self) -> tuple[float, float]:
         """The window the server would count in (``burst`` per this many seconds), and ``burst``.
@@ -686,7 +711,7 @@ class ScopeFront:
         self._ledger.observe_latency(seconds)
         if warm and (self._warm_fastest is None or seconds < self._warm_fastest):
             self._warm_fastest = seconds
-        self._observe_arrival(seconds)
+        self._observe_arrival(seconds, warm=warm)
         if self._window_length is not None and self.slack is None:
             self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
@@ -694,7 +719,7 @@ class ScopeFront:
             self._learner.on_success(began=began, latency=self._ledger.latency)
             self._apply_learned()
 
-    def _observe_arrival(self, seconds: float) -> None:
+    def _observe_arrival(self, seconds: float, *, warm: bool = False) -> None:
         """How late the first request of the latest burst reached the server, at most.
 
         The server refills a burst's bucket from its *first arrival*; every
@@ -715,11 +740,17 @@ class ScopeFront:
         the worst case (`warm_hold`).
         """
         now = trio.current_time()
+        fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
+        assumed = self._lag_assumed
+        if warm and assumed is not None and self.slack is None:
+            # A warm call measures what a 429 made us assume the worst of (`_late_first_arrival`).
+            self._lag_assumed = None
+            self._arrival_lag = max(0.0, assumed[1] - assumed[0] - fastest)
+            self._backend.set_slack(self._measured_slack())
         if self._burst is None or now - seconds < self._burst[0]:
             return  # no burst, or a call that began before the latest burst
         began, first = self._burst[0], min(self._burst[1], now)
         self._burst = (began, first)
-        fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
         lag = first - began - fastest
         if self.slack is None and lag > self._arrival_lag:
             self._arrival_lag = lag
