@@ -280,6 +280,11 @@ class RateLearner:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""
         fit = self._log.fit(slowest=max(self.floor, _MIN_RATE), fastest=self._fastest)
         if fit is None:
+            if self._events > 1:
+                # No bucket explains the answers (a window that states nothing
+                # refills all at once): growing e-fold each half second from here
+                # drew a 429 a window, a fourth among them.
+                self._growth = _SETTLED
             return
         low, high = fit.low, fit.high
         if fit.floored:
