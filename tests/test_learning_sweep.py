@@ -335,3 +335,17 @@ def test_a_429_at_the_fitted_rate_is_a_new_congestion_event() -> None:
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refusals(throttling) == pytest.approx([0.3893, 0.5453, 1.3080], abs=1e-4)
+
+
+def test_a_window_that_states_nothing_slows_the_growth_once_no_bucket_fits() -> None:
+    """A fixed window of 9 per 1.36 s with jitter and no state headers: it refills all at
+    once, and after a second 429 no token bucket explains its answers. Growing e-fold
+    each half second from there drew a 429 a window, a fourth among them; growing
+    slowly, the third is the last."""
+    server = Server(model="fixed", rate=6.6226928240013, burst=9,
+                    latency=0.29934743223778637, jitter=0.14967371611889319,
+                    max_in_flight=None, headers="none", retry_after="seconds", calls=78,
+                    seed=3)  # fmt: skip
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 3
