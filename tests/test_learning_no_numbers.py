@@ -227,21 +227,7 @@ async def test_a_wide_probe_that_spends_three_429s_does_not_slow_the_scope_to_a_
     config = ServerConfig(
         rate=39.95, burst=1, latency=0.07, headers="x", retry_after="ms", max_in_flight=15
     )
-    async with (
-        serve_throttled(config) as server,
-        fanout.http_client(base_url=server.url) as client,
-    ):
-        registry = Registry()
-
-        @registry.tool(kind=Kind.READS, scopes=["api"], timeout=600)
-        async def fetch(n: int) -> str:
-            response = await client.get(f"/items/{n}")
-            response.raise_for_status()
-            return response.text
-
-        scope = Scope("api", max_concurrency=15)
-        runner = Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=600)
-        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(72)])
+    server, turn = await learn(config, 72, Scope("api", max_concurrency=15))
     assert all(r.status is Status.OK for r in turn.results)
     assert server.count(status=429) == 3
 
