@@ -339,3 +339,34 @@ async def test_owing_lowers_the_balance_and_rebooks_what_is_ahead(autojump_clock
     bucket.owe(0.5)
     assert not bucket.confirm(ahead)
     assert bucket.wait_for(1.0) == pytest.approx(0.15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    old=st.floats(1e-3, 1e10),
+    new=st.floats(1e-3, 1e10),
+    burst=st.integers(1, 20),
+    block=st.floats(0.001, 7 * 24 * 3600.0),  # a Retry-After past a week is not taken
+)
+def test_a_rate_changed_during_a_block_keeps_the_schedule_in_time(
+    old: float, new: float, burst: int, block: float
+) -> None:
+    """Drained and blocked, booked during the block, then told a new rate (what learning
+    does at a 429): the next start is at most the booking's token and its own, at the new
+    rate, after the block ends, and never a number that is not one. (Reading the
+    balance now, the block's length in old-rate tokens was repaid at the new rate: a 1 s
+    block at 408/s became 13 s at 32/s.)"""
+
+    async def main() -> tuple[float, float]:
+        bucket = TokenBucket(old, float(burst))
+        bucket.reserve(float(burst))
+        bucket.drain(block)
+        during = bucket.reserve(1.0)
+        assert during is not None
+        assert during.start >= block
+        bucket.set_limits(new, float(burst))
+        return bucket.wait_for(1.0), bucket.blocked_until
+
+    wait, until = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert math.isfinite(wait)
+    assert until - 1e-9 <= wait <= until + 2.0 / new + until * 1e-12 + 1e-9
