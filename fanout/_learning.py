@@ -293,6 +293,9 @@ class RateLearner:
             # ``high`` does. Taken as the rate, ``low`` crawled at 0.09/s, one call
             # per 11 s, against 7.8/s; half the fastest fit is at most twice slow.
             self.rate = max(self.floor, min(self.rate or high, high * _FLOORED_SHARE))
+            if fit.bounded and self._events > 1:
+                # As for a fit bounded both ways: slow growth, never past the fastest.
+                self._growth, self._cap = _SETTLED, high
         elif fit.bounded and self._refused >= _REFUSALS:
             # The answers bound the rate from both sides and the 429s learning may
             # spend are spent: the slowest rate they fit (leaning towards the

@@ -249,3 +249,18 @@ def test_an_http_date_wait_draws_two_429s_wherever_the_servers_second_falls(
     server, turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert all(r.status is Status.OK for r in turn.results)
     assert server.count(status=429) == 2
+
+
+async def test_a_fit_that_rules_out_no_slower_rate_still_settles_the_growth(
+    autojump_clock: Any,
+) -> None:
+    """7/s, burst 9, 195 ms, no numbers at all: after the second 429 every rate down to the
+    slowest tried fits, so the rate is half the fastest that fits (2.4/s). Growing from
+    there e-fold each half second, as before any fit, it reached 12/s and drew two more
+    429s; settled as a fit bounded both ways is, it draws none."""
+    config = ServerConfig(
+        rate=7.0, burst=9, latency=0.1953125, headers="none", retry_after="absent"
+    )
+    server, turn = await learn(config, 29)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert [round(r.start, 4) for r in server.records if r.status == 429] == [0.8124, 0.8893]
