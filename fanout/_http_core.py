@@ -51,6 +51,7 @@ from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import http_date, parse_rate_limit_headers
+from ._library_log import scrub_library_log
 from ._redact import REDACTED, redact_text, redact_url
 from ._scope import scopes_named
 from ._secrets import learn
@@ -148,6 +149,7 @@ class Seam:
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
     limits: Callable[..., Any]  # the library's pool limits class
     ssl_context: Callable[..., Any]  # the library's ``create_ssl_context``
+    logger: str  # the library's own logger, which logs every request's URL
 
     @classmethod
     def of(cls, library: ModuleType, body: type[GuardedBody]) -> Seam:
@@ -159,6 +161,7 @@ class Seam:
             pool=library.AsyncHTTPTransport,
             limits=library.Limits,
             ssl_context=library.create_ssl_context,
+            logger=library.__name__,
         )
 
 
@@ -197,6 +200,7 @@ class TransportBase(Generic[RequestT, ResponseT]):
     ) -> None:
         if not (isinstance(pools, int) and pools >= 1):
             raise ConfigurationError(f"pools must be an int >= 1, not {pools!r}")
+        scrub_library_log(self.seam.logger)
         if transport is not None:
             transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
         else:

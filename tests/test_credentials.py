@@ -203,6 +203,12 @@ async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[S
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s %(fanout)s"))
     log.addHandler(handler)
+    # The HTTP library logs every request's URL itself, at INFO (`fanout._library_log`).
+    library_log = logging.getLogger(lib.module.__name__)
+    library_stream = io.StringIO()
+    library_handler = logging.StreamHandler(library_stream)
+    library_log.addHandler(library_handler)
+    level, library_log.level = library_log.level, logging.DEBUG
     metrics = PrometheusInstrument(CollectorRegistry())
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -223,6 +229,10 @@ async def sweep(lib: Library, placement: str, key: str) -> tuple[Outputs, list[S
         run = fanout.Run("sweep")
         turns = [await runner.run_turn(calls, run=run) for calls in (FIRST, SECOND)]
     log.removeHandler(handler)
+    library_log.removeHandler(library_handler)
+    library_log.setLevel(level)
+    assert "HTTP Request" in library_stream.getvalue()  # the search is not vacuous
+    outputs.add(library_stream.getvalue())
     for turn in turns:
         outputs.add(*turn.results, *turn.trace)
         outputs.add(fanout.anthropic_tool_results(turn.results))
