@@ -42,6 +42,7 @@ from ._learning import RateLearner
 from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
+from ._slots import LearnedCap
 from ._validate import (
     flag,
     one_of,
@@ -224,6 +225,12 @@ class ScopeFront:
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
     # A learned window on trial: its length, and when the server said it reopens.
     _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
+    # When the requests were sent whose 503s showed a cap, not the rate (`_slots`);
+    # a 503 without a wait is never throttled on, so only the latest few are kept.
+    _overloads: collections.deque[float] = attrs.field(
+        init=False, factory=lambda: collections.deque(maxlen=64), repr=False
+    )
 
     if TYPE_CHECKING:
         name: str
@@ -311,7 +318,14 @@ class ScopeFront:
             # Calls queued for a slot take the tokens at hand first; only the rest wait on the rate.
             spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
             by_rate += max(0.0, queued - spare) / rate
-        return max(self._ledger.slots_estimate(self.max_concurrency, guess=guess), by_rate)
+        return max(self._ledger.slots_estimate(self.concurrency_cap(), guess=guess), by_rate)
+
+    def concurrency_cap(self) -> int | None:
+        """The calls let in at once: the configured cap, or a lower one 503s showed (`_slots`)."""
+        learned = self._cap.limit
+        if learned is None:
+            return self.max_concurrency
+        return learned if self.max_concurrency is None else min(learned, self.max_concurrency)
 
     def _rate_is_evidence(self) -> bool:
         """Whether the rate was configured, stated by the server, or measured (not guessed)."""
@@ -452,6 +466,15 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
+    async def request_leaving(self) -> int:
+        """A request of this scope is about to be sent: wait while a cap 503s showed is
+        full (`_slots`), then count it on the wire; how many others were."""
+        return await self._cap.sending()
+
+    def request_back(self) -> None:
+        """A request's answer is in, or it failed: it is off the wire."""
+        self._cap.answered()
+
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
         """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
 
@@ -468,6 +491,17 @@ class ScopeFront:
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
         sent = now if sent_at is None or not sent_at <= now else sent_at
+        if sent in self._overloads:
+            # Over the server's cap, not its rate (`_slots`): the tokens are still
+            # there and the rate stays what it was. The refused call waits out the
+            # server's wait; the others go on under the cap, which is now no more
+            # than was out when it was refused (blocked, every call waited a
+            # second the server rounded up from 0.1 s, to go out 4 at a time anyway).
+            self._overloads.remove(sent)
+            if self._learner is not None:
+                self._learner.on_overloaded()
+            await trio.lowlevel.checkpoint()
+            return
         trial = self._window_trial
         if trial is not None and sent >= trial[1]:
             self._window_trial = None  # refused after the window's reported end: no window
@@ -605,6 +639,7 @@ class ScopeFront:
         sent_at: float | None = None,
         refused: bool = False,
         opened: bool | None = None,
+        overloaded_with: int | None = None,
     ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
@@ -614,9 +649,13 @@ class ScopeFront:
         the server takes to answer one it admits. ``opened``: whether the
         request opened a connection (None: the transport cannot tell), so
         may have reached the server late (`fanout._window.Arrivals`).
+        ``overloaded_with``: the answer was a 503 to a request sent with this
+        many others of the scope on the wire, which may show a cap (`_slots`).
         """
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
+        if overloaded_with is not None and self.learn and self._cap.overloaded(overloaded_with):
+            self._overloads.append(sent)
         self._adopt_stated(info, sent)
         if not refused:
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
@@ -894,7 +933,7 @@ class ScopeFront:
         bucket = self._backend.bucket_statistics()
         return ScopeStatistics(
             name=self.name, in_flight=self._ledger.in_flight,
-            max_concurrency=self.max_concurrency, waiting=self._ledger.waiting, bucket=bucket,
+            max_concurrency=self.concurrency_cap(), waiting=self._ledger.waiting, bucket=bucket,
             exhausted_until=self.exhausted_until(), latency=self._ledger.latency,
             shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
             retries_refused=budget.refused,

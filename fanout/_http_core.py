@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ._context import CallContext
+    from ._scope import ScopeLike
     from ._values import RateLimitInfo
 
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
@@ -264,29 +265,42 @@ class HttpCore(Generic[RequestT, ResponseT]):
         if context.kind is Kind.MUTATING and context.idempotency_key:
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
         url = redact_url(request.url, context.secrets)
-        _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-        opened = _watch_connections(request, context)
-        held_before = context.held
-        sent_at = trio.current_time()
-        if first:  # its token was taken at admission: how late it leaves is the scope's slack
-            for scope in context.scopes:
-                scope.observe_send_lag(sent_at - context.admitted_at, arrived_at=context.arrived_at)
+        # How many other requests of each scope were on the wire: a 503 read against it
+        # may show a cap on requests in flight, which later requests wait under
+        # (`fanout._slots`); that wait is no lag of the network's.
+        waited_from = trio.current_time()
+        others = await _leave(context.scopes)
         try:
-            response = await transport.handle_async_request(request)
-        except self._seam.transport_error as exc:
-            raise self._failed(
-                context, exc, sent=not isinstance(exc, self._seam.not_sent)
-            ) from None
+            _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
+            opened = _watch_connections(request, context)
+            held_before = context.held
+            sent_at = trio.current_time()
+            if first:  # its token was taken at admission: how late it leaves is the scope's slack
+                lag = waited_from - context.admitted_at
+                for scope in context.scopes:
+                    scope.observe_send_lag(lag, arrived_at=context.arrived_at)
+            try:
+                response = await transport.handle_async_request(request)
+            except self._seam.transport_error as exc:
+                raise self._failed(
+                    context, exc, sent=not isinstance(exc, self._seam.not_sent)
+                ) from None
+        finally:
+            for scope in context.scopes:
+                if id(scope) in others:
+                    scope.request_back()
         sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
             server_now=self._server_now(request, response.headers.get("date"), sent_at),
         )  # fmt: skip
         info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
+        overloaded = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
-                info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened()
-            )
+                info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
+                overloaded_with=others[id(scope)] if overloaded else None,
+            )  # fmt: skip
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
         )
@@ -419,6 +433,24 @@ async def _charge(context: CallContext) -> None:
             f"{shortfall.scope!r}, more than it can afford; it was not sent",
             status=Status.RATE_LIMITED, scope=shortfall.scope, retry_after=shortfall.needed,
         )  # fmt: skip
+
+
+async def _leave(scopes: tuple[ScopeLike, ...]) -> dict[int, int]:
+    """Each scope's count of its other requests on the wire, this one counted out.
+
+    A scope whose wait is cancelled leaves the ones before it counted: the
+    caller takes each of them off the wire again.
+    """
+    others: dict[int, int] = {}
+    try:
+        for scope in scopes:
+            others[id(scope)] = await scope.request_leaving()
+    except BaseException:
+        for scope in scopes:
+            if id(scope) in others:
+                scope.request_back()
+        raise
+    return others
 
 
 def _signal_for(

@@ -217,6 +217,16 @@ class RateLearner:
         self._refit = True
         self._quiet_until = now + 1.0 / self.rate
 
+    def on_overloaded(self) -> None:
+        """A 503 showed a cap on requests in flight (`fanout._slots`), not the rate.
+
+        The rate stays, but the slow start ends: a bucket that refilled during
+        the 503's wait shows room on every answer after it, and doubling per
+        round trip on that room ran a 50/s server's scope up to 180/s, then
+        into a 429 and a window it took that for.
+        """
+        self._slow_start = False
+
     def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
 

@@ -60,6 +60,7 @@ from ._redis import (
 )
 from ._redis_client import RedisClient, client_from_url
 from ._redis_keys import scope_key_base
+from ._slots import take_slot
 from ._validate import positive
 from ._window import SlidingLog
 
@@ -157,7 +158,7 @@ class RedisBackend:
         if self._gate is None:
             await trio.lowlevel.checkpoint()
             return True
-        if not await _take(self._gate, holder, deadline):
+        if not await take_slot(self._gate, holder, deadline):
             return False
         member: str | None = None
         try:
@@ -653,19 +654,6 @@ class RedisScope(ScopeFront):
             backend.nursery = None
             if self._owns_client:
                 await self.client.__aexit__(None, None, None)
-
-
-async def _take(limiter: trio.CapacityLimiter, holder: SlotHolder, deadline: float) -> bool:
-    """A local slot now if free, else by ``deadline``; never past it."""
-    try:
-        limiter.acquire_on_behalf_of_nowait(holder)
-    except trio.WouldBlock:
-        with trio.move_on_at(deadline):
-            await limiter.acquire_on_behalf_of(holder)
-            return True
-        return False
-    await trio.lowlevel.cancel_shielded_checkpoint()  # a slot taken is never dropped
-    return True
 
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ import trio
 from ._bucket import TokenBucket
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
+from ._slots import take_slot
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
@@ -91,9 +92,11 @@ class ScopeLike(Protocol):
     async def wait_for(self, cost: float) -> float: ...
     async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None: ...
     async def block_until(self, when: float) -> None: ...
+    async def request_leaving(self) -> int: ...
+    def request_back(self) -> None: ...
     async def observe_headers(
         self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False,
-        opened: bool | None = None,
+        opened: bool | None = None, overloaded_with: int | None = None,
     ) -> None: ...  # fmt: skip
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
@@ -142,17 +145,7 @@ class LocalBackend:
         if self.limiter is None:
             await trio.lowlevel.checkpoint()
             return True
-        # As trio's CapacityLimiter.acquire: a cancel point before, none after a slot is taken.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self.limiter.acquire_on_behalf_of_nowait(holder)
-        except trio.WouldBlock:
-            with trio.move_on_at(deadline):
-                await self.limiter.acquire_on_behalf_of(holder)
-                return True
-            return False
-        await trio.lowlevel.cancel_shielded_checkpoint()  # a slot taken is never dropped
-        return True
+        return await take_slot(self.limiter, holder, deadline)
 
     async def release_slot(self, holder: SlotHolder) -> None:
         if self.limiter is not None:

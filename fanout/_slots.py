@@ -1,0 +1,108 @@
+"""Slots: taking one by a deadline, and the cap a scope learns from 503s.
+
+A server may limit how many requests it works on at once, and say so only by
+refusing the one over its cap: ``503`` (overloaded), with a ``Retry-After``
+for when a request in flight should be done. No header states the cap, so a
+scope nobody told ``max_concurrency`` learns it, in this process, from what
+such a refusal shows: the server had its cap of requests in flight when the
+refused one arrived, and every request of ours it could have been counting
+was on the wire when that one was sent. With ``n`` others of ours on the wire
+then, the cap is at most ``n`` (answers already on their way back made the
+server's count smaller, not larger). From then on, no more than that many
+of its requests are out at once; a second refusal can only lower it. Without this, a
+scope learning its rate against 10/s with a cap of 4 sent its whole burst at
+every reopening: 5 of 9 refused each time, 19 refusals and 7 calls given up.
+
+Only ``503`` is read so. A ``429`` is about the rate, and often the rate of
+something else than requests (tokens a minute) while ``Remaining`` requests
+is still positive: taken for a cap, the calls in flight at one 429 would have
+capped a scope for good. A ``503`` with nothing else on the wire says nothing
+of a cap: it is the rate's (or the server's) to answer for.
+
+A cap learned from one overloaded moment is not a law: it grows by one
+every minute without a refusal, so a long-lived scope finds its way back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import trio
+
+__all__ = ["LearnedCap", "take_slot"]
+
+_REGROW = 60.0  # seconds without a refusal for the learned cap to grow by one
+
+
+async def take_slot(limiter: trio.CapacityLimiter, holder: object, deadline: float) -> bool:
+    """A slot now if free, else by ``deadline``; never past it.
+
+    As trio's ``CapacityLimiter.acquire``: a cancel point before, none after
+    a slot is taken, so a slot taken is never dropped.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        limiter.acquire_on_behalf_of_nowait(holder)
+    except trio.WouldBlock:
+        with trio.move_on_at(deadline):
+            await limiter.acquire_on_behalf_of(holder)
+            return True
+        return False
+    await trio.lowlevel.cancel_shielded_checkpoint()
+    return True
+
+
+@attrs.define(eq=False)
+class LearnedCap:
+    """The requests on the wire a server's 503s allow this process (module docstring).
+
+    It counts the scope's requests on the wire, which is what a refusal is
+    read against, and once a refusal shows a cap, a request waits to leave
+    while that many are out. The wait is at the wire, not at admission: calls
+    already admitted, waiting for their tokens when the cap is learned, are
+    held to it too. Places pass in order: an answer hands its place to the
+    request that waited longest.
+    """
+
+    _learned: int | None = None
+    _lowered_at: float = -math.inf
+    _waiting: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    on_the_wire: int = 0
+
+    @property
+    def limit(self) -> int | None:
+        """The cap now, grown back by one for each minute since it was lowered."""
+        if self._learned is None:
+            return None
+        grown = (trio.current_time() - self._lowered_at) // _REGROW
+        return self._learned + int(min(grown, 1e6))
+
+    async def sending(self) -> int:
+        """A request is about to leave: wait for a place under the cap; how many others are out."""
+        limit = self.limit
+        if limit is not None:
+            # A cancel point before the check, none between it and taking the place.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if self.on_the_wire >= limit or self._waiting:
+                await self._waiting.park()  # ``answered`` handed its place over, counted
+                return self.on_the_wire - 1
+        self.on_the_wire += 1
+        return self.on_the_wire - 1
+
+    def answered(self) -> None:
+        """A request's answer (or its failure) is back: its place is free, or passed on."""
+        limit = self.limit
+        if self._waiting and (limit is None or self.on_the_wire <= limit):
+            self._waiting.unpark()
+            return
+        self.on_the_wire = max(0, self.on_the_wire - 1)
+
+    def overloaded(self, others: int) -> bool:
+        """A 503 to a request sent with ``others`` on the wire; True when it shows a cap."""
+        if others < 1:
+            return False
+        limit = self.limit
+        self._learned = others if limit is None else min(limit, others)
+        self._lowered_at = trio.current_time()
+        return True
