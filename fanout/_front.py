@@ -42,7 +42,7 @@ from ._learning import RateLearner
 from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
-from ._slots import LearnedCap
+from ._slots import LearnedCap, Leaving
 from ._validate import (
     flag,
     one_of,
@@ -466,7 +466,7 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
-    async def request_leaving(self) -> int:
+    async def request_leaving(self) -> Leaving:
         """A request of this scope is about to be sent: wait while a cap 503s showed is
         full (`_slots`), then count it on the wire; how many others were."""
         return await self._cap.sending()
@@ -498,8 +498,6 @@ class ScopeFront:
             # than was out when it was refused (blocked, every call waited a
             # second the server rounded up from 0.1 s, to go out 4 at a time anyway).
             self._overloads.remove(sent)
-            if self._learner is not None:
-                self._learner.on_overloaded()
             await trio.lowlevel.checkpoint()
             return
         trial = self._window_trial
@@ -515,6 +513,7 @@ class ScopeFront:
             elif self._window_votes >= _WINDOW_VOTES:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
+        self._cap.throttled()
         self._late_first_arrival()
         if self._learner is not None:
             self._forget_refused(sent)

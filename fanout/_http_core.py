@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from ._context import CallContext
     from ._scope import ScopeLike
+    from ._slots import Leaving
     from ._values import RateLimitInfo
 
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
@@ -269,8 +270,11 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # may show a cap on requests in flight, which later requests wait under
         # (`fanout._slots`); that wait is no lag of the network's.
         waited_from = trio.current_time()
-        others = await _leave(context.scopes)
+        leaving = await _leave(context.scopes)
         try:
+            overruled = tuple(s for s in context.scopes if leaving[id(s)].overruled)
+            if overruled:
+                await _charge(context, overruled)
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             opened = _watch_connections(request, context)
             held_before = context.held
@@ -287,7 +291,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 ) from None
         finally:
             for scope in context.scopes:
-                if id(scope) in others:
+                if id(scope) in leaving:
                     scope.request_back()
         sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
@@ -299,7 +303,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
-                overloaded_with=others[id(scope)] if overloaded else None,
+                overloaded_with=leaving[id(scope)].others if overloaded else None,
             )  # fmt: skip
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
@@ -421,10 +425,12 @@ def _warm_hold(context: CallContext) -> float:
     return hold if fits else 0.0
 
 
-async def _charge(context: CallContext) -> None:
-    """Reserve a token on each scope for a request after the first, within budget."""
+async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = None) -> None:
+    """Reserve a token on each scope (default: all the call's) for a request, within budget:
+    one after the first, or one a refusal overruled while it waited to leave."""
     shortfall = await take_tokens(
-        context.scopes, 1.0, budget=context.budget, patience=context.budget.patience(),
+        context.scopes if scopes is None else scopes, 1.0, budget=context.budget,
+        patience=context.budget.patience(),
         on_wait=lambda wait, scope: _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope),
     )  # fmt: skip
     if shortfall is not None:
@@ -435,22 +441,22 @@ async def _charge(context: CallContext) -> None:
         )  # fmt: skip
 
 
-async def _leave(scopes: tuple[ScopeLike, ...]) -> dict[int, int]:
-    """Each scope's count of its other requests on the wire, this one counted out.
+async def _leave(scopes: tuple[ScopeLike, ...]) -> dict[int, Leaving]:
+    """This request leaving on each scope (`fanout._slots`), keyed by the scope's id.
 
     A scope whose wait is cancelled leaves the ones before it counted: the
     caller takes each of them off the wire again.
     """
-    others: dict[int, int] = {}
+    leaving: dict[int, Leaving] = {}
     try:
         for scope in scopes:
-            others[id(scope)] = await scope.request_leaving()
+            leaving[id(scope)] = await scope.request_leaving()
     except BaseException:
         for scope in scopes:
-            if id(scope) in others:
+            if id(scope) in leaving:
                 scope.request_back()
         raise
-    return others
+    return leaving
 
 
 def _signal_for(

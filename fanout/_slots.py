@@ -30,7 +30,7 @@ import math
 import attrs
 import trio
 
-__all__ = ["LearnedCap", "take_slot"]
+__all__ = ["LearnedCap", "Leaving", "take_slot"]
 
 _REGROW = 60.0  # seconds without a refusal for the learned cap to grow by one
 
@@ -53,6 +53,15 @@ async def take_slot(limiter: trio.CapacityLimiter, holder: object, deadline: flo
     return True
 
 
+@attrs.frozen
+class Leaving:
+    """A request leaving: ``others`` of the scope on the wire with it; ``overruled``: it
+    waited for its place while the rate refused one, so needs a token anew."""
+
+    others: int
+    overruled: bool = False
+
+
 @attrs.define(eq=False)
 class LearnedCap:
     """The requests on the wire a server's 503s allow this process (module docstring).
@@ -68,6 +77,7 @@ class LearnedCap:
     _learned: int | None = None
     _lowered_at: float = -math.inf
     _waiting: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    _throttled: int = 0  # the rate's refusals so far
     on_the_wire: int = 0
 
     @property
@@ -78,17 +88,29 @@ class LearnedCap:
         grown = (trio.current_time() - self._lowered_at) // _REGROW
         return self._learned + int(min(grown, 1e6))
 
-    async def sending(self) -> int:
-        """A request is about to leave: wait for a place under the cap; how many others are out."""
+    async def sending(self) -> Leaving:
+        """A request is about to leave: wait for a place under the cap; how many others are out.
+
+        A request that waited while the rate refused one (`throttled`) is
+        told so: the token it was admitted on was spent before that refusal
+        emptied the bucket, and it must not go out on it, as a booking the
+        refusal voided would not (a storm of 48 429s, each refused request's
+        place passed at once to the next).
+        """
         limit = self.limit
         if limit is not None:
             # A cancel point before the check, none between it and taking the place.
             await trio.lowlevel.checkpoint_if_cancelled()
             if self.on_the_wire >= limit or self._waiting:
+                throttled = self._throttled
                 await self._waiting.park()  # ``answered`` handed its place over, counted
-                return self.on_the_wire - 1
+                return Leaving(self.on_the_wire - 1, overruled=self._throttled != throttled)
         self.on_the_wire += 1
-        return self.on_the_wire - 1
+        return Leaving(self.on_the_wire - 1)
+
+    def throttled(self) -> None:
+        """The rate refused a request (a 429): requests waiting here need a token anew."""
+        self._throttled += 1
 
     def answered(self) -> None:
         """A request's answer (or its failure) is back: its place is free, or passed on."""
