@@ -62,6 +62,7 @@ from ._scope import ScopeStatistics as ScopeStatistics
 from ._scope import concurrency_for as concurrency_for
 from ._secrets import Secret as Secret
 from ._secrets import register_secret as register_secret
+from ._slots import Leaving as Leaving
 from ._streaming import StreamingTurn as StreamingTurn
 from ._streams import AnthropicStream as AnthropicStream
 from ._streams import ChatCompletionsStream as ChatCompletionsStream
@@ -93,6 +94,7 @@ __all__ = [
     "Instrument",
     "InvalidTurnError",
     "Kind",
+    "Leaving",
     "LimiterUnavailableError",
     "QuotaExhaustedError",
     "RateLimitedError",

@@ -18,7 +18,7 @@ EXPECTED = {
     "RetryPolicy",
     "RetryBudget",
     "RetryBudgetStatistics",
-    "Scope", "ScopeLike", "ScopeStatistics", "concurrency_for",
+    "Scope", "ScopeLike", "ScopeStatistics", "concurrency_for", "Leaving",
     # scheduling
     "Registry", "ToolSpec", "Runner", "RunnerStatistics", "Turn", "Run",
     "CallContext", "current_call",
