@@ -217,7 +217,7 @@ def headline_table(scenarios: Sequence[Scenario], results: Sequence[RunResult]) 
     return _table(header, [*rows, minimum], "l" * (len(scenarios) + 1))
 
 
-_FANOUT = ("fanout_configured", "fanout_learned")
+_FANOUT = ("fanout_configured", "fanout_learned", "fanout_learned_uncapped")
 
 
 def _matrix_cell(scenario: Scenario, result: RunResult) -> str:

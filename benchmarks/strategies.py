@@ -336,6 +336,11 @@ async def fanout_learned(setting: Setting) -> list[CallOutcome]:
     return await _fanout(setting, scope)
 
 
+async def fanout_learned_uncapped(setting: Setting) -> list[CallOutcome]:
+    """fanout told nothing at all, not even a documented cap: it learns the cap from 503s."""
+    return await _fanout(setting, fanout.Scope("api"))
+
+
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("naive", "naive fan-out", "all at once, no retry", naive),
     Strategy(
@@ -373,5 +378,11 @@ STRATEGIES: tuple[Strategy, ...] = (
         "fanout (learning from headers)",
         "Scope() with no rate: probe, then learn from headers and 429s",
         fanout_learned,
+    ),
+    Strategy(
+        "fanout_learned_uncapped",
+        "fanout (learning, cap not told)",
+        "Scope() with no rate and no max_concurrency: the cap too is learned, from 503s",
+        fanout_learned_uncapped,
     ),
 )

@@ -193,6 +193,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
     assert spec is not None
     holder = _SlotHolder()
     held: list[ScopeLike] = []
+    context: CallContext | None = None
     try:
         denial = await _admit(state, within, holder, held)
         within.queued()
@@ -218,6 +219,9 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         )  # fmt: skip
         return await _run_tool(state, spec, context, within.settings)
     finally:
+        if context is not None:
+            for give_back in context.places:  # a body the tool never closed (`fanout._slots`)
+                give_back()
         for scope in reversed(held):
             await scope.release_slot(holder)
 

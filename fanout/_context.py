@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -66,6 +67,9 @@ class CallContext:
     opened_connection: bool = False
     held: float = 0.0
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
+    # How to give back the places its requests took on the wire (`fanout._slots`): each
+    # is given back once its answer is read, and any left when the attempt ends.
+    places: list[Callable[[], None]] = attrs.field(factory=list, repr=False)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

@@ -53,7 +53,7 @@ from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, Tra
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
 from ._redact import REDACTED, redact_text, redact_url
-from ._scope import scopes_named
+from ._scope import ScopeLike, scopes_named
 from ._secrets import learn
 from ._server_clock import ServerClock
 from ._values import Kind, Status
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ._context import CallContext
-    from ._scope import ScopeLike
     from ._slots import Leaving
     from ._values import RateLimitInfo
 
@@ -121,10 +120,12 @@ class GuardedBody:
         inner: Any,
         errors: type[Exception],
         fail: Callable[[Exception], TransientError],
+        closed: Callable[[], None],
     ) -> None:
         self._inner = inner
         self._errors = errors
         self._fail = fail
+        self._closed = closed
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -134,7 +135,20 @@ class GuardedBody:
             raise self._fail(exc) from None
 
     async def aclose(self) -> None:
+        self._closed()
         await self._inner.aclose()
+
+
+@attrs.define
+class _Place:
+    """A request's place on the wire of each of its scopes, given back once."""
+
+    scopes: tuple[ScopeLike, ...]
+
+    def give_back(self) -> None:
+        scopes, self.scopes = self.scopes, ()
+        for scope in scopes:
+            scope.request_back()
 
 
 @attrs.frozen
@@ -271,6 +285,12 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # (`fanout._slots`); that wait is no lag of the network's.
         waited_from = trio.current_time()
         leaving = await _leave(context.scopes)
+        # Its place is given back once its answer is read: handed on at the headers, the
+        # next request reached a server that had not yet counted this one out, and was
+        # refused. A body never closed gives it back when the attempt ends.
+        place = _Place(tuple(s for s in context.scopes if id(s) in leaving))
+        context.places.append(place.give_back)
+        answered = False
         try:
             overruled = tuple(s for s in context.scopes if leaving[id(s)].overruled)
             if overruled:
@@ -289,10 +309,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 raise self._failed(
                     context, exc, sent=not isinstance(exc, self._seam.not_sent)
                 ) from None
+            answered = True
         finally:
-            for scope in context.scopes:
-                if id(scope) in leaving:
-                    scope.request_back()
+            if not answered:
+                place.give_back()
         sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
@@ -310,12 +330,14 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )
         signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
         if signal is not None:
+            place.give_back()
             await response.aclose()
             raise signal
         response.stream = self._seam.body(
             response.stream,
             self._seam.transport_error,
             lambda exc: self._failed(context, exc, sent=True, body=True),
+            place.give_back,
         )
         return response
 

@@ -8,15 +8,18 @@ count asserted is exact.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout import Scope, Status
+import fanout
+from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._slots import LearnedCap
 from fanout.testing import ServerConfig, ThrottlingServer
 from tests.test_learning_no_numbers import learn, shape
@@ -237,3 +240,76 @@ def test_a_cap_nobody_told_fails_no_call_and_draws_no_503_once_learned(server: S
     if throttling.count(status=503):
         _, later = _after_first_503(throttling)
         assert not [r.start for r in later if r.status == 503]
+
+
+# -- a place on the wire is held until the answer is read ------------------------
+
+
+async def _capped_turn(tools: dict[str, Any], arguments: list[dict[str, Any]]) -> list[float]:
+    """Calls of ``tools`` through one scope whose second request at t=0 is refused with a
+    503 while the first is out (a cap of one learned); when each request was sent."""
+    sent: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(trio.current_time())
+        if len(sent) == 2:
+            return httpx.Response(503, headers={"retry-after": "5"})
+        return httpx.Response(200, text="ok")
+
+    async with fanout.http_client(httpx.MockTransport(handler), base_url="http://api") as client:
+        registry = Registry()
+        for name, body in tools.items():
+            registry.tool(name=name, kind=Kind.READS, scopes=["api"], timeout=60)(
+                functools.partial(body, client)
+            )
+        runner = Runner(registry, scopes=[Scope("api", rate=1000, burst=1000)], inline_wait=None)
+        turn = await runner.run_turn(
+            [ToolCall(f"c{i}", args.pop("tool"), args) for i, args in enumerate(arguments)]
+        )
+    assert all(r.status is Status.OK for r in turn.results)
+    return sent
+
+
+async def _read_slowly(client: httpx.AsyncClient, n: int, wait: float) -> str:
+    await trio.sleep(wait)
+    async with client.stream("GET", f"/item/{n}") as response:
+        await trio.sleep(1)
+        return (await response.aread()).decode()
+
+
+async def _leave_unread(client: httpx.AsyncClient, n: int, wait: float) -> str:
+    await trio.sleep(wait)
+    response = await client.send(client.build_request("GET", f"/item/{n}"), stream=True)
+    await trio.sleep(2)
+    return str(response.status_code)  # its body never closed
+
+
+async def test_a_place_on_the_wire_is_given_back_when_the_answer_is_read(
+    autojump_clock: Any,
+) -> None:
+    """Given back at the headers, the next request reached a server that had not yet
+    counted the answered one out. Here the first answer's body is read at t=1: the
+    third request, ready at 0.5, leaves then, not at 0.5 (the refused one retries at 5)."""
+    sent = await _capped_turn(
+        {"read": _read_slowly},
+        [
+            {"tool": "read", "n": 0, "wait": 0},
+            {"tool": "read", "n": 1, "wait": 0},
+            {"tool": "read", "n": 2, "wait": 0.5},
+        ],
+    )
+    assert sent == [0.0, 0.0, 1.0, 5.0]
+
+
+async def test_a_body_never_closed_gives_its_place_back_when_the_attempt_ends(
+    autojump_clock: Any,
+) -> None:
+    sent = await _capped_turn(
+        {"leave": _leave_unread, "read": _read_slowly},
+        [
+            {"tool": "leave", "n": 0, "wait": 0},
+            {"tool": "read", "n": 1, "wait": 0},
+            {"tool": "read", "n": 2, "wait": 0.5},
+        ],
+    )
+    assert sent == [0.0, 0.0, 2.0, 5.0]
