@@ -231,6 +231,11 @@ class ScopeFront:
     _overloads: collections.deque[float] = attrs.field(
         init=False, factory=lambda: collections.deque(maxlen=64), repr=False
     )
+    # When the refused requests the HTTP layer told of at once were sent, each listed
+    # until the runner tells it again (`on_throttled`): a refusal is taken in once.
+    _refusals_taken: collections.deque[float] = attrs.field(
+        init=False, factory=lambda: collections.deque(maxlen=64), repr=False
+    )
 
     if TYPE_CHECKING:
         name: str
@@ -475,7 +480,9 @@ class ScopeFront:
         """A request's answer is in, or it failed: it is off the wire."""
         self._cap.answered()
 
-    async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
+    async def on_throttled(
+        self, wait: float | None, *, sent_at: float | None = None, arriving: bool = False
+    ) -> None:
         """A 429 (or 503 with a wait): no tokens now, nothing starts for ``wait`` s.
 
         ``sent_at`` is when the refused request was sent (default: now). A
@@ -486,11 +493,21 @@ class ScopeFront:
         sliding log. Given a rate it takes a second such 429: requests that
         reach a token bucket out of step, after a burst's slow first
         connection or with jitter, can draw a stray 429 there too.
+        ``arriving``: the HTTP layer tells of the refusal as it arrives; the
+        runner tells of it again later, and that telling changes nothing.
         """
         now = trio.current_time()
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
         sent = now if sent_at is None or not sent_at <= now else sent_at
+        if arriving and sent_at is not None:
+            self._refusals_taken.append(sent_at)
+        elif sent_at is not None and sent_at in self._refusals_taken:
+            # Taken in as it arrived (`fanout._http_core`), and the runner tells it again:
+            # each telling of one is matched with one taken, however many left at once.
+            self._refusals_taken.remove(sent_at)
+            await trio.lowlevel.checkpoint()
+            return
         if sent in self._overloads:
             # Over the server's cap, not its rate (`_slots`): the tokens are still
             # there and the rate stays what it was. The refused call waits out the

@@ -45,7 +45,7 @@ import attrs
 import trio
 
 from ._admission import take_tokens
-from ._budget import Verdict
+from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
@@ -295,6 +295,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             overruled = tuple(s for s in context.scopes if leaving[id(s)].overruled)
             if overruled:
                 await _charge(context, overruled)
+            # The wait for a place (and a token anew) is no part of how long the call took.
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             opened = _watch_connections(request, context)
             held_before = context.held
@@ -331,6 +332,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
         signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
         if signal is not None:
             place.give_back()
+            if isinstance(signal, RateLimitedError):
+                await _tell_throttled(scopes_named(context.scopes, info.scope), signal)
             await response.aclose()
             raise signal
         response.stream = self._seam.body(
@@ -461,6 +464,23 @@ async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = N
             f"{shortfall.scope!r}, more than it can afford; it was not sent",
             status=Status.RATE_LIMITED, scope=shortfall.scope, retry_after=shortfall.needed,
         )  # fmt: skip
+
+
+async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedError) -> None:
+    """The scopes take in a refusal as it arrives, not once the call's task gets to it.
+
+    Between the two, the attempt ends, and a learning scope's probe opens on
+    its end: a call queued behind it went out at once, before the 429 had
+    emptied the bucket, and drew a fourth. The runner tells the scopes again
+    (`ScopeFront.on_throttled` takes a refusal in once); a wait past a quota's
+    horizon is the runner's to answer.
+    """
+    wait = usable_wait(signal.retry_after)
+    horizon = min((scope.quota_horizon for scope in scopes), default=QUOTA_HORIZON)
+    if wait is not None and wait > horizon:
+        return
+    for scope in scopes:
+        await scope.on_throttled(wait, sent_at=signal.sent_at, arriving=True)
 
 
 async def _leave(scopes: tuple[ScopeLike, ...]) -> dict[int, Leaving]:
