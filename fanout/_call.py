@@ -110,8 +110,10 @@ class CallState:
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
     claimed: bool = False  # holds its idempotency key in the run's store
-    # Single-flight: the identical later calls of the turn this one answers.
-    followers: list[CallState] = attrs.field(factory=list, repr=False)
+    # Single-flight: the identical later calls of the turn this one answers (None
+    # until one comes: most calls have none, and an empty list apiece is garbage
+    # collector work for nothing).
+    followers: list[CallState] | None = attrs.field(default=None, repr=False)
     _rng: random.Random | None = attrs.field(default=None, alias="_rng", repr=False)
 
     @property

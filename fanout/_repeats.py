@@ -66,6 +66,8 @@ def join_flight(
     leader = leaders.setdefault(plan.idempotency_key, state)
     if leader is state:
         return None
+    if leader.followers is None:
+        leader.followers = []
     leader.followers.append(state)
     kind = EventKind.REPLAYED if plan.spec.kind is Kind.MUTATING else EventKind.COALESCED
     recorder.emit(

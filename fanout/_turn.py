@@ -23,7 +23,7 @@ import contextlib
 import enum
 import logging
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import attrs
 import trio
@@ -33,7 +33,7 @@ from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
 from ._deadlines import Deadlines
-from ._events import Event, EventKind, Recorder
+from ._events import Event, EventDetail, EventKind, Recorder
 from ._exceptions import UsageError
 from ._redact import scrubbed
 from ._repeats import (
@@ -537,7 +537,7 @@ class Turn:
             self._phase_left.discard(state)
             if not self._phase_left:
                 self._phase_done.set()
-        for follower in state.followers:
+        for follower in state.followers or ():
             if follower.result is None:
                 follower.started = state.started
                 self._answer(follower, shared(result, follower))
@@ -642,9 +642,9 @@ def _only_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
 
 
-def _tally(results: Sequence[ToolResult]) -> dict[str, int]:
+def _tally(results: Sequence[ToolResult]) -> EventDetail:
     """How many answers of each status, for the turn's closing event."""
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status.value] = counts.get(result.status.value, 0) + 1
-    return dict(sorted(counts.items()))
+    return cast("EventDetail", dict(sorted(counts.items())))
