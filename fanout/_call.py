@@ -197,7 +197,9 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
     held: list[ScopeLike] = []
     context: CallContext | None = None
     try:
-        denial = await _admit(state, within, holder, held)
+        # A call with no scopes has no limiter to ask and no tokens to charge
+        # (its tool's ``cost`` is not computed).
+        denial = await _admit(state, within, holder, held) if plan.scopes else None
         within.queued()
         if denial is not None:
             if trio.current_time() >= within.budget.deadline:
@@ -231,14 +233,8 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
 async def _admit(
     state: CallState, within: _Within, holder: _SlotHolder, held: list[ScopeLike]
 ) -> Denial | None:
-    """Admission, with a limiter that fails or cannot be reached refusing the call.
-
-    A call with no scopes has no limiter to ask and no tokens to charge
-    (its tool's ``cost`` is not computed).
-    """
+    """Admission, with a limiter that fails or cannot be reached refusing the call."""
     plan = state.plan
-    if not plan.scopes:
-        return None
     call = plan.call
     assert plan.spec is not None
     assert isinstance(call.arguments, dict)
@@ -277,7 +273,6 @@ async def _run_tool(
     """Invoke the tool and turn whatever it does into an answer or a signal."""
     call = state.plan.call
     assert state.bound is not None  # the turn checked the arguments before the call ran
-    began = trio.current_time()
     # For learning, an attempt went fine unless it was throttled or cut off:
     # a tool's own error still says the rate was acceptable.
     went_fine = False
@@ -306,9 +301,11 @@ async def _run_tool(
             hint="the tool raised an error; fix the arguments or try another approach",
         )  # fmt: skip
     finally:
-        elapsed = trio.current_time() - began - context.held
-        for scope in state.plan.scopes:
-            scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
+        scopes = state.plan.scopes
+        if scopes:  # only a scope learns from how long the attempt took
+            elapsed = trio.current_time() - context.admitted_at - context.held
+            for scope in scopes:
+                scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:

@@ -256,7 +256,7 @@ class Turn:
 
     # -- phases -------------------------------------------------------------
 
-    def _register(self, state: CallState) -> bool:
+    def _register(self, state: CallState, now: float) -> bool:
         """Check one arriving call, answering what needs no run; True to start it now.
 
         Unknown tools are refused and broken arguments answered; an identical
@@ -265,10 +265,11 @@ class Turn:
         and the writes kept wait for the mutating phase, which needs the
         whole message. A call arriving after a sibling failed
         (``cancel_siblings``) is answered ``cancelled`` without running.
+        ``now`` is when its batch arrived.
         """
         plan = state.plan
         call = plan.call
-        state.arrived_at = trio.current_time()
+        state.arrived_at = now
         self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
         if plan.spec is None:
             names = ", ".join(self._registry.names()) or "(none)"
@@ -364,7 +365,8 @@ class Turn:
         register: bool,
     ) -> None:
         while (batch := await arrivals()) is not None:
-            ready = [state for state in batch if self._register(state)] if register else batch
+            now = trio.current_time()
+            ready = [state for state in batch if self._register(state, now)] if register else batch
             for state in ready:
                 if state.result is None:
                     if self._host is not None:
