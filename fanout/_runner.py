@@ -22,6 +22,7 @@ import trio
 
 from ._call import CallPlan, CallSettings, CallState
 from ._canonical import idempotency_key
+from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._retry import RetryPolicy
@@ -177,7 +178,9 @@ class Runner:
         given = list(calls)
         _validate(given)
         state_for, options = self._turn_parts(run, timeout)
-        return Turn([state_for(call, i) for i, call in enumerate(given)], **options)
+        with collection_paused():  # every state built is kept (fanout._collector)
+            states = [state_for(call, i) for i, call in enumerate(given)]
+        return Turn(states, **options)
 
     def stream_turn(
         self,

@@ -32,6 +32,7 @@ from ._answers import failure
 from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
+from ._collector import collection_paused
 from ._deadlines import Deadlines
 from ._events import Event, EventDetail, EventKind, Recorder
 from ._exceptions import UsageError
@@ -364,17 +365,38 @@ class Turn:
         run_one: Callable[..., Awaitable[None]],
         register: bool,
     ) -> None:
+        cancel_siblings = self._on_failure == "cancel_siblings"
         while (batch := await arrivals()) is not None:
-            now = trio.current_time()
-            ready = [state for state in batch if self._register(state, now)] if register else batch
-            for state in ready:
-                if state.result is None:
-                    if self._host is not None:
-                        self._phase_left.add(state)
-                    if state.plan.scopes or self._on_failure == "cancel_siblings":
+            # Checking the batch, and starting it when no call needs its place in
+            # line, allocates only what the calls keep (`fanout._collector`).
+            with collection_paused():
+                now = trio.current_time()
+                ready = [s for s in batch if self._register(s, now)] if register else batch
+                in_line = cancel_siblings or any(state.plan.scopes for state in ready)
+                if not in_line:
+                    for state in ready:
+                        self._start_soon(state, nursery, run_one)
+            if in_line:
+                for state in ready:
+                    if not (state.plan.scopes or cancel_siblings):
+                        self._start_soon(state, nursery, run_one)
+                    elif self._starting(state):
                         await nursery.start(run_one, state)
-                    else:
-                        nursery.start_soon(run_one, state)
+
+    def _start_soon(
+        self, state: CallState, nursery: trio.Nursery, run_one: Callable[..., Awaitable[None]]
+    ) -> None:
+        if self._starting(state):
+            nursery.start_soon(run_one, state)
+
+    def _starting(self, state: CallState) -> bool:
+        """Whether ``state`` is still to start (a sibling's failure or the deadline may
+        have answered it while earlier calls started); it then counts as in the phase."""
+        if state.result is not None:
+            return False
+        if self._host is not None:
+            self._phase_left.add(state)
+        return True
 
     async def _run_hosted(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
