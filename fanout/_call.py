@@ -24,7 +24,7 @@ import trio
 from ._admission import Denial, admit
 from ._answers import failure, success
 from ._budget import QUOTA_HORIZON, Budget, Verdict, usable_wait
-from ._canonical import safe_text
+from ._canonical import key_of_spelled, safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
 from ._exceptions import (
@@ -72,13 +72,26 @@ class CallPlan:
 
     ``seed`` seeds the call's own jitter generator (the turn's seed and the
     call's id), so which call drew first cannot change anyone's backoff.
+    ``arguments_key`` is the arguments' canonical spelling ("" when they are
+    not a JSON object): identical calls of a turn share it, so it keys
+    single-flight, and the idempotency key is a hash of it, the run and the
+    tool.
     """
 
     call: ToolCall
     spec: ToolSpec | None
     scopes: tuple[ScopeLike, ...] = ()
-    idempotency_key: str = ""
+    run_id: str = ""
+    arguments_key: str = ""
     seed: str = ""
+
+    @functools.cached_property
+    def idempotency_key(self) -> str:
+        """The call's idempotency key (`fanout.idempotency`), "" for arguments that are not
+        a JSON object; hashed on first use, since most calls (reads) never use it."""
+        if not self.call.arguments_valid:
+            return ""
+        return key_of_spelled(self.run_id, self.call.name, self.arguments_key)
 
     @property
     def kind(self) -> Kind:
@@ -217,7 +230,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
         context = CallContext(
             call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
-            idempotency_key=plan.idempotency_key, run_id=within.run_id, attempt=state.attempts,
+            plan=plan, run_id=within.run_id, attempt=state.attempts,
             recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
         )  # fmt: skip

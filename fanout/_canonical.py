@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "canonical_arguments",
     "canonical_json",
     "idempotency_key",
+    "key_of_spelled",
     "safe_text",
     "truncate",
     "truncation_marker",
@@ -193,9 +195,18 @@ def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:
     contain themselves) get a key of their own: such a call is never taken
     for another one.
     """
+    return key_of_spelled(run_id, tool, canonical_arguments(arguments))
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """The arguments' canonical JSON, or a spelling of their own when they have none."""
     try:
-        spelled = canonical_json(arguments)
+        return canonical_json(arguments)
     except ValueError:
-        spelled = f"\x00uncanonical:{id(arguments)}"
+        return f"\x00uncanonical:{id(arguments)}"
+
+
+def key_of_spelled(run_id: str, tool: str, spelled: str) -> str:
+    """`idempotency_key`, for arguments already spelled by `canonical_arguments`."""
     material = "\x00".join((clean_text(run_id), clean_text(tool), spelled))
     return hashlib.sha256(material.encode()).hexdigest()

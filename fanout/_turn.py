@@ -137,7 +137,8 @@ class Turn:
         self._phase_left: set[CallState] = set()
         self._phase_done = trio.Event()
         self._delivered = False  # a whole message's calls have been handed out
-        self._leaders: dict[str, CallState] = {}  # single-flight: the first call per key
+        # Single-flight: the first call per tool and arguments.
+        self._leaders: dict[tuple[str, str], CallState] = {}
         self._writes: list[CallState] = []  # writes kept for the mutating phase
 
     @property
