@@ -15,8 +15,8 @@ import functools
 import logging
 import math
 import random
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import attrs
 import trio
@@ -150,9 +150,13 @@ class _Retry:
     scope: str | None
 
 
-@attrs.frozen
+@attrs.define
 class _Within:
-    """What every attempt of one call runs within: its budget, run, knobs, trace and turn."""
+    """What every attempt of one call runs within: its budget, run, knobs, trace and turn.
+
+    Never changed once made; not frozen, since a frozen class takes three times as
+    long to build, and one is built for every call.
+    """
 
     queued: Callable[[], None]
     budget: Budget
@@ -372,12 +376,15 @@ async def _invoke(
         reset_current_call(token)
 
 
-async def _call_fn(spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter) -> Any:
+def _call_fn(
+    spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter
+) -> Awaitable[Any]:
+    """The tool's run, to await: its own coroutine, or its call in a worker thread."""
     if spec.is_async:
-        return await spec.fn(**arguments)
+        return cast("Awaitable[Any]", spec.fn(**arguments))
     # abandon_on_cancel: a sync tool that never returns cannot hold the
     # turn past its deadline; its thread is left to finish on its own.
-    return await trio.to_thread.run_sync(
+    return trio.to_thread.run_sync(
         functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
     )
 

@@ -53,6 +53,8 @@ def safe_text(value: object) -> str:
 
 def clean_text(text: str) -> str:
     """``text`` as valid Unicode: any lone surrogate replaced by U+FFFD."""
+    if text.isascii():  # no surrogate, and asked without encoding the text
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -23,7 +23,7 @@ import contextlib
 import enum
 import logging
 import math
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 import trio
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import (
         Awaitable,
         Callable,
+        Coroutine,
         Iterator,
         Sequence,
     )
@@ -437,7 +438,7 @@ class Turn:
             if self._host is None and budget.deadline >= self._deadline:
                 # Under the turn's own scope, with no deadline of its own: the
                 # turn's scope and watcher are all this call needs.
-                await self._execute_answering(state, budget, place.give_up)
+                await self._execute(state, budget, place.give_up)
             else:
                 # The runner's calls are stopped by the turn as it returns; a
                 # backstop of their own would start a thousand unwinding
@@ -449,7 +450,7 @@ class Turn:
                         own.cancel()
                     if budget.deadline < self._deadline:
                         self._watch(state, budget.deadline, own)
-                    await self._execute_answering(state, budget, place.give_up)
+                    await self._execute(state, budget, place.give_up)
         finally:
             self._running.pop(state, None)
             if state.result is None:
@@ -458,12 +459,28 @@ class Turn:
             if state.claimed:
                 await settle(self._run, state, budget)
 
-    async def _execute_answering(
-        self, state: CallState, budget: Budget, queued: Callable[[], None]
-    ) -> None:
-        """``_execute``, with a failure of fanout's own answered instead of raised."""
+    async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
+        """Answer one call: a replay of a write already done, or a run of it.
+
+        A failure of fanout's own is answered, not raised.
+        """
         try:
-            await self._execute(state, budget, queued)
+            # Any write, repeatable or not, may make reads stale.
+            invalidate_for(self._run, state.plan)
+            if is_idempotent_write(state.plan):
+                replay = await claim(self._run, state, budget, self._recorder)
+                if replay is not None:
+                    self._answer(state, replay)
+                    return
+            if state.claimed:
+                async with trio.open_nursery() as holding:
+                    holding.start_soon(hold_claim, self._run, state.plan.idempotency_key)
+                    result = await self._tool_run(state, budget, queued)
+                    holding.cancel_scope.cancel()
+            else:
+                result = await self._tool_run(state, budget, queued)
+            remember(self._run, state.plan, result, state.secrets)
+            self._answer(state, result)
         except Exception as exc:
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
             self._answer(state, self._broken(state, describe(exc)))
@@ -471,32 +488,14 @@ class Turn:
             self._note_crash(exc)
             raise
 
-    async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
-        """Answer one call: a replay of a write already done, or a run of it."""
-        invalidate_for(self._run, state.plan)  # any write, repeatable or not, may make reads stale
-        if is_idempotent_write(state.plan):
-            replay = await claim(self._run, state, budget, self._recorder)
-            if replay is not None:
-                self._answer(state, replay)
-                return
-        if state.claimed:
-            async with trio.open_nursery() as holding:
-                holding.start_soon(hold_claim, self._run, state.plan.idempotency_key)
-                result = await self._execute_tool(state, budget, queued)
-                holding.cancel_scope.cancel()
-        else:
-            result = await self._execute_tool(state, budget, queued)
-        self._answer(state, result)
-
-    async def _execute_tool(
+    def _tool_run(
         self, state: CallState, budget: Budget, queued: Callable[[], None]
-    ) -> ToolResult:
-        result = await execute(
+    ) -> Coroutine[Any, Any, ToolResult]:
+        """The call's run (`fanout._call.execute`), to await: one coroutine fewer per call."""
+        return execute(
             state, queued=queued, budget=budget, run_id=self._run.run_id,
             settings=self._settings, recorder=self._recorder,
         )  # fmt: skip
-        remember(self._run, state.plan, result, state.secrets)
-        return result
 
     # -- deadlines ------------------------------------------------------------
 
