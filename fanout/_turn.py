@@ -433,12 +433,14 @@ class Turn:
             budget = Budget.starting_now(
                 timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait
             )
-        place = _Place(task_status)
+        give_up = _no_place  # a call started with start_soon holds no place in line
+        if task_status is not trio.TASK_STATUS_IGNORED:
+            give_up = _Place(task_status).give_up
         try:
             if self._host is None and budget.deadline >= self._deadline:
                 # Under the turn's own scope, with no deadline of its own: the
                 # turn's scope and watcher are all this call needs.
-                await self._execute(state, budget, place.give_up)
+                await self._execute(state, budget, give_up)
             else:
                 # The runner's calls are stopped by the turn as it returns; a
                 # backstop of their own would start a thousand unwinding
@@ -450,12 +452,12 @@ class Turn:
                         own.cancel()
                     if budget.deadline < self._deadline:
                         self._watch(state, budget.deadline, own)
-                    await self._execute(state, budget, place.give_up)
+                    await self._execute(state, budget, give_up)
         finally:
             self._running.pop(state, None)
             if state.result is None:
                 self._answer(state, self._interrupted(state))
-            place.give_up()  # a call answered before admission (a replay, a crash) too
+            give_up()  # a call answered before admission (a replay, a crash) too
             if state.claimed:
                 await settle(self._run, state, budget)
 
@@ -646,6 +648,10 @@ class _Place:
         if self._task_status is not None:
             self._task_status.started()
             self._task_status = None
+
+
+def _no_place() -> None:
+    """Give up the place of a call that holds none (it was started with ``start_soon``)."""
 
 
 def _cancel_all(scopes: list[trio.CancelScope]) -> None:
