@@ -50,7 +50,8 @@ def _registry() -> fanout.Registry:
 
 
 def _calls(n: int) -> list[fanout.ToolCall]:
-    return [fanout.ToolCall(f"c{i}", "noop", {"n": i}) for i in range(n)]
+    """The turn's calls as the adapters build them: each knows its position in the message."""
+    return [fanout.ToolCall(f"c{i}", "noop", {"n": i}, i) for i in range(n)]
 
 
 async def _bare(n: int) -> Callable[[], Awaitable[None]]:

@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -240,7 +240,9 @@ def bind(
                 problems.append(f"{parameter.name}: missing ({_expected(parameter.hint)})")
             continue
         _structure(parameter.name, arguments[parameter.name], parameter.hint, bound, problems)
-    for name, value in arguments.items():
+    # Every name a parameter's (the usual case): no other key to check or structure.
+    others = () if known.issuperset(arguments) else arguments.items()
+    for name, value in others:
         if not isinstance(name, str):
             problems.append(f"{_short(name) or type(name).__name__}: a key that is not a string")
         elif name in known:
@@ -260,15 +262,30 @@ def bind(
 def _structure(
     name: str, value: Any, hint: Any, bound: dict[str, Any], problems: list[str]
 ) -> None:
-    if hint is Any or hint is None or not has_schema(hint):
-        # A hint JSON cannot describe (the tool was given schema= by hand): the
-        # hand-written schema is the contract, and the value reaches the tool as sent.
+    hook = _hook_for(hint)
+    if hook is None:
         bound[name] = value
         return
     try:
-        bound[name] = _converter.structure(value, hint)
+        bound[name] = hook(value, hint)
     except Exception as exc:  # cattrs raises many types; every one is a bad argument
         problems.extend(_describe(exc, name))
+
+
+_HOOKS: dict[Any, Callable[[Any, Any], Any] | None] = {}
+
+
+def _hook_for(hint: Any) -> Callable[[Any, Any], Any] | None:
+    """The converter's function for ``hint`` (memoised: asked for every argument), or None
+    to pass the value through as sent.
+
+    A hint JSON cannot describe (the tool was given schema= by hand) passes it
+    through: the hand-written schema is the contract.
+    """
+    if hint not in _HOOKS:  # hints are hashable: read_signature kept them plain
+        plain = hint is Any or hint is None or not has_schema(hint)
+        _HOOKS[hint] = None if plain else _converter.get_structure_hook(hint)
+    return _HOOKS[hint]
 
 
 def _describe(exc: Exception, name: str) -> list[str]:

@@ -15,8 +15,8 @@ import functools
 import logging
 import math
 import random
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import attrs
 import trio
@@ -24,7 +24,7 @@ import trio
 from ._admission import Denial, admit
 from ._answers import failure, success
 from ._budget import QUOTA_HORIZON, Budget, Verdict, usable_wait
-from ._canonical import safe_text
+from ._canonical import key_of_spelled, safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
 from ._exceptions import (
@@ -72,13 +72,26 @@ class CallPlan:
 
     ``seed`` seeds the call's own jitter generator (the turn's seed and the
     call's id), so which call drew first cannot change anyone's backoff.
+    ``arguments_key`` is the arguments' canonical spelling ("" when they are
+    not a JSON object): identical calls of a turn share it, so it keys
+    single-flight, and the idempotency key is a hash of it, the run and the
+    tool.
     """
 
     call: ToolCall
     spec: ToolSpec | None
     scopes: tuple[ScopeLike, ...] = ()
-    idempotency_key: str = ""
+    run_id: str = ""
+    arguments_key: str = ""
     seed: str = ""
+
+    @functools.cached_property
+    def idempotency_key(self) -> str:
+        """The call's idempotency key (`fanout.idempotency`), "" for arguments that are not
+        a JSON object; hashed on first use, since most calls (reads) never use it."""
+        if not self.call.arguments_valid:
+            return ""
+        return key_of_spelled(self.run_id, self.call.name, self.arguments_key)
 
     @property
     def kind(self) -> Kind:
@@ -110,8 +123,10 @@ class CallState:
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
     claimed: bool = False  # holds its idempotency key in the run's store
-    # Single-flight: the identical later calls of the turn this one answers.
-    followers: list[CallState] = attrs.field(factory=list, repr=False)
+    # Single-flight: the identical later calls of the turn this one answers (None
+    # until one comes: most calls have none, and an empty list apiece is garbage
+    # collector work for nothing).
+    followers: list[CallState] | None = attrs.field(default=None, repr=False)
     _rng: random.Random | None = attrs.field(default=None, alias="_rng", repr=False)
 
     @property
@@ -135,9 +150,13 @@ class _Retry:
     scope: str | None
 
 
-@attrs.frozen
+@attrs.define
 class _Within:
-    """What every attempt of one call runs within: its budget, run, knobs, trace and turn."""
+    """What every attempt of one call runs within: its budget, run, knobs, trace and turn.
+
+    Never changed once made; not frozen, since a frozen class takes three times as
+    long to build, and one is built for every call.
+    """
 
     queued: Callable[[], None]
     budget: Budget
@@ -195,7 +214,9 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
     held: list[ScopeLike] = []
     context: CallContext | None = None
     try:
-        denial = await _admit(state, within, holder, held)
+        # A call with no scopes has no limiter to ask and no tokens to charge
+        # (its tool's ``cost`` is not computed).
+        denial = await _admit(state, within, holder, held) if plan.scopes else None
         within.queued()
         if denial is not None:
             if trio.current_time() >= within.budget.deadline:
@@ -213,7 +234,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
         context = CallContext(
             call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
-            idempotency_key=plan.idempotency_key, run_id=within.run_id, attempt=state.attempts,
+            plan=plan, run_id=within.run_id, attempt=state.attempts,
             recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
         )  # fmt: skip
@@ -229,14 +250,8 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
 async def _admit(
     state: CallState, within: _Within, holder: _SlotHolder, held: list[ScopeLike]
 ) -> Denial | None:
-    """Admission, with a limiter that fails or cannot be reached refusing the call.
-
-    A call with no scopes has no limiter to ask and no tokens to charge
-    (its tool's ``cost`` is not computed).
-    """
+    """Admission, with a limiter that fails or cannot be reached refusing the call."""
     plan = state.plan
-    if not plan.scopes:
-        return None
     call = plan.call
     assert plan.spec is not None
     assert isinstance(call.arguments, dict)
@@ -275,7 +290,6 @@ async def _run_tool(
     """Invoke the tool and turn whatever it does into an answer or a signal."""
     call = state.plan.call
     assert state.bound is not None  # the turn checked the arguments before the call ran
-    began = trio.current_time()
     # For learning, an attempt went fine unless it was throttled or cut off:
     # a tool's own error still says the rate was acceptable.
     went_fine = False
@@ -304,9 +318,11 @@ async def _run_tool(
             hint="the tool raised an error; fix the arguments or try another approach",
         )  # fmt: skip
     finally:
-        elapsed = trio.current_time() - began - context.held
-        for scope in state.plan.scopes:
-            scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
+        scopes = state.plan.scopes
+        if scopes:  # only a scope learns from how long the attempt took
+            elapsed = trio.current_time() - context.admitted_at - context.held
+            for scope in scopes:
+                scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:
@@ -360,12 +376,15 @@ async def _invoke(
         reset_current_call(token)
 
 
-async def _call_fn(spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter) -> Any:
+def _call_fn(
+    spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter
+) -> Awaitable[Any]:
+    """The tool's run, to await: its own coroutine, or its call in a worker thread."""
     if spec.is_async:
-        return await spec.fn(**arguments)
+        return cast("Awaitable[Any]", spec.fn(**arguments))
     # abandon_on_cancel: a sync tool that never returns cannot hold the
     # turn past its deadline; its thread is left to finish on its own.
-    return await trio.to_thread.run_sync(
+    return trio.to_thread.run_sync(
         functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
     )
 

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "canonical_arguments",
     "canonical_json",
     "idempotency_key",
+    "key_of_spelled",
     "safe_text",
     "truncate",
     "truncation_marker",
@@ -51,6 +53,8 @@ def safe_text(value: object) -> str:
 
 def clean_text(text: str) -> str:
     """``text`` as valid Unicode: any lone surrogate replaced by U+FFFD."""
+    if text.isascii():  # no surrogate, and asked without encoding the text
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -119,10 +123,30 @@ def _spelling(plain: Any) -> str:
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new one each time,
-# which costs more than encoding a tool's usual arguments. It keeps no state between calls.
+# and even a kept ``JSONEncoder`` builds its C encoder on every ``encode``, which
+# costs more than encoding a tool's usual arguments. The C encoder is kept instead:
+# without a table of the containers it is in (``markers=None``), it keeps no state
+# between calls and may serve every thread; a value that contains itself then
+# recurses into a ``RecursionError``, which takes the careful rewrite as the
+# circular-reference error did. Without the C accelerator, the kept encoder does.
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # not in the stubs
+_C_ENCODER = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+)
+
+
+def _encode(value: Any) -> str:
+    """``value`` as compact JSON with sorted keys; raises what ``json`` raises."""
+    if _C_ENCODER is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 def canonical_json(value: Any) -> str:
@@ -140,7 +164,7 @@ def canonical_json(value: Any) -> str:
     the same value always takes the same path, so its spelling is stable.
     """
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError, RecursionError):
         return _spelling(_plain(value, set(), 0))
     return clean_text(text)
@@ -173,9 +197,18 @@ def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:
     contain themselves) get a key of their own: such a call is never taken
     for another one.
     """
+    return key_of_spelled(run_id, tool, canonical_arguments(arguments))
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """The arguments' canonical JSON, or a spelling of their own when they have none."""
     try:
-        spelled = canonical_json(arguments)
+        return canonical_json(arguments)
     except ValueError:
-        spelled = f"\x00uncanonical:{id(arguments)}"
+        return f"\x00uncanonical:{id(arguments)}"
+
+
+def key_of_spelled(run_id: str, tool: str, spelled: str) -> str:
+    """`idempotency_key`, for arguments already spelled by `canonical_arguments`."""
     material = "\x00".join((clean_text(run_id), clean_text(tool), spelled))
     return hashlib.sha256(material.encode()).hexdigest()

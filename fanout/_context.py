@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -23,6 +24,11 @@ from ._idle import IdleWatch
 from ._redact import redact_text
 from ._scope import ScopeLike
 from ._values import Kind, ToolCall
+
+if TYPE_CHECKING:
+    # A cycle at run time (a call builds its context); nothing structures a
+    # CallContext, so its annotations are never resolved.
+    from ._call import CallPlan  # noqa: TC004
 
 __all__ = ["CallContext", "current_call"]
 
@@ -55,7 +61,7 @@ class CallContext:
     kind: Kind
     budget: Budget
     scopes: tuple[ScopeLike, ...]
-    idempotency_key: str
+    _plan: CallPlan = attrs.field(alias="plan", repr=False)
     run_id: str
     attempt: int
     recorder: Recorder
@@ -70,6 +76,11 @@ class CallContext:
     # How to give back the places its requests took on the wire (`fanout._slots`): each
     # is given back once its answer is read, and any left when the attempt ends.
     places: list[Callable[[], None]] = attrs.field(factory=list, repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key a write's requests carry (`fanout.idempotency`), hashed on first use."""
+        return self._plan.idempotency_key
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

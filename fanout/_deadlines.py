@@ -16,21 +16,22 @@ second). A deadline added while the watcher waits moves the scope's
 deadline earlier.
 
 The actions due at one moment run with Python's cyclic garbage collector
-paused: writing ten thousand answers allocates enough to start collections,
-and with ten thousand connections alive those took 0.4 s in the middle of
-the answers. The collection runs right after them instead.
+paused (`fanout._collector`): writing ten thousand answers allocates enough
+to start collections, and with ten thousand connections alive those took
+0.4 s in the middle of the answers. The collection runs right after them
+instead.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import attrs
 import trio
+
+from ._collector import collection_paused
 
 __all__ = ["Deadlines"]
 
@@ -84,20 +85,7 @@ class Deadlines:
         now = trio.current_time()
         if not self._due or self._due[0][0] > now:
             return
-        with _collection_paused():
+        with collection_paused():
             while self._due and self._due[0][0] <= now:
                 _, _, expire = heapq.heappop(self._due)
                 expire()
-
-
-@contextlib.contextmanager
-def _collection_paused() -> Iterator[None]:
-    """The cyclic collector off for the block, and back as it was (on, unless someone else
-    turned it off)."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, Protocol, TypedDict
 
 import attrs
 import trio
@@ -137,8 +137,8 @@ class Instrument(Protocol):
     def on_event(self, event: Event) -> None: ...
 
 
-# An event the trace holds but nobody has read yet: its kind, time and fields.
-_Noted = tuple["EventKind", float, dict[str, Any]]
+# What one event says beyond its kind and time, in `Event`'s order after ``turn_id``.
+_FIELDS = 8
 
 
 @attrs.define
@@ -146,32 +146,51 @@ class Recorder:
     """Stamps events, appends them to a trace and fans them out to instruments.
 
     With no trace and no instruments it returns before building anything, so
-    instrumentation that is off costs one branch. With instruments, each
+    instrumentation that is off costs one branch (its fields are named
+    parameters, so not even a dict of them is built). With instruments, each
     event is built as it happens and handed to them. With the trace alone,
-    an event is noted as its kind, time and fields and built when the trace
-    is read (`events`): a turn of ten thousand calls does not build thirty
-    thousand events, that nobody may read, while its calls run.
+    an event is noted as its kind, time and fields, one after the other in
+    one flat list, and built when the trace is read (`events`): a turn of
+    ten thousand calls does not build thirty thousand events, nor thirty
+    thousand tuples for the cyclic collector to go over, that nobody may
+    read, while its calls run.
     """
 
     instruments: Sequence[Instrument] = ()
-    trace: list[Event | _Noted] | None = attrs.field(factory=list)
+    trace: list[Event] | None = attrs.field(factory=list)
     turn_id: str | None = None
-    _built: int = attrs.field(default=0, init=False)  # the trace's first entries that are events
+    # Events noted and not yet built: kind, time and the _FIELDS fields, then the next.
+    _noted: list[Any] = attrs.field(factory=list, init=False)
 
     @property
     def active(self) -> bool:
         """Whether an event is kept or seen at all: what only an event needs can be skipped."""
         return self.trace is not None or bool(self.instruments)
 
-    def emit(self, kind: EventKind, **fields: Any) -> None:
+    def emit(
+        self,
+        kind: EventKind,
+        *,
+        call_id: str | None = None,
+        tool: str | None = None,
+        scope: str | None = None,
+        attempt: int | None = None,
+        status: Status | None = None,
+        wait: float | None = None,
+        reason: str | None = None,
+        detail: EventDetail | None = None,
+    ) -> None:
+        """Record one event; the fields are `Event`'s (``detail`` None: an empty one)."""
         if self.trace is None and not self.instruments:
             return
         now = trio.current_time()
         if not self.instruments:
-            assert self.trace is not None
-            self.trace.append((kind, now, fields))
+            self._noted += (kind, now, call_id, tool, scope, attempt, status, wait, reason, detail)
             return
-        event = Event(kind, now, self.turn_id, **fields)
+        event = Event(
+            kind, now, self.turn_id, call_id, tool, scope, attempt, status, wait, reason,
+            EventDetail() if detail is None else detail,
+        )  # fmt: skip
         if self.trace is not None:
             self.trace.append(event)
         for instrument in self.instruments:
@@ -186,10 +205,16 @@ class Recorder:
         kept = self.trace
         if kept is None:
             return ()
-        for i in range(self._built, len(kept)):
-            entry = kept[i]
-            if not isinstance(entry, Event):
-                kind, time, fields = entry
-                kept[i] = Event(kind, time, self.turn_id, **fields)
-        self._built = len(kept)
-        return tuple(cast("list[Event]", kept))
+        noted = self._noted
+        for i in range(0, len(noted), 2 + _FIELDS):
+            kind, time, call_id, tool, scope, attempt, status, wait, reason, detail = noted[
+                i : i + 2 + _FIELDS
+            ]
+            kept.append(
+                Event(
+                    kind, time, self.turn_id, call_id, tool, scope, attempt, status, wait,
+                    reason, EventDetail() if detail is None else detail,
+                )
+            )  # fmt: skip
+        noted.clear()
+        return tuple(kept)

@@ -96,8 +96,7 @@ def scrubbed(result: ToolResult, secrets: Iterable[str | Secret] = ()) -> ToolRe
     replayed answers all pass through it, as do the cache and the store.
     """
     secrets = tuple(secrets)
-    raw = [secret.reveal() if isinstance(secret, Secret) else secret for secret in secrets]
-    content = scrub_cut_secrets(redact_text(result.content, secrets), raw)
+    content = scrub_cut_secrets(redact_text(result.content, secrets), secrets)
     scope = None if result.scope is None else redact_text(result.scope, secrets)
     if content == result.content and scope == result.scope:
         return result

@@ -50,7 +50,7 @@ _log = logging.getLogger("fanout")
 
 
 def join_flight(
-    leaders: dict[str, CallState], state: CallState, recorder: Recorder
+    leaders: dict[tuple[str, str], CallState], state: CallState, recorder: Recorder
 ) -> CallState | None:
     """Single-flight: the earlier identical call that answers ``state``, or None.
 
@@ -63,9 +63,12 @@ def join_flight(
     assert plan.spec is not None
     if plan.spec.repeatable:
         return None
-    leader = leaders.setdefault(plan.idempotency_key, state)
+    # One turn is one run: the tool and the arguments' spelling say what the key would.
+    leader = leaders.setdefault((plan.call.name, plan.arguments_key), state)
     if leader is state:
         return None
+    if leader.followers is None:
+        leader.followers = []
     leader.followers.append(state)
     kind = EventKind.REPLAYED if plan.spec.kind is Kind.MUTATING else EventKind.COALESCED
     recorder.emit(

@@ -21,7 +21,8 @@ import attrs
 import trio
 
 from ._call import CallPlan, CallSettings, CallState
-from ._canonical import idempotency_key
+from ._canonical import canonical_arguments
+from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._retry import RetryPolicy
@@ -177,7 +178,9 @@ class Runner:
         given = list(calls)
         _validate(given)
         state_for, options = self._turn_parts(run, timeout)
-        return Turn([state_for(call, i) for i, call in enumerate(given)], **options)
+        with collection_paused():  # every state built is kept (fanout._collector)
+            states = [state_for(call, i) for i, call in enumerate(given)]
+        return Turn(states, **options)
 
     def stream_turn(
         self,
@@ -221,10 +224,9 @@ class Runner:
                     names = sorted(set(spec.scopes))
                     scopes_of[spec.scopes] = tuple(self.scope(n) for n in names)
                 scopes = scopes_of[spec.scopes]
-            valid = call.arguments_valid
-            key = idempotency_key(run.run_id, call.name, call.arguments) if valid else ""
+            spelled = canonical_arguments(call.arguments) if call.arguments_valid else ""
             seed = f"{turn_seed}:{call.id}"
-            return CallState(CallPlan(call, spec, scopes, key, seed))
+            return CallState(CallPlan(call, spec, scopes, run.run_id, spelled, seed))
 
         options: dict[str, Any] = {
             "registry": self.registry,

@@ -128,6 +128,11 @@ class SecretRegistry:
                     self._secrets.popitem(last=False)
 
     def pattern(self) -> re.Pattern[str] | None:
+        # Read without the lock while nothing new was learned (every answer
+        # asks): a rebuild sets the pattern before it marks it current, so a
+        # reader racing a ``learn`` gets the pattern from just before it.
+        if self._current:
+            return self._pattern
         with self._lock:
             if not self._current:
                 self._pattern = _alternation(self._secrets)
@@ -190,21 +195,26 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     return text
 
 
-# Where fanout cut a long text (``fanout._canonical.truncate``), raw or inside JSON.
-_CUT = re.compile(r"(?:\n|\\n)\[truncated by fanout: ")
+# Where fanout cut a long text (``fanout._canonical.truncate``), raw or inside JSON;
+# every such place holds the marker's words, which most answers lack (a quicker test).
+_CUT_WORDS = "[truncated by fanout: "
+_CUT = re.compile(r"(?:\n|\\n)" + re.escape(_CUT_WORDS))
 
 
-def scrub_cut_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+def scrub_cut_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """``text`` with the start of a secret that a size cap cut in two replaced.
 
     A cap may fall inside a key: what is left before the cut is no longer
     the whole secret, so it escapes `scrub_secrets`; here it is replaced if
     it is at least `MIN_LENGTH` characters of a known secret's beginning.
     """
+    if _CUT_WORDS not in text:
+        return text
     cuts = [match.start() for match in _CUT.finditer(text)]
     if not cuts:
         return text
-    values = sorted({*secrets, *_known.values()}, key=len, reverse=True)
+    raw = {secret.reveal() if isinstance(secret, Secret) else secret for secret in secrets}
+    values = sorted({*raw, *_known.values()}, key=len, reverse=True)
     for cut in reversed(cuts):
         head = text[:cut]
         for value in values:

@@ -23,7 +23,7 @@ import contextlib
 import enum
 import logging
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 import trio
@@ -32,8 +32,9 @@ from ._answers import failure
 from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
+from ._collector import collection_paused
 from ._deadlines import Deadlines
-from ._events import Event, EventKind, Recorder
+from ._events import Event, EventDetail, EventKind, Recorder
 from ._exceptions import UsageError
 from ._redact import scrubbed
 from ._repeats import (
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import (
         Awaitable,
         Callable,
+        Coroutine,
         Iterator,
         Sequence,
     )
@@ -136,7 +138,8 @@ class Turn:
         self._phase_left: set[CallState] = set()
         self._phase_done = trio.Event()
         self._delivered = False  # a whole message's calls have been handed out
-        self._leaders: dict[str, CallState] = {}  # single-flight: the first call per key
+        # Single-flight: the first call per tool and arguments.
+        self._leaders: dict[tuple[str, str], CallState] = {}
         self._writes: list[CallState] = []  # writes kept for the mutating phase
 
     @property
@@ -256,7 +259,7 @@ class Turn:
 
     # -- phases -------------------------------------------------------------
 
-    def _register(self, state: CallState) -> bool:
+    def _register(self, state: CallState, now: float) -> bool:
         """Check one arriving call, answering what needs no run; True to start it now.
 
         Unknown tools are refused and broken arguments answered; an identical
@@ -265,10 +268,11 @@ class Turn:
         and the writes kept wait for the mutating phase, which needs the
         whole message. A call arriving after a sibling failed
         (``cancel_siblings``) is answered ``cancelled`` without running.
+        ``now`` is when its batch arrived.
         """
         plan = state.plan
         call = plan.call
-        state.arrived_at = trio.current_time()
+        state.arrived_at = now
         self._recorder.emit(EventKind.QUEUED, call_id=call.id, tool=call.name)
         if plan.spec is None:
             names = ", ".join(self._registry.names()) or "(none)"
@@ -363,16 +367,38 @@ class Turn:
         run_one: Callable[..., Awaitable[None]],
         register: bool,
     ) -> None:
+        cancel_siblings = self._on_failure == "cancel_siblings"
         while (batch := await arrivals()) is not None:
-            ready = [state for state in batch if self._register(state)] if register else batch
-            for state in ready:
-                if state.result is None:
-                    if self._host is not None:
-                        self._phase_left.add(state)
-                    if state.plan.scopes or self._on_failure == "cancel_siblings":
+            # Checking the batch, and starting it when no call needs its place in
+            # line, allocates only what the calls keep (`fanout._collector`).
+            with collection_paused():
+                now = trio.current_time()
+                ready = [s for s in batch if self._register(s, now)] if register else batch
+                in_line = cancel_siblings or any(state.plan.scopes for state in ready)
+                if not in_line:
+                    for state in ready:
+                        self._start_soon(state, nursery, run_one)
+            if in_line:
+                for state in ready:
+                    if not (state.plan.scopes or cancel_siblings):
+                        self._start_soon(state, nursery, run_one)
+                    elif self._starting(state):
                         await nursery.start(run_one, state)
-                    else:
-                        nursery.start_soon(run_one, state)
+
+    def _start_soon(
+        self, state: CallState, nursery: trio.Nursery, run_one: Callable[..., Awaitable[None]]
+    ) -> None:
+        if self._starting(state):
+            nursery.start_soon(run_one, state)
+
+    def _starting(self, state: CallState) -> bool:
+        """Whether ``state`` is still to start (a sibling's failure or the deadline may
+        have answered it while earlier calls started); it then counts as in the phase."""
+        if state.result is not None:
+            return False
+        if self._host is not None:
+            self._phase_left.add(state)
+        return True
 
     async def _run_hosted(
         self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -407,12 +433,14 @@ class Turn:
             budget = Budget.starting_now(
                 timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait
             )
-        place = _Place(task_status)
+        give_up = _no_place  # a call started with start_soon holds no place in line
+        if task_status is not trio.TASK_STATUS_IGNORED:
+            give_up = _Place(task_status).give_up
         try:
             if self._host is None and budget.deadline >= self._deadline:
                 # Under the turn's own scope, with no deadline of its own: the
                 # turn's scope and watcher are all this call needs.
-                await self._execute_answering(state, budget, place.give_up)
+                await self._execute(state, budget, give_up)
             else:
                 # The runner's calls are stopped by the turn as it returns; a
                 # backstop of their own would start a thousand unwinding
@@ -424,21 +452,37 @@ class Turn:
                         own.cancel()
                     if budget.deadline < self._deadline:
                         self._watch(state, budget.deadline, own)
-                    await self._execute_answering(state, budget, place.give_up)
+                    await self._execute(state, budget, give_up)
         finally:
             self._running.pop(state, None)
             if state.result is None:
                 self._answer(state, self._interrupted(state))
-            place.give_up()  # a call answered before admission (a replay, a crash) too
+            give_up()  # a call answered before admission (a replay, a crash) too
             if state.claimed:
                 await settle(self._run, state, budget)
 
-    async def _execute_answering(
-        self, state: CallState, budget: Budget, queued: Callable[[], None]
-    ) -> None:
-        """``_execute``, with a failure of fanout's own answered instead of raised."""
+    async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
+        """Answer one call: a replay of a write already done, or a run of it.
+
+        A failure of fanout's own is answered, not raised.
+        """
         try:
-            await self._execute(state, budget, queued)
+            # Any write, repeatable or not, may make reads stale.
+            invalidate_for(self._run, state.plan)
+            if is_idempotent_write(state.plan):
+                replay = await claim(self._run, state, budget, self._recorder)
+                if replay is not None:
+                    self._answer(state, replay)
+                    return
+            if state.claimed:
+                async with trio.open_nursery() as holding:
+                    holding.start_soon(hold_claim, self._run, state.plan.idempotency_key)
+                    result = await self._tool_run(state, budget, queued)
+                    holding.cancel_scope.cancel()
+            else:
+                result = await self._tool_run(state, budget, queued)
+            remember(self._run, state.plan, result, state.secrets)
+            self._answer(state, result)
         except Exception as exc:
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
             self._answer(state, self._broken(state, describe(exc)))
@@ -446,32 +490,14 @@ class Turn:
             self._note_crash(exc)
             raise
 
-    async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
-        """Answer one call: a replay of a write already done, or a run of it."""
-        invalidate_for(self._run, state.plan)  # any write, repeatable or not, may make reads stale
-        if is_idempotent_write(state.plan):
-            replay = await claim(self._run, state, budget, self._recorder)
-            if replay is not None:
-                self._answer(state, replay)
-                return
-        if state.claimed:
-            async with trio.open_nursery() as holding:
-                holding.start_soon(hold_claim, self._run, state.plan.idempotency_key)
-                result = await self._execute_tool(state, budget, queued)
-                holding.cancel_scope.cancel()
-        else:
-            result = await self._execute_tool(state, budget, queued)
-        self._answer(state, result)
-
-    async def _execute_tool(
+    def _tool_run(
         self, state: CallState, budget: Budget, queued: Callable[[], None]
-    ) -> ToolResult:
-        result = await execute(
+    ) -> Coroutine[Any, Any, ToolResult]:
+        """The call's run (`fanout._call.execute`), to await: one coroutine fewer per call."""
+        return execute(
             state, queued=queued, budget=budget, run_id=self._run.run_id,
             settings=self._settings, recorder=self._recorder,
         )  # fmt: skip
-        remember(self._run, state.plan, result, state.secrets)
-        return result
 
     # -- deadlines ------------------------------------------------------------
 
@@ -537,7 +563,7 @@ class Turn:
             self._phase_left.discard(state)
             if not self._phase_left:
                 self._phase_done.set()
-        for follower in state.followers:
+        for follower in state.followers or ():
             if follower.result is None:
                 follower.started = state.started
                 self._answer(follower, shared(result, follower))
@@ -624,6 +650,10 @@ class _Place:
             self._task_status = None
 
 
+def _no_place() -> None:
+    """Give up the place of a call that holds none (it was started with ``start_soon``)."""
+
+
 def _cancel_all(scopes: list[trio.CancelScope]) -> None:
     for scope in scopes:
         scope.cancel()
@@ -642,9 +672,9 @@ def _only_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
 
 
-def _tally(results: Sequence[ToolResult]) -> dict[str, int]:
+def _tally(results: Sequence[ToolResult]) -> EventDetail:
     """How many answers of each status, for the turn's closing event."""
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status.value] = counts.get(result.status.value, 0) + 1
-    return dict(sorted(counts.items()))
+    return cast("EventDetail", dict(sorted(counts.items())))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from typing import Any
@@ -433,3 +434,56 @@ async def test_a_turn_that_fanout_breaks_answers_error_and_returns(
     )
     assert trio.current_time() == 0
     assert "fanout: a turn failed" in caplog.text
+
+
+class CollectorSeen:
+    """An instrument noting, for each kind of event, whether the cyclic collector was on."""
+
+    def __init__(self) -> None:
+        self.seen: dict[fanout.EventKind, set[bool]] = {}
+
+    def on_event(self, event: fanout.Event) -> None:
+        self.seen.setdefault(event.kind, set()).add(gc.isenabled())
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+@pytest.mark.parametrize("collecting", [True, False])
+async def test_calls_are_checked_with_the_collector_paused_and_run_with_it_as_it_was(
+    autojump_clock: Any, scoped: bool, collecting: bool
+) -> None:
+    """A turn checks its calls with the cyclic collector paused; they run (scoped or not)
+    with it as it was, and it is left as it was: off stays off."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, scopes=("api",) if scoped else ())
+    async def read(n: int) -> str:
+        return f"read {n}"
+
+    seen = CollectorSeen()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        turn = await Runner(reg, instruments=[seen]).run_turn(
+            [call(f"c{i}", "read", {"n": i}) for i in range(3)]
+        )
+        assert gc.isenabled() is collecting
+    finally:
+        gc.enable()
+    assert [r.content for r in turn.results] == ["read 0", "read 1", "read 2"]
+    assert seen.seen[fanout.EventKind.QUEUED] == {False}
+    assert seen.seen[fanout.EventKind.STARTED] == {collecting}
+    assert seen.seen[fanout.EventKind.ANSWERED] == {collecting}
+
+
+def test_a_turns_calls_are_built_with_the_collector_paused(registry: Registry) -> None:
+    """Building a turn's calls (their idempotency keys read the arguments) runs with the
+    cyclic collector paused, and turns it back on."""
+    seen: list[bool] = []
+
+    class Spy:
+        def __str__(self) -> str:
+            seen.append(gc.isenabled())
+            return "spy"
+
+    Runner(registry).turn([call("c1", "sleep_for", {"seconds": Spy()})])
+    assert seen == [False]
+    assert gc.isenabled()
