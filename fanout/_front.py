@@ -655,7 +655,7 @@ class ScopeFront:
         sent_at: float | None = None,
         refused: bool = False,
         opened: bool | None = None,
-        overloaded_with: int | None = None,
+        overloaded_with: Leaving | None = None,
     ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
@@ -665,12 +665,14 @@ class ScopeFront:
         the server takes to answer one it admits. ``opened``: whether the
         request opened a connection (None: the transport cannot tell), so
         may have reached the server late (`fanout._window.Arrivals`).
-        ``overloaded_with``: the answer was a 503 to a request sent with this
-        many others of the scope on the wire, which may show a cap (`_slots`).
+        ``overloaded_with``: the answer was a 503 to a request that left so
+        (with how many others of the scope on the wire), which may show a cap
+        (`_slots`).
         """
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
-        if overloaded_with is not None and self.learn and self._cap.overloaded(overloaded_with):
+        leaving = overloaded_with if self.learn else None
+        if leaving is not None and self._cap.overloaded(leaving, now - sent):
             self._overloads.append(sent)
         self._adopt_stated(info, sent)
         if not refused:

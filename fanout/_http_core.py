@@ -324,7 +324,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
-                overloaded_with=leaving[id(scope)].others if overloaded else None,
+                overloaded_with=leaving[id(scope)] if overloaded else None,
             )  # fmt: skip
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)

@@ -33,6 +33,7 @@ import trio
 __all__ = ["LearnedCap", "Leaving", "take_slot"]
 
 _REGROW = 60.0  # seconds without a refusal for the learned cap to grow by one
+_GAP_TRIES = 4  # round trips the gap after an answer may grow to before a cap is lowered
 
 
 async def take_slot(limiter: trio.CapacityLimiter, holder: object, deadline: float) -> bool:
@@ -60,6 +61,7 @@ class Leaving:
 
     others: int
     overruled: bool = False
+    since_answer: float = math.inf  # how long after the scope's latest answer it left
 
 
 @attrs.define(eq=False)
@@ -78,6 +80,8 @@ class LearnedCap:
     _lowered_at: float = -math.inf
     _waiting: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
     _throttled: int = 0  # the rate's refusals so far
+    _answered_at: float = -math.inf
+    _gap: float = 0.0  # how long after an answer its place is used again
     on_the_wire: int = 0
 
     @property
@@ -98,15 +102,26 @@ class LearnedCap:
         place passed at once to the next).
         """
         limit = self.limit
-        if limit is not None:
-            # A cancel point before the check, none between it and taking the place.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            if self.on_the_wire >= limit or self._waiting:
-                throttled = self._throttled
-                await self._waiting.park()  # ``answered`` handed its place over, counted
-                return Leaving(self.on_the_wire - 1, overruled=self._throttled != throttled)
-        self.on_the_wire += 1
-        return Leaving(self.on_the_wire - 1)
+        if limit is None:
+            self.on_the_wire += 1
+            return Leaving(self.on_the_wire - 1)
+        # A cancel point before the check, none between it and taking the place.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        throttled = self._throttled
+        if self.on_the_wire >= limit or self._waiting:
+            await self._waiting.park()  # ``answered`` handed its place over, counted
+        else:
+            self.on_the_wire += 1
+        try:
+            await trio.sleep_until(self._answered_at + self._gap)
+        except BaseException:
+            self._give_back()
+            raise
+        return Leaving(
+            self.on_the_wire - 1,
+            overruled=self._throttled != throttled,
+            since_answer=trio.current_time() - self._answered_at,
+        )
 
     def throttled(self) -> None:
         """The rate refused a request (a 429): requests waiting here need a token anew."""
@@ -114,17 +129,35 @@ class LearnedCap:
 
     def answered(self) -> None:
         """A request's answer (or its failure) is back: its place is free, or passed on."""
+        self._answered_at = trio.current_time()
+        self._give_back()
+
+    def _give_back(self) -> None:
         limit = self.limit
         if self._waiting and (limit is None or self.on_the_wire <= limit):
             self._waiting.unpark()
             return
         self.on_the_wire = max(0, self.on_the_wire - 1)
 
-    def overloaded(self, others: int) -> bool:
-        """A 503 to a request sent with ``others`` on the wire; True when it shows a cap."""
+    def overloaded(self, leaving: Leaving, round_trip: float) -> bool:
+        """A 503 to a request that left as ``leaving`` says and was refused ``round_trip``
+        after; True when it shows a cap.
+
+        Under a cap already learned, one that left within a round trip of an
+        answer may have reached a server that had not yet counted that answer's
+        request out (a server counts it out once it has sent the answer): the
+        cap stays, and a place is used again only that much after an answer,
+        twice as long at each such refusal. In real time, each lowered a cap
+        of 4 to 3 in two of three runs, at a quarter of the throughput.
+        """
+        others = leaving.others
         if others < 1:
             return False
         limit = self.limit
+        racing = limit is not None and others < limit and leaving.since_answer <= round_trip
+        if racing and self._gap < _GAP_TRIES * round_trip:
+            self._gap = max(2 * self._gap, round_trip)
+            return True
         self._learned = others if limit is None else min(limit, others)
         self._lowered_at = trio.current_time()
         return True

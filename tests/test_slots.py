@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
-from fanout._slots import LearnedCap
+from fanout._slots import LearnedCap, Leaving
 from fanout.testing import ServerConfig, ThrottlingServer
 from tests.test_learning_no_numbers import learn, shape
 from tests.test_learning_sweep import Server, run
@@ -28,46 +29,51 @@ from tests.test_learning_sweep import Server, run
 # -- LearnedCap alone -------------------------------------------------------
 
 
+def _refused(cap: LearnedCap, others: int) -> bool:
+    """A 503 to a request that left with ``others`` out, long after any answer."""
+    return cap.overloaded(Leaving(others), round_trip=0.001)
+
+
 async def test_requests_go_uncapped_until_a_503_shows_a_cap(autojump_clock: Any) -> None:
     cap = LearnedCap()
     assert [(await cap.sending()).others for _ in range(5)] == [0, 1, 2, 3, 4]
     assert cap.limit is None
-    assert cap.overloaded(4)  # the fifth was refused with four others out
+    assert _refused(cap, 4)  # the fifth was refused with four others out
     assert cap.limit == 4
 
 
 async def test_a_503_with_nothing_else_on_the_wire_shows_no_cap(autojump_clock: Any) -> None:
     cap = LearnedCap()
     await cap.sending()
-    assert not cap.overloaded(0)
+    assert not _refused(cap, 0)
     assert cap.limit is None
 
 
 async def test_a_later_503_only_ever_lowers_the_cap(autojump_clock: Any) -> None:
     cap = LearnedCap()
-    cap.overloaded(4)
-    cap.overloaded(7)  # answers on their way back: the server counted fewer than that
+    _refused(cap, 4)
+    _refused(cap, 7)  # answers on their way back: the server counted fewer than that
     assert cap.limit == 4
-    cap.overloaded(2)
+    _refused(cap, 2)
     assert cap.limit == 2
 
 
 async def test_the_cap_grows_back_by_one_each_minute_without_a_503(autojump_clock: Any) -> None:
     cap = LearnedCap()
-    cap.overloaded(3)
+    _refused(cap, 3)
     await trio.sleep(59.9)
     assert cap.limit == 3
     await trio.sleep(0.1)
     assert cap.limit == 4
     await trio.sleep(120)
     assert cap.limit == 6
-    cap.overloaded(5)  # a 503 again: from the cap as it had grown, lowered, and the clock restarts
+    _refused(cap, 5)  # a 503 again: from the cap as it had grown, lowered, and the clock restarts
     assert cap.limit == 5
 
 
 async def test_a_full_cap_holds_requests_and_passes_places_on_in_order(autojump_clock: Any) -> None:
     cap = LearnedCap()
-    cap.overloaded(2)
+    _refused(cap, 2)
     for _ in range(2):
         await cap.sending()
     left: list[tuple[int, float, int]] = []
@@ -94,7 +100,7 @@ async def test_a_full_cap_holds_requests_and_passes_places_on_in_order(autojump_
 
 async def test_a_request_cancelled_while_it_waits_takes_no_place(autojump_clock: Any) -> None:
     cap = LearnedCap()
-    cap.overloaded(1)
+    _refused(cap, 1)
     await cap.sending()
     with trio.move_on_after(1):
         await cap.sending()
@@ -106,7 +112,7 @@ async def test_a_request_cancelled_while_it_waits_takes_no_place(autojump_clock:
 
 async def test_a_request_that_waited_through_a_429_needs_a_token_anew(autojump_clock: Any) -> None:
     cap = LearnedCap()
-    cap.overloaded(1)
+    _refused(cap, 1)
     first = await cap.sending()
     outcomes = []
 
@@ -120,6 +126,58 @@ async def test_a_request_that_waited_through_a_429_needs_a_token_anew(autojump_c
         cap.answered()
     assert not first.overruled  # it did not wait
     assert [leaving.overruled for leaving in outcomes] == [True]
+
+
+async def test_a_503_right_after_an_answer_keeps_the_cap_and_spaces_the_next_place(
+    autojump_clock: Any,
+) -> None:
+    """A server counts a request out once it has sent its answer: a request that took the
+    answered one's place at once may find it still counted. Under a cap of 4, such a 503
+    with 3 others out keeps the cap, and places are used again a round trip after an
+    answer (twice as long at each such 503); past four round trips it is a lower cap."""
+    cap = LearnedCap()
+    _refused(cap, 4)
+    for _ in range(4):
+        await cap.sending()
+    cap.answered()  # at t=0
+    racing = await cap.sending()
+    assert racing.others == 3
+    assert racing.since_answer == 0.0
+    assert cap.overloaded(racing, round_trip=0.01)
+    assert cap.limit == 4
+    cap.answered()  # the refused one is back; an answer at t=0 again
+    cap.answered()
+    spaced = await cap.sending()
+    assert trio.current_time() == pytest.approx(0.01)  # a round trip after the answer
+    for gap in (0.02, 0.04):
+        assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01)
+        assert cap.limit == 4
+        cap.answered()
+        began = trio.current_time()
+        spaced = await cap.sending()
+        assert trio.current_time() - began == pytest.approx(gap)
+    assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01)
+    assert cap.limit == 2  # past four round trips of gap: a cap of what was out (2)
+
+
+async def test_a_request_cancelled_in_the_gap_after_an_answer_gives_its_place_back(
+    autojump_clock: Any,
+) -> None:
+    cap = LearnedCap()
+    _refused(cap, 2)
+    for _ in range(2):
+        await cap.sending()
+    cap.answered()
+    assert cap.overloaded(await cap.sending(), round_trip=1.0)  # a gap of a second now
+    cap.answered()
+    cap.answered()
+    assert cap.on_the_wire == 0
+    with trio.move_on_after(0.5):
+        await cap.sending()  # holds its place through the gap, and is cancelled in it
+    assert cap.on_the_wire == 0
+    await trio.sleep(0.5)
+    await cap.sending()
+    assert cap.on_the_wire == 1
 
 
 # -- a scope told nothing, against a capped server -----------------------------
