@@ -83,6 +83,9 @@ class ScopeStatistics:
     ``in_flight`` counts calls holding a slot; ``waiting`` counts calls queued
     for a slot, the probe or tokens. A call that holds its slot while it
     waits for a token is in both: it occupies capacity and is not yet running.
+    ``on_the_wire`` counts this process's requests sent through fanout's HTTP
+    transport whose answers are not yet read; ``max_concurrency`` is the cap
+    in force, a lower one 503s showed included (`fanout._slots`).
     """
 
     name: str
@@ -97,6 +100,7 @@ class ScopeStatistics:
     retries: int
     retries_refused: int
     slack: float = 0.0
+    on_the_wire: int = 0
 
 
 class Backend(Protocol):
@@ -956,4 +960,5 @@ class ScopeFront:
             shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
             retries_refused=budget.refused,
             slack=self.slack if self.slack is not None else self._measured_slack(),
+            on_the_wire=self._cap.on_the_wire,
         )  # fmt: skip

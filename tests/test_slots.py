@@ -371,3 +371,72 @@ async def test_a_body_never_closed_gives_its_place_back_when_the_attempt_ends(
         ],
     )
     assert sent == [0.0, 0.0, 2.0, 5.0]
+
+
+# -- no place is ever lost -----------------------------------------------------
+
+_OUTCOMES = st.sampled_from(["ok", "slow", "503", "503 bare", "429", "connect error", "timeout"])
+
+
+async def _answer(outcome: str) -> httpx.Response:
+    if outcome == "slow":
+        await trio.sleep(0.3)
+    elif outcome == "ok":
+        await trio.sleep(0.05)
+    if outcome == "connect error":
+        raise httpx.ConnectError("refused")
+    if outcome == "timeout":
+        await trio.sleep(0.2)
+        raise httpx.ReadTimeout("no answer")
+    if outcome == "503":
+        return httpx.Response(503, headers={"retry-after": "1"})
+    if outcome in ("503 bare", "429"):
+        return httpx.Response(int(outcome[:3]))
+    return httpx.Response(200, text="ok")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    outcomes=st.lists(_OUTCOMES, min_size=1, max_size=30),
+    tools=st.lists(st.sampled_from(["read", "leave open", "raise"]), min_size=1, max_size=12),
+    deadline=st.sampled_from([0.1, 0.5, 3.0, 30.0]),
+    told=st.booleans(),
+)
+def test_every_place_on_the_wire_comes_back_and_every_call_is_answered(
+    outcomes: list[str], tools: list[str], deadline: float, told: bool
+) -> None:
+    """Any mix of answers, failures and 503s, tools that read, leave a body open or
+    raise, any deadline: every call is answered once, and no request is left counted
+    on the wire (a lost place would hold a learned cap shut for good)."""
+
+    async def main() -> None:
+        served = iter(outcomes * 20)
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            return await _answer(next(served, "ok"))
+
+        scope = Scope("api", rate=50, burst=5) if told else Scope("api")
+        transport = httpx.MockTransport(handler)
+        async with fanout.http_client(transport, base_url="http://api") as client:
+            registry = Registry()
+
+            @registry.tool(kind=Kind.READS, scopes=["api"], timeout=deadline)
+            async def fetch(n: int, how: str) -> str:
+                if how == "leave open":
+                    response = await client.send(client.build_request("GET", f"/{n}"), stream=True)
+                    return str(response.status_code)
+                response = await client.get(f"/{n}")
+                if how == "raise":
+                    raise RuntimeError("the tool failed after its request")
+                response.raise_for_status()
+                return response.text
+
+            runner = Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=60)
+            calls = [
+                ToolCall(f"c{i}", "fetch", {"n": i, "how": how}) for i, how in enumerate(tools)
+            ]
+            turn = await runner.run_turn(calls)
+        assert [r.tool_use_id for r in turn.results] == [call.id for call in calls]
+        assert scope.statistics().on_the_wire == 0
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
