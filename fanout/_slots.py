@@ -4,14 +4,19 @@ A server may limit how many requests it works on at once, and say so only by
 refusing the one over its cap: ``503`` (overloaded), with a ``Retry-After``
 for when a request in flight should be done. No header states the cap, so a
 scope nobody told ``max_concurrency`` learns it, in this process, from what
-such a refusal shows: the server had its cap of requests in flight when the
-refused one arrived, and every request of ours it could have been counting
-was on the wire when that one was sent. With ``n`` others of ours on the wire
-then, the cap is at most ``n`` (answers already on their way back made the
-server's count smaller, not larger). From then on, no more than that many
-of its requests are out at once; a second refusal can only lower it. Without this, a
-scope learning its rate against 10/s with a cap of 4 sent its whole burst at
-every reopening: 5 of 9 refused each time, 19 refusals and 7 calls given up.
+such a refusal shows: the server had its cap of requests in when the refused
+one arrived, and could only have been counting ours that were on the wire
+when it was sent. With ``n`` others out then, the cap is at most ``n``. From
+then on no more than that many of the scope's requests are out at once, and
+a later refusal lowers it further. Without this, a scope learning its rate
+against 10/s with a cap of 4 sent its whole burst at every reopening: 5 of 9
+refused each time, 19 refusals and 7 calls given up.
+
+A request is on the wire from its send until its answer is read. A server
+counts it out only once it has sent that answer, so a request that takes an
+answered one's place at once may find it still counted: a refusal under the
+cap, within a round trip of an answer, keeps the cap and spaces the places
+after answers instead (`LearnedCap.overloaded`).
 
 Only ``503`` is read so. A ``429`` is about the rate, and often the rate of
 something else than requests (tokens a minute) while ``Remaining`` requests
