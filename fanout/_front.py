@@ -716,7 +716,9 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
             began = trio.current_time() - seconds
-            self._learner.on_success(began=began, latency=self._ledger.latency)
+            self._learner.on_success(
+                began=began, latency=self._ledger.latency, wave=self._started
+            )
             self._apply_learned()
 
     def _observe_arrival(self, seconds: float, *, warm: bool = False) -> None:
