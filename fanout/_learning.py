@@ -102,6 +102,11 @@ class RateLearner:
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
 
+    @property
+    def refusals(self) -> int:
+        """429s (and 503s) so far."""
+        return self._refused
+
     def from_headers(
         self,
         limit: float | None,

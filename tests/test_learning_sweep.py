@@ -329,7 +329,9 @@ def test_a_429_at_the_fitted_rate_is_a_new_congestion_event() -> None:
     after it a 429 still counts as the same event (1.4 s). The fit then raised the rate
     to 5.3/s, too fast, and the 429 that drew at 1.56 s was merged into the old event:
     the rate stayed, and a fourth 429 followed. Judged by the fitted rate, the third is
-    an event of its own, the fit settles below 4.5/s, and there is no fourth."""
+    an event of its own, the fit settles below 4.5/s, and there is no fourth. (Since the
+    slow start begins from the probe's four, the third 429 comes at 9.6 s, not 1.3 s:
+    the run no longer reaches that merge, and the times pinned are today's.)"""
     server = Server("bucket", 4.496841751841005, 10, 0.1681989180861059, 0.0, 16, "none",
                     "ms", 72, reset="next", seed=2)  # fmt: skip
     throttling, turn, _ = run(server)
