@@ -903,6 +903,19 @@ class ScopeFront:
         """The moving average of call durations here, or None before any finished."""
         return self._ledger.latency
 
+    def wait_latency(self) -> float | None:
+        """The latency a wait for tokens here is judged with (would the call end late?).
+
+        None while the rate is a guess: as for shedding (``shed``), no call is
+        answered on it. Judged then, a call booked a token late (the refill
+        while the probe was answered, made up once the refill measures a
+        rate) was answered ``rate_limited`` at once as ending 8 ms past its
+        deadline; kept, its booking moves sooner when the bucket is made up,
+        and is judged again there. A booking past the deadline is still not
+        slept.
+        """
+        return self._ledger.latency if self._rate_is_evidence() else None
+
     def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None
         if self._learner.rate is not None:

@@ -262,3 +262,23 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     assert server.count(status=429) == 0
     assert ok(turn) == 28
     assert server.count() == 28
+
+
+async def test_a_booking_on_a_guessed_rate_is_not_answered_as_ending_late(
+    autojump_clock: Any,
+) -> None:
+    """As above, with latency 100-105 ms. The calls book when the probe answers, on the
+    guessed 10/s, a token short: the 27th's booking would start at 1.9 s and, at the
+    latency seen, end 8 ms late, so it was answered ``rate_limited`` at once, before the
+    refill that makes the token up was measured. A guessed rate decides nothing (as for
+    shedding): the call keeps its booking, which moves to 1.8 s once the token is made up,
+    and is judged there. 28 ok, none late."""
+    config = ServerConfig(rate=10, burst=10, latency=0.1, jitter=0.005, headers="draft")
+    async with api(config) as (server, client):
+        runner = Runner(registry(client, timeout=2.0), scopes=[Scope("key")], inline_wait=None)
+        turn = await runner.run_turn(calls(40))
+    assert server.count(status=429) == 0
+    assert ok(turn) == 28
+    assert all(r.status in (Status.OK, Status.RATE_LIMITED) for r in turn.results)
+    answered = [e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+    assert max(answered) <= 2.0
