@@ -224,7 +224,7 @@ async def _book_all(
     done = False
     try:
         for scope in scopes:
-            latency = scope.expected_latency()
+            latency = scope.wait_latency()
             for _ in range(_TRIES):
                 try:
                     booking = await scope.reserve(cost, max(0.0, patience - trio.current_time()))

@@ -93,6 +93,8 @@ class ServerCount:
     direction: syncing down to a floored count refilled from a guessed
     arrival, or up by a refill the server may not have had, would move every
     start by that guess at each answer (later without end, or into a 429).
+    ``proven`` and ``crossing`` raise a learned bucket by a refill it could
+    not count (``refilled_at_least``).
     """
 
     remaining: float
@@ -101,6 +103,8 @@ class ServerCount:
     elapsed: float = 0.0
     late: float = 0.0
     rate_known: bool = True
+    proven: float | None = None
+    crossing: float = 0.0
 
     def estimate(self, rate: float, burst: float) -> float:
         """The server's tokens now, refilled since the latest the request may have arrived."""
@@ -126,6 +130,20 @@ class ServerCount:
         counted late: refilling from its sending would overstate the server.
         """
         return min(burst, self.remaining) - self.started_since - self.unsure
+
+    def refilled_at_least(self, burst: float) -> float | None:
+        """The server's tokens now, refilled at ``proven`` since the request arrived.
+
+        ``proven`` is a rate the server's refill was shown to reach at least
+        (a learned rate's measured lower bound); None when nothing is proven.
+        The request is taken to arrive by ``late``, as in ``estimate``, so only
+        what started up to then may have crossed it on its way in
+        (``crossing``): the server had not counted those yet.
+        """
+        if self.proven is None:
+            return None
+        refilled = max(0.0, self.elapsed - self.late) * self.proven
+        return min(burst, self.remaining + refilled) - self.started_since - self.crossing
 
 
 @attrs.define
@@ -314,7 +332,9 @@ class TokenBucket:
         only learned, above its estimate) drops to the estimate; bookings not
         yet due are void, and book again against it. A surplus of a token or
         more over the bucket by the least the server can have is added (the
-        bucket could not see the server refill). True when the bucket changed.
+        bucket could not see the server refill), and while learning any surplus
+        a proven rate shows (``ServerCount.refilled_at_least``). True when the
+        bucket changed.
         """
         if self.rate is None or not math.isfinite(count.remaining):
             return False
@@ -327,13 +347,20 @@ class TokenBucket:
             self._set_balance(now, estimate)
             return True
         adopt = count.at_least(self.burst)
-        if adopt >= present + 1.0:
-            # The bucket could not see the server refill: bookings ahead may
-            # start sooner, so they are void and book again (``voided`` wakes them).
-            self._void()
-            self._set_balance(now, adopt)
-            return True
-        return False
+        refilled = count.refilled_at_least(self.burst)
+        if refilled is not None and refilled > present + 1e-9:
+            # A learned bucket refills at its rate from what it was set to: a
+            # refill it never counted (the probe's round trip: its count is as of
+            # its sending) is made up as soon as a proven rate shows it, not a
+            # token at a time.
+            adopt = max(adopt, refilled)
+        elif adopt < present + 1.0:
+            return False
+        # The bucket could not see the server refill: bookings ahead may
+        # start sooner, so they are void and book again (``voided`` wakes them).
+        self._void()
+        self._set_balance(now, adopt)
+        return True
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """The server said we went too fast: no tokens now, nothing starts for ``blocked_for`` s."""

@@ -220,6 +220,7 @@ class ScopeFront:
     # The burst whose earliest answer a 429 made the slack take as all late arrival.
     _lag_assumed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
+    _emptied: bool = attrs.field(init=False, default=False, repr=False)  # said Remaining 0
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
@@ -473,6 +474,34 @@ class ScopeFront:
         """
         return sum(cost for start, cost in self._recent if since < start <= now)
 
+    def _proven(self) -> float | None:
+        """The rate the server's refill was shown to reach, when learning from its
+        counts (`ServerCount.refilled_at_least`), never above the rate used.
+
+        None after a 429 (the learner's numbers are being corrected), and once
+        the server said nothing remains: a window spent refills all at once,
+        and a refill bound measured across its reset proves no refill between
+        two counts within the next one (raised by it, a scope drew a 429 from
+        fixed windows and sliding logs it had not yet learned).
+        """
+        learner = self._learner
+        if learner is None or learner.refusals or self._emptied:
+            return None
+        rate = self._limits[0]
+        if learner.measured is None or rate is None:
+            return None
+        return min(rate, learner.measured)
+
+    def _crossing(self, sent: float, late: float) -> float:
+        """What may have reached the server after the request sent at ``sent``: what
+        started up to ``late`` s before it, or together with it (in either order)."""
+        within = self._sent_within(sent - max(late, _TOGETHER), sent + _TOGETHER)
+        return max(0.0, within - 1.0)  # itself aside
+
+    def _sent_within(self, since: float, sent: float) -> float:
+        """Tokens of bookings that started from ``since`` to ``sent``, both included."""
+        return sum(cost for start, cost in self._recent if since <= start <= sent)
+
     # -- what the server told us -----------------------------------------
 
     async def request_leaving(self) -> Leaving:
@@ -687,6 +716,7 @@ class ScopeFront:
                 self._judge_window(info.remaining, sent)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
+        self._emptied = self._emptied or (remaining is not None and remaining < 1)
         if remaining is not None and remaining < 1 and reset is not None:
             if rate is None or self.window == "fixed":
                 await self._backend.block_until(now + reset)
@@ -696,10 +726,10 @@ class ScopeFront:
                 self._window_reset = reset
         if remaining is not None and rate is not None:
             surely = self._started_between(sent, now)
+            late = self._ledger.slowest() - self._ledger.fastest()
             # Anything that started within the slowest latency seen before this
             # request was sent may have reached the server after it.
-            since = sent - self._ledger.slowest()
-            maybe = sum(cost for start, cost in self._recent if since <= start <= sent)
+            maybe = self._sent_within(sent - self._ledger.slowest(), sent)
             count = ServerCount(
                 remaining,
                 started_since=surely,
@@ -707,8 +737,10 @@ class ScopeFront:
                 elapsed=now - sent,
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest.
-                late=self._ledger.slowest() - self._ledger.fastest(),
+                late=late,
                 rate_known=self._learner is None or self._learner.ceiling is not None,
+                proven=self._proven(),
+                crossing=self._crossing(sent, late),
             )
             await self._backend.sync(count)
         else:
@@ -777,7 +809,7 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
             began = trio.current_time() - seconds
-            self._learner.on_success(began=began, latency=self._ledger.latency)
+            self._learner.on_success(began=began, latency=self._ledger.latency, wave=self._started)
             self._apply_learned()
 
     def _observe_arrival(self, seconds: float, *, warm: bool = False) -> None:
@@ -931,6 +963,19 @@ class ScopeFront:
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""
         return self._ledger.latency
+
+    def wait_latency(self) -> float | None:
+        """The latency a wait for tokens here is judged with (would the call end late?).
+
+        None while the rate is a guess: as for shedding (``shed``), no call is
+        answered on it. Judged then, a call booked a token late (the refill
+        while the probe was answered, made up once the refill measures a
+        rate) was answered ``rate_limited`` at once as ending 8 ms past its
+        deadline; kept, its booking moves sooner when the bucket is made up,
+        and is judged again there. A booking past the deadline is still not
+        slept.
+        """
+        return self._ledger.latency if self._rate_is_evidence() else None
 
     def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None

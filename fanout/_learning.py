@@ -102,6 +102,11 @@ class RateLearner:
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
 
+    @property
+    def refusals(self) -> int:
+        """429s (and 503s) so far."""
+        return self._refused
+
     def from_headers(
         self,
         limit: float | None,
@@ -217,17 +222,9 @@ class RateLearner:
         self._refit = True
         self._quiet_until = now + 1.0 / self.rate
 
-    def on_overloaded(self) -> None:
-        """A 503 showed a cap on requests in flight (`fanout._slots`), not the rate.
-
-        The rate stays, but the slow start ends: a bucket that refilled during
-        the 503's wait shows room on every answer after it, and doubling per
-        round trip on that room ran a 50/s server's scope up to 180/s, then
-        into a 429 and a window it took that for.
-        """
-        self._slow_start = False
-
-    def on_success(self, *, began: float | None = None, latency: float | None = None) -> None:
+    def on_success(
+        self, *, began: float | None = None, latency: float | None = None, wave: float = 1.0
+    ) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
 
         A rate measured from the server's own counts does not creep upward:
@@ -235,10 +232,11 @@ class RateLearner:
         ``Remaining`` is below its limit: the bucket is being drawn down at
         the present rate, and a faster one would empty it (the refill it
         shows will measure the true rate from below). ``began`` is when the successful request was
-        sent; ``latency`` the scope's usual call duration.
+        sent; ``latency`` the scope's usual call duration; ``wave`` how many requests of
+        ours have started so far (at the first success: the probe's width).
         """
         if not self._stated:
-            self._admitted_blind(began, latency)
+            self._admitted_blind(began, latency, wave)
             return
         if self.rate is None or not self._headroom or self._refused >= _REFUSALS:
             return
@@ -254,7 +252,7 @@ class RateLearner:
             grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
 
-    def _admitted_blind(self, began: float | None, latency: float | None) -> None:
+    def _admitted_blind(self, began: float | None, latency: float | None, wave: float) -> None:
         """An admission with no numbers: a bound to prove, and the rate grows."""
         if began is not None:
             self._log.note(began, admitted=True)
@@ -271,7 +269,11 @@ class RateLearner:
             self._latency = max(latency, _SHORTEST)
         if self._slow_start:
             # One request per latency more with each success: doubling per round trip.
-            self.rate = (self.rate or 1.0 / self._latency) + 1.0 / self._latency
+            # The probe's round trip carried its whole wave (a scope told its
+            # concurrency probes several wide): starting from one request per
+            # latency instead, the next wave went at (w + 1) per latency, not 2w,
+            # and its stagger stayed in every later wave of a concurrency cap.
+            self.rate = (self.rate or max(1.0, wave) / self._latency) + 1.0 / self._latency
         elif self.rate is not None and began is not None and began > self._event_at:
             if self._refit:
                 # Every request sent before the event has answered by now: fit.

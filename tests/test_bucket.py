@@ -196,6 +196,21 @@ async def test_sync_adopts_a_lower_server_count_and_refills_at_the_rate(
     assert bucket.wait_for() == 0
 
 
+async def test_a_learned_bucket_makes_up_what_a_proven_rate_refilled(
+    autojump_clock: Any,
+) -> None:
+    """Remaining 0, counted 0.1 s ago: the server refilled since at a rate proven to be at
+    least 8/s, so 0.8 of a token is made up at once (a count alone, less than a token more
+    than the bucket, is not worth voiding), less what may have crossed the request."""
+    bucket = TokenBucket(rate=10, burst=10)
+    assert bucket.sync(ServerCount(0.0))
+    count = ServerCount(0.0, elapsed=0.1, rate_known=False)
+    assert not bucket.sync(count)
+    assert not bucket.sync(ServerCount(0.0, elapsed=0.1, proven=8.0, crossing=1.0))
+    assert bucket.sync(ServerCount(0.0, elapsed=0.1, rate_known=False, proven=8.0))
+    assert bucket.wait_for() == pytest.approx(0.02)
+
+
 def test_a_slower_rate_keeps_the_refill_pause_of_a_burst_booked_in_a_block() -> None:
     """Found by the model below: 4/s, burst 2, slack 0.05. A 429 drains the bucket and
     blocks it for a second; two calls book for its end (a burst: the refill pauses for
