@@ -62,11 +62,13 @@ async def take_slot(limiter: trio.CapacityLimiter, holder: object, deadline: flo
 @attrs.frozen
 class Leaving:
     """A request leaving: ``others`` of the scope on the wire with it; ``overruled``: it
-    waited for its place while the rate refused one, so needs a token anew."""
+    waited for its place while the rate refused one, so needs a token anew;
+    ``since_answer``: how long after the scope's latest answer it left (under a
+    learned cap; otherwise not measured)."""
 
     others: int
     overruled: bool = False
-    since_answer: float = math.inf  # how long after the scope's latest answer it left
+    since_answer: float = math.inf
 
 
 @attrs.define(eq=False)
