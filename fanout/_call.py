@@ -23,7 +23,7 @@ import trio
 
 from ._admission import Denial, admit
 from ._answers import failure, success
-from ._budget import QUOTA_HORIZON, Budget, Verdict, usable_wait
+from ._budget import Budget, Verdict, usable_wait
 from ._canonical import key_of_spelled, safe_text
 from ._context import CallContext, reset_current_call, set_current_call
 from ._events import EventKind, Recorder
@@ -39,7 +39,7 @@ from ._idle import IdleTimeoutError, IdleWatch
 from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
-from ._scope import ScopeLike, scopes_named
+from ._scope import ScopeLike, quota_horizon, scopes_named
 from ._values import Kind, Status, ToolCall, ToolResult
 
 __all__ = [
@@ -421,7 +421,7 @@ async def _decide(
 
     if isinstance(signal, NotSentError):
         return answer(signal.status, describe(signal), retry_after=wait)
-    horizon = min((scope.quota_horizon for scope in targets), default=QUOTA_HORIZON)
+    horizon = quota_horizon(targets)
     if isinstance(signal, QuotaExhaustedError) or (
         isinstance(signal, RateLimitedError) and wait is not None and wait > horizon
     ):

@@ -231,13 +231,10 @@ class ScopeFront:
     # A learned window on trial: its length, and when the server said it reopens.
     _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
-    # When the requests were sent whose 503s showed a cap, not the rate (`_slots`);
-    # a 503 without a wait is never throttled on, so only the latest few are kept.
-    _overloads: collections.deque[float] = attrs.field(
-        init=False, factory=lambda: collections.deque(maxlen=64), repr=False
-    )
-    # When the refused requests the HTTP layer told of at once were sent, each listed
-    # until the runner tells it again (`on_throttled`): a refusal is taken in once.
+    # When the refused requests were sent that are taken in already: told of as they
+    # arrived (`on_throttled`), or 503s that showed a cap, not the rate (`_slots`).
+    # Each is listed until the runner tells of it; a 503 without a wait never is, so
+    # only the latest few are kept.
     _refusals_taken: collections.deque[float] = attrs.field(
         init=False, factory=lambda: collections.deque(maxlen=64), repr=False
     )
@@ -533,23 +530,19 @@ class ScopeFront:
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
         sent = now if sent_at is None or not sent_at <= now else sent_at
+        if sent_at is not None and sent_at in self._refusals_taken:
+            # Taken in already: as it arrived (`fanout._http_core`), the runner telling
+            # of it again; or a 503 over the server's cap, not its rate (`_slots`),
+            # whose tokens are still there and rate stays. Its call waits out the
+            # server's wait; the others go on under the cap (blocked, every call
+            # waited a second the server rounded up from 0.1 s, to go out 4 at a time
+            # anyway). Each telling is matched with one taken, however many left at once.
+            if not arriving:
+                self._refusals_taken.remove(sent_at)
+            await trio.lowlevel.checkpoint()
+            return
         if arriving and sent_at is not None:
             self._refusals_taken.append(sent_at)
-        elif sent_at is not None and sent_at in self._refusals_taken:
-            # Taken in as it arrived (`fanout._http_core`), and the runner tells it again:
-            # each telling of one is matched with one taken, however many left at once.
-            self._refusals_taken.remove(sent_at)
-            await trio.lowlevel.checkpoint()
-            return
-        if sent in self._overloads:
-            # Over the server's cap, not its rate (`_slots`): the tokens are still
-            # there and the rate stays what it was. The refused call waits out the
-            # server's wait; the others go on under the cap, which is now no more
-            # than was out when it was refused (blocked, every call waited a
-            # second the server rounded up from 0.1 s, to go out 4 at a time anyway).
-            self._overloads.remove(sent)
-            await trio.lowlevel.checkpoint()
-            return
         trial = self._window_trial
         if trial is not None and sent >= trial[1]:
             self._window_trial = None  # refused after the window's reported end: no window
@@ -706,7 +699,7 @@ class ScopeFront:
         sent = now if sent_at is None or not sent_at <= now else sent_at
         leaving = overloaded_with if self.learn else None
         if leaving is not None and self._cap.overloaded(leaving, now - sent):
-            self._overloads.append(sent)
+            self._refusals_taken.append(sent)
         self._adopt_stated(info, sent)
         if not refused:
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)

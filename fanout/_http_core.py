@@ -45,7 +45,7 @@ import attrs
 import trio
 
 from ._admission import take_tokens
-from ._budget import QUOTA_HORIZON, Verdict, usable_wait
+from ._budget import Verdict, usable_wait
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
@@ -53,9 +53,10 @@ from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, Tra
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
 from ._redact import REDACTED, redact_text, redact_url
-from ._scope import ScopeLike, scopes_named
+from ._scope import ScopeLike, quota_horizon, scopes_named
 from ._secrets import learn
 from ._server_clock import ServerClock
+from ._slots import Leaving
 from ._values import Kind, Status
 
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ._context import CallContext
-    from ._slots import Leaving
     from ._values import RateLimitInfo
 
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
@@ -141,9 +141,24 @@ class GuardedBody:
 
 @attrs.define
 class _Place:
-    """A request's place on the wire of each of its scopes, given back once."""
+    """A request's place on the wire of each of its scopes (`fanout._slots`), given back
+    once; ``leaving`` says how it left each, keyed by the scope's id."""
 
-    scopes: tuple[ScopeLike, ...]
+    scopes: tuple[ScopeLike, ...] = ()
+    leaving: dict[int, Leaving] = attrs.field(factory=dict)
+
+    @classmethod
+    async def take(cls, scopes: tuple[ScopeLike, ...]) -> _Place:
+        """A place on each scope; cancelled part way, the places taken are given back."""
+        place = cls()
+        try:
+            for scope in scopes:
+                place.leaving[id(scope)] = await scope.request_leaving()
+                place.scopes += (scope,)
+        except BaseException:
+            place.give_back()
+            raise
+        return place
 
     def give_back(self) -> None:
         scopes, self.scopes = self.scopes, ()
@@ -284,18 +299,16 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # may show a cap on requests in flight, which later requests wait under
         # (`fanout._slots`); that wait is no lag of the network's.
         waited_from = trio.current_time()
-        leaving = await _leave(context.scopes)
         # Its place is given back once its answer is read: handed on at the headers, the
         # next request reached a server that had not yet counted this one out, and was
         # refused. A body never closed gives it back when the attempt ends.
-        place = _Place(tuple(s for s in context.scopes if id(s) in leaving))
+        place = await _Place.take(context.scopes)
         context.places.append(place.give_back)
         answered = False
         try:
-            overruled = tuple(s for s in context.scopes if leaving[id(s)].overruled)
+            overruled = tuple(s for s in context.scopes if place.leaving[id(s)].overruled)
             if overruled:
                 await _charge(context, overruled)
-            # The wait for a place (and a token anew) is no part of how long the call took.
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             opened = _watch_connections(request, context)
             held_before = context.held
@@ -324,7 +337,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
-                overloaded_with=leaving[id(scope)] if overloaded else None,
+                overloaded_with=place.leaving[id(scope)] if overloaded else None,
             )  # fmt: skip
         _emit(
             context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
@@ -476,29 +489,10 @@ async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedErro
     horizon is the runner's to answer.
     """
     wait = usable_wait(signal.retry_after)
-    horizon = min((scope.quota_horizon for scope in scopes), default=QUOTA_HORIZON)
-    if wait is not None and wait > horizon:
+    if wait is not None and wait > quota_horizon(scopes):
         return
     for scope in scopes:
         await scope.on_throttled(wait, sent_at=signal.sent_at, arriving=True)
-
-
-async def _leave(scopes: tuple[ScopeLike, ...]) -> dict[int, Leaving]:
-    """This request leaving on each scope (`fanout._slots`), keyed by the scope's id.
-
-    A scope whose wait is cancelled leaves the ones before it counted: the
-    caller takes each of them off the wire again.
-    """
-    leaving: dict[int, Leaving] = {}
-    try:
-        for scope in scopes:
-            leaving[id(scope)] = await scope.request_leaving()
-    except BaseException:
-        for scope in scopes:
-            if id(scope) in leaving:
-                scope.request_back()
-        raise
-    return leaving
 
 
 def _signal_for(

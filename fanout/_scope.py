@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from ._bucket import TokenBucket
+from ._budget import QUOTA_HORIZON
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
 from ._slots import take_slot
@@ -34,6 +35,7 @@ __all__ = [
     "ScopeStatistics",
     "SlotHolder",
     "concurrency_for",
+    "quota_horizon",
     "scopes_named",
 ]
 
@@ -61,6 +63,12 @@ def scopes_named(scopes: tuple[ScopeLike, ...], named: str | None) -> tuple[Scop
         if hit:
             return hit
     return scopes
+
+
+def quota_horizon(scopes: tuple[ScopeLike, ...]) -> float:
+    """The longest server wait these scopes still take as throttling: a longer one
+    means a spent quota (the shortest of their ``quota_horizon``)."""
+    return min((scope.quota_horizon for scope in scopes), default=QUOTA_HORIZON)
 
 
 class ScopeLike(Protocol):
