@@ -698,7 +698,8 @@ class ScopeFront:
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
         leaving = overloaded_with if self.learn else None
-        if leaving is not None and self._cap.overloaded(leaving, now - sent):
+        quickest = self._ledger.fastest()
+        if leaving is not None and self._cap.overloaded(leaving, now - sent, quickest=quickest):
             self._refusals_taken.append(sent)
         self._adopt_stated(info, sent)
         if not refused:

@@ -146,22 +146,29 @@ class LearnedCap:
             return
         self.on_the_wire = max(0, self.on_the_wire - 1)
 
-    def overloaded(self, leaving: Leaving, round_trip: float) -> bool:
+    def overloaded(self, leaving: Leaving, round_trip: float, *, quickest: float = 0.0) -> bool:
         """A 503 to a request that left as ``leaving`` says and was refused ``round_trip``
-        after; True when it shows a cap.
+        after; True when it shows a cap. ``quickest``: the quickest answer the
+        server gave a request it admitted.
 
         Under a cap already learned, one that left within a round trip of an
         answer may have reached a server that had not yet counted that answer's
         request out (a server counts it out once it has sent the answer): the
         cap stays, and a place is used again only that much after an answer,
         twice as long at each such refusal. In real time, each lowered a cap
-        of 4 to 3 in two of three runs, at a quarter of the throughput.
+        of 4 to 3 in two of three runs, at a quarter of the throughput. Only a
+        refusal quicker than any admitted answer (refused as it arrived) is
+        read so: a slow one would have spaced every later request by its
+        whole round trip.
         """
         others = leaving.others
         if others < 1:
             return False
         limit = self.limit
-        racing = limit is not None and others < limit and leaving.since_answer <= round_trip
+        racing = (
+            limit is not None and others < limit and round_trip < quickest
+            and leaving.since_answer <= round_trip
+        )  # fmt: skip
         if racing and self._gap < _GAP_TRIES * round_trip:
             self._gap = max(2 * self._gap, round_trip)
             return True

@@ -143,21 +143,43 @@ async def test_a_503_right_after_an_answer_keeps_the_cap_and_spaces_the_next_pla
     racing = await cap.sending()
     assert racing.others == 3
     assert racing.since_answer == 0.0
-    assert cap.overloaded(racing, round_trip=0.01)
+    assert cap.overloaded(racing, round_trip=0.01, quickest=0.1)
     assert cap.limit == 4
     cap.answered()  # the refused one is back; an answer at t=0 again
     cap.answered()
     spaced = await cap.sending()
     assert trio.current_time() == pytest.approx(0.01)  # a round trip after the answer
     for gap in (0.02, 0.04):
-        assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01)
+        assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01, quickest=0.1)
         assert cap.limit == 4
         cap.answered()
         began = trio.current_time()
         spaced = await cap.sending()
         assert trio.current_time() - began == pytest.approx(gap)
-    assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01)
+    assert cap.overloaded(attrs.evolve(spaced, since_answer=0.0), round_trip=0.01, quickest=0.1)
     assert cap.limit == 2  # past four round trips of gap: a cap of what was out (2)
+
+
+async def test_a_slow_503_after_an_answer_lowers_the_cap_and_spaces_nothing(
+    autojump_clock: Any,
+) -> None:
+    """A 503 that took longer than the server's quickest admitted answer was not refused
+    as it arrived: no race with an answer. Read as one, it would have spaced every later
+    request a whole (slow) round trip after each answer."""
+    cap = LearnedCap()
+    _refused(cap, 4)
+    for _ in range(4):
+        await cap.sending()
+    cap.answered()
+    late = await cap.sending()
+    assert late.since_answer == 0.0
+    assert cap.overloaded(late, round_trip=30.0, quickest=0.1)
+    assert cap.limit == 3
+    cap.answered()
+    cap.answered()
+    began = trio.current_time()
+    await cap.sending()
+    assert trio.current_time() == began  # no gap after the answer
 
 
 async def test_a_request_cancelled_in_the_gap_after_an_answer_gives_its_place_back(
@@ -168,7 +190,7 @@ async def test_a_request_cancelled_in_the_gap_after_an_answer_gives_its_place_ba
     for _ in range(2):
         await cap.sending()
     cap.answered()
-    assert cap.overloaded(await cap.sending(), round_trip=1.0)  # a gap of a second now
+    assert cap.overloaded(await cap.sending(), round_trip=1.0, quickest=2.0)  # a gap of 1 s
     cap.answered()
     cap.answered()
     assert cap.on_the_wire == 0
