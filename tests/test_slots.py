@@ -397,7 +397,9 @@ async def test_a_body_never_closed_gives_its_place_back_when_the_attempt_ends(
 
 # -- no place is ever lost -----------------------------------------------------
 
-_OUTCOMES = st.sampled_from(["ok", "slow", "503", "503 bare", "429", "connect error", "timeout"])
+_OUTCOMES = st.sampled_from(
+    ["ok", "slow", "503", "503 bare", "429", "connect error", "timeout", "hang"]
+)
 
 
 async def _answer(outcome: str) -> httpx.Response:
@@ -405,6 +407,8 @@ async def _answer(outcome: str) -> httpx.Response:
         await trio.sleep(0.3)
     elif outcome == "ok":
         await trio.sleep(0.05)
+    if outcome == "hang":
+        await trio.sleep_forever()  # only the call's deadline ends it
     if outcome == "connect error":
         raise httpx.ConnectError("refused")
     if outcome == "timeout":
@@ -427,8 +431,8 @@ async def _answer(outcome: str) -> httpx.Response:
 def test_every_place_on_the_wire_comes_back_and_every_call_is_answered(
     outcomes: list[str], tools: list[str], deadline: float, told: bool
 ) -> None:
-    """Any mix of answers, failures and 503s, tools that read, leave a body open or
-    raise, any deadline: every call is answered once, and no request is left counted
+    """Any mix of answers, failures, 503s and requests that hang, tools that read, leave
+    a body open or raise, any deadline: every call is answered once, and no request is left counted
     on the wire (a lost place would hold a learned cap shut for good)."""
 
     async def main() -> None:
