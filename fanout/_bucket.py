@@ -61,7 +61,10 @@ class Booking:
     """One reservation: its absolute ``start``, the ``wait`` until it, and its ``cost``.
 
     ``epoch`` and ``after`` let the bucket tell, on refund and confirmation,
-    whether this booking is still the latest and still valid.
+    whether this booking is still the latest and still valid. ``burst_began``
+    is set on the first booking this process sees of a burst (the bucket was
+    full): when that burst began, on this process's clock, which is where the
+    server's refill counts from at the earliest.
     """
 
     start: float
@@ -71,12 +74,7 @@ class Booking:
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
     shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
-
-    @property
-    def opens_burst(self) -> bool:
-        """Whether the bucket was full when this booking starts: a burst begins with it."""
-        before = self.before[0] if isinstance(self.before, tuple) else self.before
-        return isinstance(before, float) and before < self.start
+    burst_began: float | None = attrs.field(repr=False, default=None)
 
 
 @attrs.frozen
@@ -239,6 +237,7 @@ class TokenBucket:
             self._fill(hole, cost)
             return Booking(start, start - now, cost, self.epochs.current)
         before = (self._full_at, self._paused_until)
+        idle = False
         if self.rate is not None:
             idle = self._full_at < start
             self._full_at = max(self._full_at, start) + cost / self.rate
@@ -247,7 +246,10 @@ class TokenBucket:
                 # arrives, so this bucket counts its refill from slack later.
                 self._full_at += self.slack
                 self._paused_until = start + self.slack
-        return Booking(start, start - now, cost, self.epochs.current, before, self._full_at)
+        began = start if idle else None
+        return Booking(
+            start, start - now, cost, self.epochs.current, before, self._full_at, burst_began=began
+        )
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: it was not voided since it was made.

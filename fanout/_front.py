@@ -402,8 +402,8 @@ class ScopeFront:
             self._probe.step_done()
         if booking is not None:
             self._remember(booking.start, cost)
-            if booking.opens_burst:
-                self._burst = (booking.start, math.inf)  # its first answer is still to come
+            if booking.burst_began is not None:
+                self._burst = (booking.burst_began, math.inf)  # its first answer is to come
         return booking
 
     async def refund(self, booking: Booking) -> None:

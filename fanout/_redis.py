@@ -139,6 +139,8 @@ class BucketReply:
     before: float
     after: float
     shift: float = 0.0  # how far a wider slack has moved the schedule (``widen``)
+    opened: float = 0.0  # when the latest burst began, on Redis's clock (0: none yet)
+    opened_in: float = 0.0  # ... as seconds from the moment the script ran
 
 
 @attrs.define(eq=False)
@@ -185,6 +187,7 @@ class SharedBucket:
             blocked_for=float(raw[3]),
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
             epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]), shift=float(raw[8]),
+            opened=float(raw[9]), opened_in=float(raw[10]),
         )  # fmt: skip
 
     async def mark_exhausted(self, seconds: float) -> None:

@@ -111,6 +111,7 @@ class RedisBackend:
     _fallback_bucket: TokenBucket | SlidingLog | None = attrs.field(init=False, default=None)
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> member
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
+    _opened_seen: float = attrs.field(init=False, default=0.0)  # the latest burst's ``opened``
     # A faster rate waiting to re-time the shared schedule, and the re-timings made here.
     _faster_to: float | None = attrs.field(init=False, default=None)
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -267,6 +268,7 @@ class RedisBackend:
 
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
         member = self.log.new_member(cost) if self.window is not None else ""
+        asked = trio.current_time()
         try:
             reply = await self._shared("reserve", cost, max_wait, member=member)
         except LimiterUnavailableError:
@@ -284,8 +286,33 @@ class RedisBackend:
             self._ahead_tokens += cost
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
-            now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift
-        )
+            now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
+            burst_began=self._burst_began(reply, asked),
+        )  # fmt: skip
+
+    def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
+        """When the shared burst this booking belongs to began, the first time this
+        process books in it: on its own clock, as early as it can have been.
+
+        Any process may have opened it, and the server refills from the first
+        request of the burst to arrive, whoever sent it: measured from this
+        process's own first booking, the lag of the processes that booked
+        before it went unseen (four processes a few ms apart under load sent
+        the request after the burst 20 ms early, and drew a 429). The script
+        ran somewhere between asking and the answer, so the burst began no
+        earlier than ``asked`` plus the offset the script gave.
+
+        A process whose first booking in it starts a token or more after it
+        began is not in the burst (the others took its tokens): its calls say
+        nothing of how late the burst arrived, and counted from the burst
+        they would read the wait for their turn as lag (1.2 s of slack).
+        """
+        if self.window is not None or reply.opened <= 0 or reply.opened == self._opened_seen:
+            return None
+        self._opened_seen = reply.opened
+        if self.rate is None or reply.wait - reply.opened_in >= 1.0 / self.rate:
+            return None
+        return asked + reply.opened_in
 
     async def refund(self, booking: Booking) -> None:
         """Undo a booking; never raises, safe in ``finally``."""
@@ -404,6 +431,8 @@ class RedisBackend:
         most = count.at_most(self.rate, self.burst) if count.rate_known else estimate
         with contextlib.suppress(LimiterUnavailableError):
             before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
+            if self.window is not None:
+                return  # a window was learned meanwhile: its log has nothing to adopt
             adopt = count.at_least(self.burst)
             ahead = self._own_ahead()
             if adopt >= self._projected()[0] + ahead + 1.0:  # as last seen: worth asking

@@ -87,23 +87,27 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            later. ``full`` moves, and ``shift`` (the total moved) tells each
 #            booking ahead how much later it starts (its holder compares it
 #            with the shift it was booked at). ``slack`` keeps the widest
-#            applied, so processes that each measure it add it once, not once each.
+#            applied, so processes that each measure it add it once, not once each;
+#            a burst opens with the widest, whoever books first.
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
-# after, shift} (KEYS[2] is the shared "quota exhausted" marker; PTTL -2 when absent).
+# after, shift, opened, opened - now} (KEYS[2] is the shared "quota exhausted"
+# marker, PTTL -2 when absent; ``opened`` is when the latest burst's first booking
+# starts, 0 before any).
 BUCKET = (
     _TOKEN_OP
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
-                         'owner', 'foreign')
+                         'owner', 'foreign', 'opened')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
 local applied = tonumber(state[4]) or 0
 local shift = tonumber(state[5]) or 0
 local owner, foreign = state[6] or '', tonumber(state[7]) or 0
+local opened = tonumber(state[8]) or 0
 local me = ARGV[10] or ''
 local function tokens_now()
   if rate <= 0 then return burst end
@@ -127,7 +131,10 @@ if op == 'reserve' then
     if rate > 0 then
       local was_full = full <= start
       full = math.max(full, start) + cost / rate
-      if was_full then full, applied = full + slack, slack end
+      if was_full then
+        applied = math.max(slack, applied)  -- the widest any process measured
+        full, opened = full + applied, start
+      end
     end
   else
     write = false
@@ -182,13 +189,13 @@ end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
              'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
-             'owner', owner, 'foreign', num(foreign))
+             'owner', owner, 'foreign', num(foreign), 'opened', num(opened))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
-        num(shift)}
+        num(shift), num(opened), num(opened - now)}
 """
 )
 
