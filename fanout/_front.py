@@ -479,13 +479,20 @@ class ScopeFront:
         the server said nothing remains: a window spent refills all at once,
         and a refill bound measured across its reset proves no refill between
         two counts within the next one (raised by it, a scope drew a 429 from
-        fixed windows and sliding logs it had not yet learned).
+        fixed windows and sliding logs it had not yet learned). Unless the
+        server has since admitted more than a window would (`_could_be_windows`):
+        then it refills as a bucket does, and a jittered answer that found it
+        a hair short of a token (Remaining 0, where the bucket held a fraction)
+        no longer keeps the probe's round trip from being made up (which cost
+        a call of the 2 s deadline row in real time).
         """
         learner = self._learner
-        if learner is None or learner.refusals or self._emptied:
+        if learner is None or learner.refusals:
             return None
         rate = self._limits[0]
         if learner.measured is None or rate is None:
+            return None
+        if self._emptied and self._could_be_windows(trio.current_time()):
             return None
         return min(rate, learner.measured)
 

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
@@ -262,6 +263,34 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     assert server.count(status=429) == 0
     assert ok(turn) == 28
     assert server.count() == 28
+
+
+@pytest.mark.parametrize("early", [11, 17])
+async def test_one_answer_a_hair_short_of_a_token_does_not_keep_the_refill_from_being_made_up(
+    autojump_clock: Any, early: int
+) -> None:
+    """As above, with every request leaving 4 ms after its call starts but one, which
+    leaves at once: it reaches a server that holds a hair under a token more than the
+    bucket counts, and says Remaining 0. Read as a spent window, that kept the probe's
+    round trip from ever being made up: 27 ok where 28 can (the deadline row in real
+    time, where requests leave a few ms apart). The server has by then admitted more
+    than a window of 10 would, so it refills as a bucket: 28 ok, none late, no 429."""
+    config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
+    async with api(config) as (server, client):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["key"], timeout=2.0)
+        async def fetch(n: int) -> str:
+            await trio.sleep(0.0 if n == early else 0.004)
+            (await client.get(f"/items/{n}")).raise_for_status()
+            return f"item {n}"
+
+        runner = Runner(reg, scopes=[Scope("key")], inline_wait=None)
+        turn = await runner.run_turn(calls(40))
+    assert server.count(status=429) == 0
+    assert ok(turn) == 28
+    answered = [e.time for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+    assert max(answered) <= 2.0
 
 
 async def test_a_booking_on_a_guessed_rate_is_not_answered_as_ending_late(
