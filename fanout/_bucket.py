@@ -75,6 +75,7 @@ class Booking:
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
     shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
     burst_began: float | None = attrs.field(repr=False, default=None)
+    entry: str = attrs.field(repr=False, default="")  # its start's name in a shared log
 
 
 @attrs.frozen

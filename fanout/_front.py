@@ -109,7 +109,9 @@ class Backend(Protocol):
     ``release_slot`` and ``refund`` are called from ``finally`` blocks under
     cancellation: a backend that does I/O shields them, bounded, and never
     raises from them. The others raise ``LimiterUnavailableError`` when the
-    backend cannot answer (fail closed).
+    backend cannot answer (fail closed). ``others_started`` says what other
+    processes sharing the tokens started since it was last asked (a local
+    backend: nothing), so that learning counts every start the server saw.
     """
 
     def has_free_slot(self) -> bool: ...
@@ -122,6 +124,7 @@ class Backend(Protocol):
     async def drain(self, blocked_for: float) -> None: ...
     async def block_until(self, when: float) -> None: ...
     async def sync(self, count: ServerCount) -> None: ...
+    async def others_started(self) -> list[tuple[float, float]]: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
@@ -215,6 +218,10 @@ class ScopeFront:
         init=False, factory=lambda: collections.deque(maxlen=_RECENT), repr=False
     )
     _started: float = attrs.field(init=False, default=0.0, repr=False)
+    # What other processes sharing a bucket started in the last second (`_count_others`).
+    _others: collections.deque[tuple[float, float]] = attrs.field(
+        init=False, factory=collections.deque, repr=False
+    )
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
     # The burst whose earliest answer a 429 made the slack take as all late arrival.
@@ -446,6 +453,25 @@ class ScopeFront:
         while self._recent and self._recent[0][0] < horizon:
             self._recent.popleft()
 
+    async def _count_others(self) -> None:
+        """Count what other processes sharing the bucket started, as if started here.
+
+        The server's ``Remaining`` was drawn down by every sharer's requests:
+        counting only its own, a learning process took the others' for a
+        slower refill (under 1/s against a 20/s server) and booked the shared
+        schedule at that pace for everyone.
+        """
+        for start, cost in await self._backend.others_started():
+            self._remember(start, cost)
+            self._others.append((start, cost))
+        horizon = trio.current_time() - 1.0
+        while self._others and self._others[0][0] < horizon:
+            self._others.popleft()
+
+    def _others_since(self, since: float) -> float:
+        """Tokens other processes started since ``since`` (as far as last counted)."""
+        return sum(cost for start, cost in self._others if start > since)
+
     def _forget_refused(self, sent: float) -> None:
         """A refused request took no token of the server's: learning counts only admissions.
 
@@ -566,11 +592,17 @@ class ScopeFront:
         self._cap.throttled()
         self._late_first_arrival()
         if self._learner is not None:
+            await self._count_others()
             self._forget_refused(sent)
             unknown = self._limits[0] is None
+            # What the server was sent in the last second: ours, and what the
+            # processes sharing the bucket started (halved from ours alone, a
+            # process of four cut a 20/s scope to 1.5/s and kept the shared
+            # schedule at that pace for seconds).
+            sending = self.retry_budget.recent_requests(1.0) + self._others_since(now - 1.0)
             self._learner.on_throttled(
-                float(self.retry_budget.recent_requests(1.0)), now=now, wait=blocked_for,
-                sent_at=sent, started=self._started_by(sent),
+                float(sending), now=now, wait=blocked_for, sent_at=sent,
+                started=self._started_by(sent),
             )  # fmt: skip
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
@@ -708,6 +740,8 @@ class ScopeFront:
         quickest = self._ledger.fastest()
         if leaving is not None and self._cap.overloaded(leaving, now - sent, quickest=quickest):
             self._refusals_taken.append(sent)
+        if self._learner is not None:
+            await self._count_others()
         self._adopt_stated(info, sent)
         if not refused:
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)

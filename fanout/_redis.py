@@ -25,7 +25,15 @@ from coredis.commands.script import Script
 
 from ._exceptions import ConfigurationError, LimiterUnavailableError
 from ._redis_client import RedisClient
-from ._redis_scripts import ACQUIRE_LEASE, BUCKET, RENEW_LEASES, WINDOW, bounded, lua_number
+from ._redis_scripts import (
+    ACQUIRE_LEASE,
+    BUCKET,
+    RENEW_LEASES,
+    STARTS,
+    WINDOW,
+    bounded,
+    lua_number,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -42,6 +50,7 @@ __all__ = [
 log = logging.getLogger("fanout.redis")
 
 _SWEEP = 0.1  # seconds between removals of orphaned leases
+_STARTS_READ = 2000  # others' starts read at once: a second of them at 2,000/s
 
 
 @attrs.frozen
@@ -141,6 +150,7 @@ class BucketReply:
     shift: float = 0.0  # how far a wider slack has moved the schedule (``widen``)
     opened: float = 0.0  # when the latest burst began, on Redis's clock (0: none yet)
     opened_in: float = 0.0  # ... as seconds from the moment the script ran
+    entry: str = ""  # a booking's name in the log of starts (``STARTS``)
 
 
 @attrs.define(eq=False)
@@ -152,9 +162,16 @@ class SharedBucket:
     exhausted_key: str
     _identity: str = attrs.field(init=False, factory=lambda: uuid.uuid4().hex)  # this process
     _script: Script[Any] = attrs.field(init=False)
+    _starts: Script[Any] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._script = self.link.client.register_script(BUCKET)
+        self._starts = self.link.client.register_script(STARTS)
+
+    @property
+    def _keys(self) -> list[str]:
+        """The bucket, the exhaustion marker, the log of starts and its sequence (one slot)."""
+        return [self.key, self.exhausted_key, f"{self.key}:starts", f"{self.key}:sequence"]
 
     async def run(
         self,
@@ -167,19 +184,21 @@ class SharedBucket:
         slack: float = 0.0,
         booking: tuple[int, float, float] = (0, 0.0, 0.0),
         ahead: float = 0.0,
+        entry: str = "",
     ) -> BucketReply:
         """One bucket op (see ``BUCKET``); ``rate=None`` is a bucket without a rate.
 
-        ``booking`` is (epoch, before, after) of the booking a refund undoes;
-        ``ahead``, what this process has booked and not yet started (``adopt``).
+        ``booking`` is (epoch, before, after) of the booking a refund undoes,
+        and ``entry`` its name in the log of starts; ``ahead``, what this
+        process has booked and not yet started (``adopt``).
         """
         epoch, before, after = booking
         args = [
             op, lua_number(rate or 0.0), lua_number(burst), lua_number(cost), lua_number(extra),
             str(epoch), lua_number(before), lua_number(after), lua_number(slack),
-            self._identity, lua_number(ahead),
+            self._identity, lua_number(ahead), entry,
         ]  # fmt: skip
-        call = functools.partial(self._script, keys=[self.key, self.exhausted_key], args=args)
+        call = functools.partial(self._script, keys=self._keys, args=args)
         raw = await self.link.run(op, call)
         exhausted_ms = int(raw[4])
         return BucketReply(
@@ -187,8 +206,29 @@ class SharedBucket:
             blocked_for=float(raw[3]),
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
             epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]), shift=float(raw[8]),
-            opened=float(raw[9]), opened_in=float(raw[10]),
+            opened=float(raw[9]), opened_in=float(raw[10]), entry=str(raw[11]),
         )  # fmt: skip
+
+    async def started_by_others(
+        self, after: float
+    ) -> tuple[float, float, list[tuple[float, float]]]:
+        """What other processes logged to start after ``after`` (Redis's clock) and by now.
+
+        Returns Redis's clock now, where the next read goes on from (now, or
+        the last start read when there were more than ``_STARTS_READ``), and
+        the (start, cost) of each, on Redis's clock.
+        """
+        args = [lua_number(after), str(_STARTS_READ)]
+        call = functools.partial(self._starts, keys=[self._keys[2]], args=args)
+        raw = await self.link.run("starts", call)
+        now, pairs = float(raw[0]), raw[1:]
+        found, last = [], now
+        for member, score in zip(pairs[::2], pairs[1::2], strict=True):
+            process, _, cost = str(member).split(" ")
+            last = float(score)
+            if process != self._identity:
+                found.append((last, float(cost)))
+        return now, (last if len(pairs) >= 2 * _STARTS_READ else now), found
 
     async def mark_exhausted(self, seconds: float) -> None:
         """Tell every process the quota is spent for ``seconds`` (a key with a TTL)."""

@@ -112,6 +112,8 @@ class RedisBackend:
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> member
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
     _opened_seen: float = attrs.field(init=False, default=0.0)  # the latest burst's ``opened``
+    _starts_read: float = attrs.field(init=False, default=0.0)  # others' starts read up to here
+    _reading_starts: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     # A faster rate waiting to re-time the shared schedule, and the re-timings made here.
     _faster_to: float | None = attrs.field(init=False, default=None)
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -245,6 +247,7 @@ class RedisBackend:
         elapsed: float = 0.0,
         rate: float | None = None,
         ahead: float = 0.0,
+        entry: str = "",
     ) -> BucketReply:
         """One op on the shared bucket or log; remember what it said for the sync methods."""
         self._opened()
@@ -257,7 +260,7 @@ class RedisBackend:
             reply = await self.bucket.run(
                 op, rate=self.rate if rate is None else rate, burst=self.burst, cost=cost,
                 extra=extra, ahead=ahead,
-                slack=self.slack, booking=booking,
+                slack=self.slack, booking=booking, entry=entry,
             )  # fmt: skip
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
@@ -287,7 +290,7 @@ class RedisBackend:
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
-            burst_began=self._burst_began(reply, asked),
+            burst_began=self._burst_began(reply, asked), entry=reply.entry,
         )  # fmt: skip
 
     def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
@@ -333,6 +336,7 @@ class RedisBackend:
                         "refund",
                         booking.cost,
                         booking=(booking.epoch, booking.before, booking.after),
+                        entry=booking.entry,
                     )
             except LimiterUnavailableError:
                 if self._fallback_bucket is not None:
@@ -437,6 +441,31 @@ class RedisBackend:
             ahead = self._own_ahead()
             if adopt >= self._projected()[0] + ahead + 1.0:  # as last seen: worth asking
                 await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+
+    async def others_started(self) -> list[tuple[float, float]]:
+        """The (start, cost), on this process's clock, of what the other processes
+        sharing the bucket started since this process last asked.
+
+        A process that learns the rate counts every start the server's
+        ``Remaining`` was drawn down by: counting only its own, it took the
+        others' for a slower refill, learned under 1/s against a 20/s server,
+        and booked the shared schedule at that pace for everyone. A log
+        (``window``) keeps no such record; nor does Redis while it is away.
+        """
+        if self.window is not None:
+            await trio.lowlevel.checkpoint()
+            return []
+        # One read at a time: answers arrive together, and two reads from the same
+        # place would both return (and count) the same starts.
+        async with self._reading_starts:
+            try:
+                now, self._starts_read, found = await self.bucket.started_by_others(
+                    self._starts_read
+                )
+            except LimiterUnavailableError:
+                return []
+        here = trio.current_time()
+        return [(here - (now - start), cost) for start, cost in found]
 
     def _own_ahead(self) -> float:
         """Tokens of this process's bookings not yet due (each is forgotten once due:

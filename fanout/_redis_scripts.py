@@ -31,6 +31,8 @@ __all__ = [
     "RELEASE_CLAIM",
     "RENEW_CLAIM",
     "RENEW_LEASES",
+    "STARTS",
+    "STARTS_KEPT",
     "WINDOW",
     "bounded",
     "lua_number",
@@ -39,6 +41,7 @@ __all__ = [
 T = TypeVar("T")
 
 FOREVER = 1e12  # "no limit on the wait", as a number Lua's tonumber can read
+STARTS_KEPT = 60  # seconds a shared bucket logs each start (as a scope remembers its own)
 
 _PRELUDE = """
 local function num(x) return string.format('%.17g', x) end
@@ -91,10 +94,15 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            a burst opens with the widest, whoever books first.
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
+# Every booking's start is also logged in the sorted set KEYS[3] (member
+# "<process> <sequence from KEYS[4]> <cost>", scored by its start) for
+# ``STARTS_KEPT`` s, so that a process learning the rate counts what the others
+# started (``STARTS``): a refund takes its entry out (ARGV[12]), and a new epoch
+# takes out every start not yet due, as it voids their bookings.
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
-# after, shift, opened, opened - now} (KEYS[2] is the shared "quota exhausted"
-# marker, PTTL -2 when absent; ``opened`` is when the latest burst's first booking
-# starts, 0 before any).
+# after, shift, opened, opened - now, entry} (KEYS[2] is the shared "quota
+# exhausted" marker, PTTL -2 when absent; ``opened`` is when the latest burst's
+# first booking starts, 0 before any; ``entry``, a booking's name in the log).
 BUCKET = (
     _TOKEN_OP
     + """
@@ -120,6 +128,8 @@ local function slot(c)
 end
 local granted, wait, write = 0, 0, true
 local before = full
+local entry = ''
+local void = false  -- a new epoch: the bookings not yet due are void, and so are their starts
 if op == 'reserve' then
   local start = slot(cost)
   wait = start - now
@@ -136,24 +146,27 @@ if op == 'reserve' then
         full, opened = full + applied, start
       end
     end
+    entry = me .. ' ' .. redis.call('INCR', KEYS[4]) .. ' ' .. num(cost)
+    redis.call('ZADD', KEYS[3], start, entry)
   else
     write = false
   end
 elseif op == 'peek' then
   wait, write = slot(cost) - now, false
 elseif op == 'refund' then
+  redis.call('ZREM', KEYS[3], ARGV[12] or '')
   if tonumber(ARGV[6]) == epoch and rate > 0 and tonumber(ARGV[8]) == full then
     full = tonumber(ARGV[7])
   else
     write = false
   end
 elseif op == 'drain' then
-  epoch = epoch + 1
+  epoch, void = epoch + 1, true
   if rate > 0 then full = now + burst / rate end
   blocked = math.max(blocked, now + extra)
 elseif op == 'block' then
   if now + extra > blocked then
-    epoch, blocked = epoch + 1, now + extra
+    epoch, blocked, void = epoch + 1, now + extra, true
   else
     write = false
   end
@@ -173,13 +186,13 @@ elseif op == 'adopt' then
   local present = tokens_now() + tonumber(ARGV[11])
   local sole = owner == me and foreign <= now - tonumber(ARGV[7])
   if rate > 0 and sole and extra >= present + 1 then
-    epoch, full = epoch + 1, now + (burst - math.min(extra, burst)) / rate
+    epoch, full, void = epoch + 1, now + (burst - math.min(extra, burst)) / rate, true
   else
     write = false
   end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
-    epoch, full = epoch + 1, now + (burst - extra) / rate
+    epoch, full, void = epoch + 1, now + (burst - extra) / rate, true
   else
     write = false
   end
@@ -193,9 +206,27 @@ if write then
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
+if void then redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. num(now), '+inf') end
+if entry ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. num(now - STARTS_KEPT))
+  redis.call('PEXPIRE', KEYS[3], STARTS_KEPT * 1000 + 1000)
+  redis.call('PEXPIRE', KEYS[4], STARTS_KEPT * 1000 + 1000)
+end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
-        num(shift), num(opened), num(opened - now)}
+        num(shift), num(opened), num(opened - now), entry}
+""".replace("STARTS_KEPT", str(STARTS_KEPT))
+)
+
+# The starts logged in KEYS[1] by ``BUCKET`` after ARGV[1] (server time), at most
+# ARGV[2] of them: {now, member, score, member, score, ...}.
+STARTS = (
+    _PRELUDE
+    + """
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], num(now), 'WITHSCORES',
+                         'LIMIT', 0, tonumber(ARGV[2]))
+table.insert(found, 1, num(now))
+return found
 """
 )
 

@@ -197,6 +197,9 @@ class LocalBackend:
         self.tokens.sync(count)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
+    async def others_started(self) -> list[tuple[float, float]]:
+        return []  # no other process shares these tokens
+
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         self.tokens.set_limits(rate, burst, tokens=tokens)
 

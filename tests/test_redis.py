@@ -29,6 +29,7 @@ import fanout
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
+from fanout.testing import ServerConfig, serve_throttled
 from tests.redis_support import RedisServer, answers_ping, shared_redis_url, unique_prefix
 from tests.redis_worker import ENTER, SCOPE, downstream_keys
 
@@ -319,6 +320,78 @@ async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_burst
             for _ in range(3):
                 assert await fresh.reserve(1, math.inf) is not None
             assert 0.1 + 0.05 <= await fresh.wait_for(1) < 0.1 + 0.09
+
+
+async def test_a_learning_process_is_told_each_start_the_others_made_once(
+    redis_url: str, prefix: str
+) -> None:
+    """10/s, burst 4. One process books six: four start now, two wait 0.1 and 0.2 s.
+    Another asks what the others started: the four, on its own clock, and asked again
+    at once, nothing new. The sixth is refunded: once the fifth is due, it alone is told.
+    A 429 voids what is booked ahead: a start it voided is never told."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 4}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        bookings = [await one.reserve(1, math.inf) for _ in range(6)]
+        sixth = bookings[5]
+        assert sixth is not None
+        asked = trio.current_time()
+        told = await other._backend.others_started()
+        assert [cost for _, cost in told] == [1.0] * 4
+        assert all(asked - 0.05 < start <= asked for start, _ in told)
+        assert await other._backend.others_started() == []
+        await one.refund(sixth)
+        await trio.sleep(0.25)
+        assert [cost for _, cost in await other._backend.others_started()] == [1.0]
+        more = [await one.reserve(1, math.inf) for _ in range(5)]
+        ahead = more[-1]
+        assert ahead is not None
+        assert ahead.wait > 0.2
+        await other._backend.others_started()  # what started by now
+        await one.on_throttled(0.01)
+        await trio.sleep(ahead.wait + 0.05)
+        assert await other._backend.others_started() == []
+
+
+async def test_processes_learning_together_count_each_others_starts(
+    redis_url: str, prefix: str
+) -> None:
+    """Two processes learn a 20/s server (burst 10) together, each sending 30 calls.
+    The server's Remaining is drawn down by both: each counts the other's starts too, so
+    neither takes them for a slower refill. Counting only its own, a process learned a
+    fraction of the rate (under 1/s of 20 among four) and held the shared schedule to
+    it: these took 3.7-3.9 s with a 429, and 2.8-3.0 s with none once counted."""
+    config = ServerConfig(rate=20, burst=10, headers="draft", latency=0.05)
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix) as one,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix) as other,
+    ):
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
+        async def fetch(n: int) -> str:
+            (await client.get(f"/items/{n}")).raise_for_status()
+            return f"item {n}"
+
+        turns: list[fanout.Turn] = []
+
+        async def run(scope: RedisScope) -> None:
+            runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+            calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(30)]
+            turns.append(await runner.run_turn(calls))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, one)
+            nursery.start_soon(run, other)
+    starts = server.starts()
+    assert all(r.status is fanout.Status.OK for turn in turns for r in turn.results)
+    assert server.count(status=429) <= 3
+    # The burst, then 50 more at 20/s: 2.5 s. Counting only their own, 3.7-3.9 s.
+    assert max(starts) - min(starts) <= 1.4 * (60 - 10) / 20
 
 
 async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
