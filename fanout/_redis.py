@@ -135,6 +135,16 @@ class RedisLink:
         return True
 
 
+def _logged_cost(rest: str) -> float | None:
+    """The cost in a logged start's ``"<sequence> <cost>"``; None if it holds none
+    (a start another version wrote is skipped, not a reason to fail a call)."""
+    try:
+        cost = float(rest.rpartition(" ")[2])
+    except ValueError:
+        return None
+    return cost if math.isfinite(cost) and cost > 0 else None
+
+
 @attrs.frozen
 class BucketReply:
     """The bucket script's answer; durations are relative to the moment it ran."""
@@ -224,10 +234,11 @@ class SharedBucket:
         now, pairs = float(raw[0]), raw[1:]
         found, last = [], now
         for member, score in zip(pairs[::2], pairs[1::2], strict=True):
-            process, _, cost = str(member).split(" ")
             last = float(score)
-            if process != self._identity:
-                found.append((last, float(cost)))
+            process, _, rest = str(member).partition(" ")
+            cost = _logged_cost(rest)
+            if process != self._identity and cost is not None:
+                found.append((last, cost))
         return now, (last if len(pairs) >= 2 * _STARTS_READ else now), found
 
     async def mark_exhausted(self, seconds: float) -> None:
