@@ -28,6 +28,7 @@ import trio
 import fanout
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
+from fanout._redis_keys import scope_key_base
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from fanout.testing import ServerConfig, serve_throttled
 from tests.redis_support import RedisServer, answers_ping, shared_redis_url, unique_prefix
@@ -323,12 +324,13 @@ async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_burst
 
 
 async def test_a_learning_process_is_told_each_start_the_others_made_once(
-    redis_url: str, prefix: str
+    redis_url: str, prefix: str, client: coredis.Redis[str]
 ) -> None:
     """10/s, burst 4. One process books six: four start now, two wait 0.1 and 0.2 s.
     Another asks what the others started: the four, on its own clock, and asked again
-    at once, nothing new. The sixth is refunded: once the fifth is due, it alone is told.
-    A 429 voids what is booked ahead: a start it voided is never told."""
+    at once, nothing new (entries in the log that are not starts are skipped). The
+    sixth is refunded: once the fifth is due, it alone is told. A 429 voids what is
+    booked ahead: a start it voided is never told."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 4}
     async with (
         RedisScope.from_url(redis_url, **options) as one,
@@ -337,6 +339,8 @@ async def test_a_learning_process_is_told_each_start_the_others_made_once(
         bookings = [await one.reserve(1, math.inf) for _ in range(6)]
         sixth = bookings[5]
         assert sixth is not None
+        starts = f"{scope_key_base(prefix, 'api')}:bucket:starts"
+        await client.zadd(starts, {"garbage": 1.0, "p 1 nan": 1.0, "p 2 -1": 1.0})
         asked = trio.current_time()
         told = await other._backend.others_started()
         assert [cost for _, cost in told] == [1.0] * 4
