@@ -754,6 +754,44 @@ async def test_redis_stopped_mid_turn_every_call_answered_by_its_deadline(
         assert statuses == [fanout.Status.OK] * 6
 
 
+@pytest.mark.parametrize("fallback", [None, LocalFallback(share=0.5)], ids=["closed", "fallback"])
+async def test_redis_stopped_while_learning_every_call_answered_by_its_deadline(
+    private_redis: RedisServer, fallback: LocalFallback | None
+) -> None:
+    """As above, for a scope that learns from a real server's answers: each answer asks
+    Redis what the other processes started, and Redis is gone. Every call id is still
+    answered by the turn's deadline, and no answer is a crash of the limiter's."""
+    config = ServerConfig(rate=20, burst=5, headers="draft", latency=0.05)
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+        RedisScope.from_url(
+            private_redis.url, name=SCOPE, prefix=unique_prefix(), fallback=fallback
+        ) as scope,
+    ):
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=[SCOPE], timeout=None)
+        async def fetch(n: int) -> str:
+            (await client.get(f"/items/{n}")).raise_for_status()
+            return f"item {n}"
+
+        runner = fanout.Runner(registry, scopes=[scope], turn_timeout=2.0)
+        turn = runner.turn([fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(20)])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(turn.run)
+            await trio.sleep(0.2)
+            private_redis.stop()
+        finished = trio.current_time()
+    assert finished <= turn.deadline
+    assert [r.tool_use_id for r in turn.results] == [f"c{i}" for i in range(20)]
+    assert any(r.status is fanout.Status.OK for r in turn.results)
+    allowed = {fanout.Status.OK, fanout.Status.REFUSED, fanout.Status.RATE_LIMITED,
+               fanout.Status.TIMED_OUT, fanout.Status.CANCELLED}  # fmt: skip
+    assert {r.status for r in turn.results} <= allowed
+    assert server.count(status=429) <= 3
+
+
 # -- idempotency ------------------------------------------------------------------------------
 
 
