@@ -88,8 +88,9 @@ def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     return _redact_shapes(scrub_secrets(text, secrets))
 
 
+@functools.lru_cache(maxsize=1024)
 def _redact_shapes(text: str) -> str:
-    """``text`` with credential-shaped tokens replaced."""
+    """``text`` with credential-shaped tokens replaced; remembered, since answers repeat."""
     return _replace_shapes(text) if _may_show_a_shape(text) else text
 
 
@@ -102,9 +103,8 @@ def _may_show_a_shape(text: str) -> bool:
     return bool(_SHAPE_WORDS.search(text.lower()) or _VENDOR_PREFIX.search(text))
 
 
-@functools.lru_cache(maxsize=1024)
 def _replace_shapes(text: str) -> str:
-    """``text`` with credential-shaped tokens replaced; remembered, since answers repeat."""
+    """``text`` with every shape tried and replaced."""
     for shape, replacement in _SHAPES:
         text = shape.sub(replacement, text)
     return text

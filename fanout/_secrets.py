@@ -193,6 +193,10 @@ def _plain_forms(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(_plain(value) for value in values if len(value) >= MIN_LENGTH)
 
 
+def _plain_of(secrets: Iterable[str | Secret]) -> tuple[str, ...]:
+    return _plain_forms(s.reveal() if isinstance(s, Secret) else s for s in secrets)
+
+
 def _may_spell(text: str, plain: tuple[str, ...]) -> bool:
     """Whether ``text``, which spells secrets only raw (`_raw_only`), may hold one of ``plain``."""
     if not plain:
@@ -227,8 +231,7 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
         # Most texts (a URL, an answer) can spell a secret only raw, and hold none:
         # a look for each is cheaper than the pattern, which then need not be built.
         secrets = tuple(secrets)
-        values = _plain_forms(s.reveal() if isinstance(s, Secret) else s for s in secrets)
-        if not (_known.may_be_in(text) or _may_spell(text, values)):
+        if not (_known.may_be_in(text) or (secrets and _may_spell(text, _plain_of(secrets)))):
             return text
     # A call's secrets were learned when sent: only those the registry lacks
     # need a pattern of their own. An empty collection has none to look up
