@@ -111,10 +111,11 @@ def credentials_in(
     """The credentials a request carries: in ``names``' headers, query parameters and userinfo."""
     found: set[str] = set()
     for name, value in headers:
-        if name.lower() not in names.headers:
+        lowered = name.lower()
+        if lowered not in names.headers:
             continue
         found.add(value)
-        if name.lower() in ("cookie", "set-cookie"):
+        if lowered in ("cookie", "set-cookie"):
             found.update(_cookie_values(value))
             continue
         scheme, _, credential = value.strip().partition(" ")
@@ -124,10 +125,10 @@ def credentials_in(
             if scheme.lower() == "basic":
                 found.update(_basic_parts(credential))
     parts = urlsplit(url)
-    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+    for name, value in parse_qsl(parts.query, keep_blank_values=False) if parts.query else ():
         if name.lower() in names.params:
             found.add(value)
-    if parts.password:
+    if "@" in parts.netloc and parts.password:  # only userinfo holds a password
         password = unquote(parts.password)
         found.update({password, f"{unquote(parts.username or '')}:{password}"})
     return {Secret(value) for value in found if len(value) >= MIN_LENGTH}

@@ -42,8 +42,10 @@ HTTP-date yields its first date, which ``email.utils`` reads on its own.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -101,6 +103,9 @@ def _wait(seconds: float | None, max_wait: float) -> float | None:
     return seconds if seconds is not None and seconds <= max_wait else None
 
 
+# A server's ``Date`` changes once a second and comes with every response: the last
+# few are remembered rather than read again (some microseconds each).
+@functools.lru_cache(maxsize=16)
 def http_date(value: str | None) -> float | None:
     """Epoch seconds of an IMF-fixdate, RFC 850 or asctime date, or None."""
     if value is None or len(value) > _MAX_LEN:
@@ -239,6 +244,13 @@ class _Quota:
     window: float | None = None
 
 
+_NO_QUOTA = _Quota()
+
+
+def _positive(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) and x > 0 else None
+
+
 def _quota(
     limit: float | None,
     remaining: float | None,
@@ -246,22 +258,39 @@ def _quota(
     max_wait: float,
     window: float | None = None,
 ) -> _Quota:
-    def positive(x: float | None) -> float | None:
-        return x if x is not None and math.isfinite(x) and x > 0 else None
-
-    limit = positive(limit)
+    limit = _positive(limit)
     return _Quota(
         limit=limit,
         remaining=_clamped(remaining),
         reset_after=_wait(reset_after, max_wait),
-        window=positive(window) if limit is not None else None,
+        window=_positive(window) if limit is not None else None,
     )
 
 
-def _structured(h: Mapping[str, str], max_wait: float) -> _Quota:
+# A family reads its headers' values, in the order `_FAMILIES` names them, given the
+# server's time now (``reference``) and the longest believable wait.
+_Values = tuple[str | None, ...]
+_Family = Callable[[_Values, float, float], _Quota]
+_REMEMBERED = 256  # answers kept by each family that does not read the clock
+
+
+def _untimed(read: Callable[[_Values, float], _Quota]) -> _Family:
+    """A family whose answer depends on its values alone: the same values, which a
+    server repeats from response to response, are read once (`_REMEMBERED`)."""
+    remembered = functools.lru_cache(maxsize=_REMEMBERED)(read)
+
+    def family(values: _Values, reference: float, max_wait: float) -> _Quota:
+        return remembered(values, max_wait)
+
+    return family
+
+
+@_untimed
+def _structured(values: _Values, max_wait: float) -> _Quota:
     """``RateLimit-Policy: "burst";q=100;w=60`` and ``RateLimit: "burst";r=50;t=30``."""
-    policies = _sf_list(h.get("ratelimit-policy"), frozenset("qlw")) or []
-    states = _sf_list(h.get("ratelimit"), frozenset("rt")) or []
+    policy, current = values
+    policies = _sf_list(policy, _POLICY_PARAMS) or []
+    states = _sf_list(current, _STATE_PARAMS) or []
     # The state closest to running out is the one that will bite first.
     name, state = min(states, key=lambda s: s[1].get("r", math.inf), default=(None, {}))
     ranked: list[tuple[tuple[bool, float], float, float | None]] = []
@@ -275,40 +304,73 @@ def _structured(h: Mapping[str, str], max_wait: float) -> _Quota:
     return _quota(limit, state.get("r"), state.get("t"), max_wait, window)
 
 
-def _older_draft(h: Mapping[str, str], max_wait: float) -> _Quota:
+@_untimed
+def _older_draft(values: _Values, max_wait: float) -> _Quota:
     """``RateLimit-Limit: 100, 100;w=60`` plus ``RateLimit-Remaining`` / ``-Reset`` (delta)."""
-    items = _sf_list(h.get("ratelimit-limit"), frozenset({"w", "window"})) or []
+    limit_field, remaining_field, reset_field = values
+    items = _sf_list(limit_field, _LIMIT_PARAMS) or []
     limit = items[0][0] if items and isinstance(items[0][0], float) else None
     windows = (p.get("w", p.get("window")) for value, p in items if value == limit)
     window = next((w for w in windows if w is not None), None)
-    remaining, reset = _number(h.get("ratelimit-remaining")), _number(h.get("ratelimit-reset"))
+    remaining, reset = _number(remaining_field), _number(reset_field)
     return _quota(limit, remaining, reset, max_wait, window)
 
 
-def _x_ratelimit(h: Mapping[str, str], reference: float, max_wait: float) -> _Quota:
-    reset = _delta_or_epoch(h.get("x-ratelimit-reset"), reference)
-    limit, remaining = _number(h.get("x-ratelimit-limit")), _number(h.get("x-ratelimit-remaining"))
-    return _quota(limit, remaining, reset, max_wait)
+def _x_ratelimit(values: _Values, reference: float, max_wait: float) -> _Quota:
+    limit, remaining, reset = values
+    return _quota(_number(limit), _number(remaining), _delta_or_epoch(reset, reference), max_wait)
 
 
-def _anthropic(h: Mapping[str, str], reference: float, max_wait: float) -> _Quota:
-    reset_at = _rfc3339(h.get("anthropic-ratelimit-requests-reset"))
+def _anthropic(values: _Values, reference: float, max_wait: float) -> _Quota:
+    limit, remaining, reset = values
+    reset_at = _rfc3339(reset)
     return _quota(
-        _number(h.get("anthropic-ratelimit-requests-limit")),
-        _number(h.get("anthropic-ratelimit-requests-remaining")),
+        _number(limit),
+        _number(remaining),
         None if reset_at is None else reset_at - reference,
         max_wait,
     )
 
 
-def _openai(h: Mapping[str, str], max_wait: float) -> _Quota:
-    reset = h.get("x-ratelimit-reset-requests")
+@_untimed
+def _openai(values: _Values, max_wait: float) -> _Quota:
+    limit, remaining, reset = values
     return _quota(
-        _number(h.get("x-ratelimit-limit-requests")),
-        _number(h.get("x-ratelimit-remaining-requests")),
+        _number(limit),
+        _number(remaining),
         None if reset is None else parse_duration(reset),
         max_wait,
     )
+
+
+_POLICY_PARAMS = frozenset("qlw")
+_STATE_PARAMS = frozenset("rt")
+_LIMIT_PARAMS = frozenset({"w", "window"})
+
+# Each family in order of precedence, with the headers it reads. A family none of whose
+# headers came says nothing (`_NO_QUOTA`), so it is not asked.
+_FAMILIES: tuple[tuple[_Family, tuple[str, ...]], ...] = (
+    (_structured, ("ratelimit-policy", "ratelimit")),
+    (_older_draft, ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")),
+    (_x_ratelimit, ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")),
+    (
+        _anthropic,
+        (
+            "anthropic-ratelimit-requests-limit",
+            "anthropic-ratelimit-requests-remaining",
+            "anthropic-ratelimit-requests-reset",
+        ),
+    ),
+    (
+        _openai,
+        (
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ),
+    ),
+)
+_FAMILY_OF = {name: family for family, names in _FAMILIES for name in names}
 
 
 # --- the rest ---------------------------------------------------------------
@@ -326,7 +388,7 @@ def _scope(h: Mapping[str, str]) -> str | None:
     Whether it holds a credential the HTTP layer checks, which knows them.
     """
     for name in _SCOPE_HEADERS:
-        if SCOPE_NAME.fullmatch(text := h.get(name, "").strip()):
+        if name in h and SCOPE_NAME.fullmatch(text := h[name].strip()):
             return text
     return None
 
@@ -342,6 +404,9 @@ def _retry_after(h: Mapping[str, str], reference: float, max_wait: float) -> flo
     value = h.get("retry-after")
     seconds = None if value is None else parse_retry_after(value, now=reference)
     return _wait(seconds, max_wait)
+
+
+_SHOULD_RETRY = {"true": True, "false": False}
 
 
 def _first(values: Iterable[float | None]) -> float | None:
@@ -367,15 +432,13 @@ def parse_rate_limit_headers(
     if server_now is None:
         server_now = http_date(h.get("date"))
     reference = now if server_now is None else server_now
-    quotas = (
-        _structured(h, max_wait),
-        _older_draft(h, max_wait),
-        _x_ratelimit(h, reference, max_wait),
-        _anthropic(h, reference, max_wait),
-        _openai(h, max_wait),
+    told = {_FAMILY_OF[name] for name in h if name in _FAMILY_OF}
+    quotas = tuple(
+        family(tuple(map(h.get, names)), reference, max_wait) if family in told else _NO_QUOTA
+        for family, names in _FAMILIES
     )
-    with_limit = next((q for q in quotas if q.limit is not None), _Quota())
-    should_retry = {"true": True, "false": False}.get(h.get("x-should-retry", "").strip().lower())
+    with_limit = next((q for q in quotas if q.limit is not None), _NO_QUOTA)
+    should_retry = _SHOULD_RETRY.get(h.get("x-should-retry", "").strip().lower())
     return RateLimitInfo(
         retry_after=_retry_after(h, reference, max_wait),
         limit=with_limit.limit,

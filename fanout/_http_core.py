@@ -289,12 +289,13 @@ class HttpCore(Generic[RequestT, ResponseT]):
         if not first:
             await _charge(context)
         context.requests += 1
-        found = credentials_in(request.headers.items(), str(request.url), self._credentials)
+        target = str(request.url)
+        found = credentials_in(request.headers.items(), target, self._credentials)
         learn(found)
         context.secrets.update(secret.reveal() for secret in found)
         if context.kind is Kind.MUTATING and context.idempotency_key:
             request.headers.setdefault("Idempotency-Key", context.idempotency_key)
-        url = redact_url(request.url, context.secrets)
+        url = redact_url(target, context.secrets)
         # How many other requests of each scope were on the wire: a 503 read against it
         # may show a cap on requests in flight, which later requests wait under
         # (`fanout._slots`); that wait is no lag of the network's.
@@ -332,16 +333,17 @@ class HttpCore(Generic[RequestT, ResponseT]):
             response.headers, now=self._wall_clock(),
             server_now=self._server_now(request, response.headers.get("date"), sent_at),
         )  # fmt: skip
-        info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
+        if info.scope is not None:
+            info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         overloaded = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
                 overloaded_with=place.leaving[id(scope)] if overloaded else None,
             )  # fmt: skip
-        _emit(
-            context, EventKind.RESPONSE, scope=info.scope, detail=_response_detail(response, info)
-        )
+        if context.recorder.active:
+            detail = _response_detail(response, info)
+            _emit(context, EventKind.RESPONSE, scope=info.scope, detail=detail)
         signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
         if signal is not None:
             place.give_back()
@@ -434,17 +436,28 @@ def _watch_connections(request: _Request, context: CallContext) -> Callable[[], 
         nonlocal opened
         if event.startswith("connection.connect_") and event.endswith(".started"):
             opened = context.opened_connection = True
-        elif event.endswith(".send_request_headers.started") and not opened:
-            opened = False
-            hold = _warm_hold(context)
-            if hold > 0:
-                context.held += hold
-                await trio.sleep(hold)
+        elif event.endswith(".send_request_headers.started"):
+            # Nothing later is ours to hear: the caller's trace alone hears the rest.
+            _restore(extensions, theirs)
+            if not opened:
+                opened = False
+                hold = _warm_hold(context)
+                if hold > 0:
+                    context.held += hold
+                    await trio.sleep(hold)
         if theirs is not None:
             await theirs(event, info)
 
     extensions["trace"] = trace
     return lambda: opened
+
+
+def _restore(extensions: dict[str, Any], theirs: Any) -> None:
+    """Give the request back the ``trace`` it came with (none: no ``trace``)."""
+    if theirs is None:
+        extensions.pop("trace", None)
+    else:
+        extensions["trace"] = theirs
 
 
 def _warm_hold(context: CallContext) -> float:

@@ -53,6 +53,13 @@ _SHAPES = (
 )
 
 
+# What some shape needs in a text of ASCII, lower-cased: a bearer token or a credential
+# header by name, a query parameter ("="), userinfo ("@"); a vendor key's prefix, as
+# written. A text with none of them is left as it is without trying each shape.
+_SHAPE_WORDS = re.compile(rf"bearer|{_names(CREDENTIAL_HEADERS)}|[=@]")
+_VENDOR_PREFIX = re.compile(r"(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_]")
+
+
 def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
     """The URL with credential query values, any userinfo and known ``secrets`` replaced."""
     try:
@@ -60,7 +67,7 @@ def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
         port = parts.port
     except ValueError:  # not a URL we can take apart: scrub it as text
         return redact_text(str(url), secrets)
-    query = urlencode(
+    query = parts.query and urlencode(
         [
             (name, REDACTED if name.lower() in CREDENTIAL_PARAMS else value)
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
@@ -84,6 +91,20 @@ def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
 @functools.lru_cache(maxsize=1024)
 def _redact_shapes(text: str) -> str:
     """``text`` with credential-shaped tokens replaced; remembered, since answers repeat."""
+    return _replace_shapes(text) if _may_show_a_shape(text) else text
+
+
+def _may_show_a_shape(text: str) -> bool:
+    """False only when no shape can match ``text``; outside ASCII, case folding is
+    Unicode's (the shapes' ``(?i)`` takes the dotless i, U+0131, for "i"), so such a
+    text is tried."""
+    if not text.isascii():
+        return True
+    return bool(_SHAPE_WORDS.search(text.lower()) or _VENDOR_PREFIX.search(text))
+
+
+def _replace_shapes(text: str) -> str:
+    """``text`` with every shape tried and replaced."""
     for shape, replacement in _SHAPES:
         text = shape.sub(replacement, text)
     return text

@@ -600,9 +600,11 @@ async def test_a_trace_the_caller_set_still_hears_every_step(
     autojump_clock: Any, lib: Library
 ) -> None:
     """fanout listens to the pool's ``trace`` extension to tell a new connection from a
-    reused one; a tool that set its own still hears every step, the connection's
-    opening only for the request that opened it."""
+    reused one, until the request's headers leave; a tool that set its own still hears
+    every step, the connection's opening only for the request that opened it, and the
+    request keeps the tool's ``trace`` (or none) once it has left."""
     heard: list[list[str]] = []
+    kept: list[Any] = []
 
     async with api(ServerConfig(rate=None), lib) as (_, client):
         reg = Registry()
@@ -616,11 +618,16 @@ async def test_a_trace_the_caller_set_still_hears_every_step(
                 async def trace(event: str, info: dict[str, Any], steps: list[str] = steps) -> None:
                     steps.append(event)
 
-                (await client.get(f"/items/{n}", extensions={"trace": trace})).raise_for_status()
+                response = await client.get(f"/items/{n}", extensions={"trace": trace})
+                response.raise_for_status()
+                kept.append(response.request.extensions.get("trace") is trace)
+            response = await client.get(f"/items/{n}")
+            kept.append("trace" not in response.request.extensions)
             return "ok"
 
-        turn = await Runner(reg, scopes=[Scope("key", rate=100, burst=2)]).run_turn(calls(1))
+        turn = await Runner(reg, scopes=[Scope("key", rate=100, burst=3)]).run_turn(calls(1))
     assert turn.results[0].status is Status.OK
+    assert kept == [True, True, True]
     opened = [[e for e in steps if e.startswith("connection.connect_")] for steps in heard]
     assert opened == [["connection.connect_tcp.started", "connection.connect_tcp.complete"], []]
     assert all("http11.receive_response_headers.complete" in steps for steps in heard)

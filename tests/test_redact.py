@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fanout._redact import redact_url
+from fanout._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
+from fanout._redact import _redact_shapes, _replace_shapes, redact_url
 
 
 @pytest.mark.parametrize(
@@ -20,3 +23,51 @@ from fanout._redact import redact_url
 def test_a_url_keeps_its_shape_and_loses_its_credentials(url: str, shown: str) -> None:
     """Credential parameters and userinfo are replaced; host, port, path and the rest stay."""
     assert redact_url(url) == shown
+
+
+# Letters (?i) folds onto ASCII ones: the dotless i, the long s and the Kelvin sign.
+_FOLDS = {"i": "\u0131", "s": "\u017f", "k": "\u212a"}
+
+
+@st.composite
+def _spelled(draw: st.DrawFn, word: str) -> str:
+    """``word`` with each letter in either case, or (rarely) a Unicode letter that folds onto it."""
+    letters = []
+    for char in word:
+        choices = [char.lower(), char.upper()]
+        if char.lower() in _FOLDS:
+            choices.append(_FOLDS[char.lower()])
+        letters.append(draw(st.sampled_from(choices)))
+    return "".join(letters)
+
+
+_TOKEN = st.text("abcXYZ0189._~+/=-", min_size=1, max_size=12)
+_KEY = st.text("abcXYZ0189_-", min_size=8, max_size=12)
+_SHAPE = st.one_of(
+    st.tuples(_spelled("bearer"), st.sampled_from([" ", "\t", ""]), _TOKEN),
+    st.tuples(st.sampled_from(["sk", "pk", "rk", "xoxb", "xoxp", "ghp", "gho", "ghs", "glpat"]),
+              st.sampled_from(["-", "_"]), _KEY),
+    st.tuples(st.sampled_from(["?", "&", ";"]),
+              st.sampled_from(sorted(CREDENTIAL_PARAMS)).flatmap(_spelled), st.just("="), _TOKEN),
+    st.tuples(st.sampled_from(["http", "Redis+tls"]), st.just("://"), _TOKEN, st.just("@")),
+    st.tuples(st.sampled_from(sorted(CREDENTIAL_HEADERS)).flatmap(_spelled),
+              st.sampled_from([": ", "=", '": "', "', '", ":"]),
+              st.sampled_from(["", "Basic ", "token "]), _TOKEN),
+).map("".join)  # fmt: skip
+_NOISE = st.text(max_size=6)
+
+
+@settings(max_examples=300)
+@given(before=_NOISE, shape=st.one_of(_SHAPE, st.just("")), after=_NOISE)
+def test_a_text_the_shape_check_passes_over_holds_no_shape(
+    before: str, shape: str, after: str
+) -> None:
+    """Skipping the shapes for a text without their words changes nothing: it is what
+    replacing every shape would give."""
+    text = f"{before} {shape} {after}"
+    assert _redact_shapes(text) == _replace_shapes(text)
+
+
+def test_a_url_without_a_query_keeps_its_shape() -> None:
+    """A URL with no query parameters is given back with none (not an empty ``?``)."""
+    assert redact_url("http://Example.com:8080/a/b#frag") == "http://example.com:8080/a/b#frag"
