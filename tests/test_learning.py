@@ -19,7 +19,7 @@ from fanout._learning import RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     import httpx
 
@@ -265,16 +265,30 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     assert server.count() == 28
 
 
-@pytest.mark.parametrize("early", [11, 17])
+@pytest.fixture
+def scheduling() -> Iterator[Callable[[int], None]]:
+    """Seed trio's shuffling of tasks woken together (privately: trio has no public
+    switch), so that a run that depends on their order replays; the stream other
+    tests would have had is put back."""
+    scheduler = trio._core._run._r
+    state = scheduler.getstate()
+    yield scheduler.seed
+    scheduler.setstate(state)
+
+
+@pytest.mark.parametrize(("early", "seed"), [(11, 2), (17, 4), (11, 8), (17, 18)])
 async def test_one_answer_a_hair_short_of_a_token_does_not_keep_the_refill_from_being_made_up(
-    autojump_clock: Any, early: int
+    autojump_clock: Any, scheduling: Callable[[int], None], early: int, seed: int
 ) -> None:
     """As above, with every request leaving 4 ms after its call starts but one, which
     leaves at once: it reaches a server that holds a hair under a token more than the
     bucket counts, and says Remaining 0. Read as a spent window, that kept the probe's
     round trip from ever being made up: 27 ok where 28 can (the deadline row in real
     time, where requests leave a few ms apart). The server has by then admitted more
-    than a window of 10 would, so it refills as a bucket: 28 ok, none late, no 429."""
+    than a window of 10 would, so it refills as a bucket: 28 ok, none late, no 429.
+    Which calls wake first decides whether that answer comes before the make-up: these
+    orders (of 40 tried) are those where it does; 38 of the 40 now answer 28."""
+    scheduling(seed)
     config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
     async with api(config) as (server, client):
         reg = Registry()
