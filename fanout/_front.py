@@ -38,6 +38,7 @@ import trio
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict
 from ._exceptions import ConfigurationError
+from ._learning import TOGETHER as _TOGETHER
 from ._learning import RateLearner
 from ._ledger import Ledger
 from ._probe import Probe
@@ -66,7 +67,6 @@ _RECENT = 4096  # bookings remembered, to count what started since a request was
 _RECENT_FOR = 60.0  # seconds a booking is remembered
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
-_TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, the most learning allows.
 _PROBE_WIDTH = 4

@@ -166,6 +166,25 @@ def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     assert learner.rate == pytest.approx(21)
 
 
+def test_requests_sent_with_a_refused_one_prove_no_rate_after_it() -> None:
+    """Unit level, no numbers: a 429 to a request sent at 0.2 s is an anchor (the bucket
+    was empty when it arrived), and each later admission proves a refill. Two admitted
+    0.1 and 0.2 ms after it may have arrived before it: counted, they "proved" 5,000/s,
+    and the rate never went below it (a real-time run sent 40 requests at once, drew 56
+    429s and gave up on 38 calls). They prove nothing; admissions 0.1 and 0.15 s later
+    prove 1 / 0.15 s."""
+    learner = RateLearner()
+    for i in range(10):
+        learner.on_success(began=0.01 * i, latency=0.05, wave=1 + i)
+    learner.on_throttled(100.0, now=0.25, wait=0.0, sent_at=0.2, started=10)
+    learner.on_success(began=0.2001, latency=0.05, wave=11)
+    learner.on_success(began=0.2002, latency=0.05, wave=12)
+    assert learner.floor == 0.0
+    learner.on_success(began=0.30, latency=0.05, wave=13)
+    learner.on_success(began=0.35, latency=0.05, wave=14)
+    assert learner.floor == pytest.approx(1 / 0.15)
+
+
 async def test_a_bare_429_drives_aimd(autojump_clock: Any) -> None:
     """Issue 13 cause 4: 429s without Retry-After or headers still pace the scope (AIMD)."""
     config = ServerConfig(rate=4, burst=1, headers="none", retry_after="absent")
