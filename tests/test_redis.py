@@ -311,7 +311,7 @@ async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_burst
         since = trio.current_time() - opened
         other.observe_send_lag(0.001)
         slack = other.statistics().slack
-        assert 0.05 <= slack <= since
+        assert 0.05 <= slack <= since + 0.01  # as early as the script can have run: a trip
         assert await one.reserve(1, math.inf) is not None
         booking = await late.reserve(1, math.inf)
         assert booking is not None
