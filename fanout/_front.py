@@ -38,8 +38,7 @@ import trio
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict
 from ._exceptions import ConfigurationError
-from ._learning import TOGETHER as _TOGETHER
-from ._learning import RateLearner
+from ._learning import TOGETHER, RateLearner
 from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
@@ -525,7 +524,7 @@ class ScopeFront:
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
         started up to ``late`` s before it, or together with it (in either order)."""
-        within = self._sent_within(sent - max(late, _TOGETHER), sent + _TOGETHER)
+        within = self._sent_within(sent - max(late, TOGETHER), sent + TOGETHER)
         return max(0.0, within - 1.0)  # itself aside
 
     def _sent_within(self, since: float, sent: float) -> float:
@@ -697,7 +696,7 @@ class ScopeFront:
         # over a first burst, the sum alone passed any bucket for a log.)
         burst = self._learner.burst
         within = self._started_by(sent) - self._started_by(sent - length)
-        since = self._started_by(sent) - self._started_by(reopened - _TOGETHER)
+        since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and remaining + within >= burst
         if sliding or remaining + since >= burst:
             self._count_in_windows(length)
@@ -785,7 +784,7 @@ class ScopeFront:
         if self._learner is not None:
             first = self._limits[0] is None
             started = self._started_by(sent)
-            alongside = max(0.0, started - self._started_by(sent - _TOGETHER) - 1.0)
+            alongside = max(0.0, started - self._started_by(sent - TOGETHER) - 1.0)
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started, alongside=alongside,
