@@ -160,13 +160,41 @@ class FaultyScope(Scope):
         finally:
             await super().release_slot(holder)
 
-    async def reserve(self, cost: float, max_wait: float) -> float | None:
+    async def reserve(self, cost: float, max_wait: float) -> Any:
         garbage = await self.faults.hit("reserve")
         return await super().reserve(cost, max_wait) if garbage is None else garbage
 
-    async def on_throttled(self, wait: float | None, *, sent_at: float | None = None) -> None:
+    async def refund(self, booking: Any) -> None:
+        try:
+            await self.faults.hit("refund")
+        finally:
+            await super().refund(booking)
+
+    async def confirm(self, booking: Any) -> bool:
+        garbage = await self.faults.hit("confirm")
+        return await super().confirm(booking) if garbage is None else garbage
+
+    async def wait_for(self, cost: float) -> float:
+        garbage = await self.faults.hit("wait_for")
+        return await super().wait_for(cost) if garbage is None else garbage
+
+    async def on_throttled(
+        self, wait: float | None, *, sent_at: float | None = None, arriving: bool = False
+    ) -> None:
         await self.faults.hit("on_throttled")
-        await super().on_throttled(wait, sent_at=sent_at)
+        await super().on_throttled(wait, sent_at=sent_at, arriving=arriving)
+
+    async def block_until(self, when: float) -> None:
+        await self.faults.hit("block_until")
+        await super().block_until(when)
+
+    async def request_leaving(self) -> Any:
+        garbage = await self.faults.hit("request_leaving")
+        return await super().request_leaving() if garbage is None else garbage
+
+    async def observe_headers(self, info: Any, **options: Any) -> None:
+        await self.faults.hit("observe_headers")
+        await super().observe_headers(info, **options)
 
 
 class FaultyStore(MemoryIdempotencyStore):
@@ -276,7 +304,13 @@ seams = st.fixed_dictionaries(
             "acquire_slot",
             "release_slot",
             "reserve",
+            "refund",
+            "confirm",
+            "wait_for",
             "on_throttled",
+            "block_until",
+            "request_leaving",
+            "observe_headers",
             "claim",
             "renew",
             "finish",
