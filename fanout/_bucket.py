@@ -305,8 +305,13 @@ class TokenBucket:
         # block: it still holds from then, not from now, at the new rate.
         since = max(now, self._paused_until)
         faster = rate is None or (self.rate is not None and rate > self.rate)
-        if faster and self._due_after(now):
-            # Faster now: what is booked ahead could start sooner; let it book again.
+        slower = rate is not None and self.rate is not None and rate < self.rate
+        rebook = faster or (slower and self._blocked_until <= now)
+        if rebook and self._due_after(now):
+            # Faster now: what is booked ahead could start sooner. Slower: it would
+            # start at the old pace (calls that booked while a 429 was being taken
+            # in, before the rate it taught was applied, drew a fourth). Either
+            # way it books again at the new rate.
             balance = self._present(now)
             self._void()
         else:

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import TYPE_CHECKING
 
 import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["AnswerLog", "Fit"]
 
 _LOGGED = 512  # answers replayed (a fit takes about 0.1 ms per answer)
-_PRECISION = 0.1  # tokens: how finely the smallest burst is found
+_PRECISION = 0.01  # tokens: how finely the smallest burst is found
 _FINE = 1.02  # rates 2% apart, at the ends of a run that fits
 _COARSE = 1.1  # rates 10% apart, on the first pass
 _TOLERANCE = 0.1  # tokens: requests reach the server out of step with when they left
@@ -66,12 +70,20 @@ class AnswerLog:
             del answers[:start]
             self._from_429 = True
 
-    def fit(self, *, slowest: float, fastest: float) -> Fit | None:
+    def fit(self, *, slowest: float, fastest: float, pending: Sequence[float] = ()) -> Fit | None:
         """The rates from ``slowest`` up that explain every answer, or None if none does.
 
         ``fastest`` is a rate we were refused at: no bucket twice as fast fits.
+        ``pending``: when requests still unanswered were sent, taken as
+        admitted (a refusal comes back at once, an admission after the
+        server's latency). Left out, the requests of the last round trip
+        read as never sent, and a 429 after them as a bucket that refilled
+        nothing meanwhile: a fit of 1.2/s against 20/s.
         """
         answers = self._answers
+        if pending and answers:
+            extra = [(sent, False) for sent in pending if sent >= answers[0][0]]
+            answers = sorted(answers + extra)
         admitted = sum(not refused for _, refused in answers)
         span = answers[-1][0] - answers[0][0] if answers else 0.0
         if admitted < 2 or span <= 0:
@@ -79,8 +91,8 @@ class AnswerLog:
         high = 2 * max((admitted + 1) / span, fastest)
 
         def fits(rate: float) -> bool:
-            burst = self._smallest_burst(rate, admitted + 1.0)
-            return burst is not None and self._replay(rate, burst)[1]
+            burst = self._smallest_burst(answers, rate, admitted + 1.0)
+            return burst is not None and self._replay(answers, rate, burst)[1]
 
         coarse = _rates(slowest, high, _COARSE)
         runs: list[list[float]] = [[]]
@@ -101,10 +113,12 @@ class AnswerLog:
             top = rate
         return Fit(low, top, run[-1] != coarse[-1], floored=low == finer[0])
 
-    def _replay(self, rate: float, burst: float) -> tuple[bool, bool]:
+    def _replay(
+        self, answers: list[tuple[float, bool]], rate: float, burst: float
+    ) -> tuple[bool, bool]:
         """Whether a bucket of ``rate`` and ``burst`` admits every admitted request,
         and refuses every refused one."""
-        answers, empty = self._answers, self._from_429
+        empty = self._from_429
         tokens, last = (min(burst, 1.0) if empty else burst), answers[0][0]
         admits = refuses = True
         for sent, refused in answers[1:] if empty else answers:
@@ -116,14 +130,16 @@ class AnswerLog:
                 refuses = refuses and tokens < 1.0
         return admits, refuses
 
-    def _smallest_burst(self, rate: float, most: float) -> float | None:
+    def _smallest_burst(
+        self, answers: list[tuple[float, bool]], rate: float, most: float
+    ) -> float | None:
         """The smallest burst (to ``_PRECISION``) admitting every admission at ``rate``."""
         low, high = 1.0, most
-        if not self._replay(rate, high)[0]:
+        if not self._replay(answers, rate, high)[0]:
             return None
         while high - low > _PRECISION:
             middle = (low + high) / 2
-            if self._replay(rate, middle)[0]:
+            if self._replay(answers, rate, middle)[0]:
                 high = middle
             else:
                 low = middle

@@ -521,6 +521,17 @@ class ScopeFront:
             return None
         return min(rate, learner.measured)
 
+    def _out_before(self, sent: float) -> list[float]:
+        """When the requests still on the wire that left before ``sent`` were booked to
+        start: the latest bookings before it, as many as are out, less those that
+        left after it (a request's answer comes about in the order sent)."""
+        now = trio.current_time()
+        after = sum(1 for start, _ in self._recent if sent < start <= now)
+        out = self._cap.on_the_wire - after
+        if out <= 0:
+            return []
+        return sorted(start for start, _ in self._recent if start < sent)[-out:]
+
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
         started up to ``late`` s before it, or together with it (in either order)."""
@@ -601,7 +612,7 @@ class ScopeFront:
             sending = self.retry_budget.recent_requests(1.0) + self._others_since(now - 1.0)
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
-                started=self._started_by(sent),
+                started=self._started_by(sent), pending=self._out_before(sent),
             )  # fmt: skip
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.

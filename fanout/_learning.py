@@ -34,7 +34,11 @@ Three sources, in order of trust:
    slowest, grows only slowly after, and never past the fastest; where
    every rate down to the slowest tried fits (a large burst spent slowly
    explains any rate), the slowest proves nothing, and it settles at half
-   the fastest. This is
+   the fastest, growing from there towards it quickly while learning has
+   a 429 left to spend. A fit made at a 429, before the requests still
+   out have answered, reads them as never sent (a cautious rate until
+   they answer), except at the last 429 learning may spend: then they
+   count as admitted. This is
    AIMD whose decrease lands on evidence instead of a blind half.
 
 A response never resets the estimate: only new evidence moves it.
@@ -44,10 +48,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ._bucket_fit import AnswerLog
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["TOGETHER", "RateLearner"]
 
@@ -170,17 +178,25 @@ class RateLearner:
         return False
 
     def on_throttled(
-        self, sending_rate: float, *, now: float, wait: float, sent_at: float, started: float
+        self,
+        sending_rate: float,
+        *,
+        now: float,
+        wait: float,
+        sent_at: float,
+        started: float,
+        pending: Sequence[float] = (),
     ) -> None:
         """A 429: decrease, once per congestion event.
 
         ``sending_rate`` is what we sent in the last second; ``sent_at`` is
         when the refused request was sent, ``started`` how many requests of
-        ours were booked to start up to then and not refused.
+        ours were booked to start up to then and not refused; ``pending``
+        when those of them still unanswered were sent.
         """
         self._refused += 1
         if not self._stated:
-            self._throttled_blind(now, sent_at, started)
+            self._throttled_blind(now, sent_at, started, pending)
             return
         if now < self._hold_until:
             return
@@ -194,7 +210,9 @@ class RateLearner:
         # The measured bound was too high (429s it did not count): start over.
         self.measured, self._anchor = None, None
 
-    def _throttled_blind(self, now: float, sent_at: float, started: float) -> None:
+    def _throttled_blind(
+        self, now: float, sent_at: float, started: float, pending: Sequence[float]
+    ) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._log.note(sent_at, admitted=False)
         if sent_at < self._quiet_until - _ON_TIME:
@@ -216,11 +234,16 @@ class RateLearner:
             guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)
         self._empty_at, self._admitted = sent_at, []
+        self._refit = True
         if self._events > 1:
             # Admissions still in flight are missing from the log: the fit is
-            # slower than the truth for now, and is made again once they answer.
-            self._settle()
-        self._refit = True
+            # slower than the truth for now, a cautious rate until they answer and
+            # it is made again. Once the 429s learning may spend are spent, the
+            # rate must fit every request, so those out count as admitted (left
+            # out, no bucket explained a 429 after a quiet round trip, the rate
+            # stayed at the halved guess, and drew a fourth).
+            spent = self._refused >= _REFUSALS
+            self._settle(pending if spent else ())
         self._quiet_until = now + 1.0 / self.rate
 
     def on_success(
@@ -292,9 +315,11 @@ class RateLearner:
             grown = self.rate + 1.0 / self._growth if self._refused < _REFUSALS else self.rate
             self.rate = max(min(grown, self._cap), self.floor)
 
-    def _settle(self) -> None:
-        """Move the rate to what the answers so far allow (`fanout._bucket_fit`)."""
-        fit = self._log.fit(slowest=max(self.floor, _MIN_RATE), fastest=self._fastest)
+    def _settle(self, pending: Sequence[float] = ()) -> None:
+        """Move the rate to what the answers so far allow (`fanout._bucket_fit`), with
+        the requests ``pending`` (sent then, not yet answered) as admitted."""
+        slowest = max(self.floor, _MIN_RATE)
+        fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending)
         if fit is None:
             if self._events > 1:
                 # No bucket explains the answers (a window that states nothing
@@ -308,10 +333,19 @@ class RateLearner:
             # explains the answers at any rate): ``low`` proves nothing, only
             # ``high`` does. Taken as the rate, ``low`` crawled at 0.09/s, one call
             # per 11 s, against 7.8/s; half the fastest fit is at most twice slow.
-            self.rate = max(self.floor, min(self.rate or high, high * _FLOORED_SHARE))
+            share = high * _FLOORED_SHARE
+            if self._events > 1 and not self._refit:
+                # Every answer of the event is in: the fit is the evidence, not the
+                # halved guess the event's first fit (missing them) left.
+                self.rate = max(self.floor, share)
+            else:
+                self.rate = max(self.floor, min(self.rate or high, share))
             if fit.bounded and self._events > 1:
-                # As for a fit bounded both ways: slow growth, never past the fastest.
-                self._growth, self._cap = _SETTLED, high
+                # Never past the fastest; a 429 learning may still spend finds where
+                # below it (growing slowly from half of it had crawled at 1.6/s
+                # against 10/s for 15 s), then, once spent, growth is slow.
+                self._cap = high
+                self._growth = _SETTLED if self._refused >= _REFUSALS else _GROWTH
         elif fit.bounded and self._refused >= _REFUSALS:
             # The answers bound the rate from both sides and the 429s learning may
             # spend are spent: the slowest rate they fit (leaning towards the

@@ -124,13 +124,20 @@ async def test_set_limits_keeps_what_is_owed(autojump_clock: Any) -> None:
     assert waits([bucket.reserve() for _ in range(3)]) == [0.5, 1.0, 1.5]
 
 
-async def test_a_slower_rate_keeps_what_is_owed(autojump_clock: Any) -> None:
-    """Learning a slower rate does not forgive reservations already promised."""
+async def test_a_slower_rate_books_what_is_ahead_again_at_it(autojump_clock: Any) -> None:
+    """Learning a slower rate forgives nothing spent, and what is booked ahead starts at it.
+
+    Kept at the old rate, calls that booked while a 429 was being taken in
+    (before the slower rate it taught was applied) went out at the old pace
+    and drew a fourth 429.
+    """
     bucket = TokenBucket(rate=2, burst=2)
-    for _ in range(4):
-        bucket.reserve()
+    booked = [bucket.reserve() for _ in range(4)]  # two now, two at 0.5 and 1.0
+    woken = bucket.voided()
     bucket.set_limits(1, 2)
-    assert bucket.wait_for() == 3.0  # two tokens owed at 1/s, then one to spend
+    assert woken.is_set()
+    assert not any(bucket.confirm(b) for b in booked[2:] if b is not None)
+    assert waits([bucket.reserve() for _ in range(3)]) == [1.0, 2.0, 3.0]
 
 
 async def test_slack_delays_the_refill_after_a_burst_begins(autojump_clock: Any) -> None:

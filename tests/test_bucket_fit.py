@@ -53,3 +53,33 @@ def test_of_two_sent_at_once_the_admitted_came_first() -> None:
 def test_too_few_answers_fit_nothing() -> None:
     """One admission proves no rate at all."""
     assert log_of([(0.0, True), (0.1, False)]).fit(slowest=0.1, fastest=10.0) is None
+
+
+def test_the_servers_own_rate_fits_however_narrow_the_band_that_does() -> None:
+    """5/s, burst 2, as a learning scope met it (three 429s, exact times): the rates that
+    fit are a band a tenth wide around 5/s. Found to 0.1 token, the smallest burst of each
+    rate was too big to refuse where the server had refused, at rates next to 5/s: the
+    band fell apart, and the fit settled on 5.9/s, which drew a fourth 429."""
+    refused_at = {0.788, 1.854, 2.669}
+    sends = [0.0, 0.3, 0.45, 0.6, 0.7, 0.788, 1.038, 1.288, 1.471, 1.625, 1.75, 1.854,
+             2.054, 2.254, 2.421, 2.554, 2.669, 2.899]  # fmt: skip
+    log = log_of([(sent, sent not in refused_at) for sent in sends])
+    fit = log.fit(slowest=2.93, fastest=13.33)
+    assert fit is not None
+    assert fit.low <= 5.0 <= fit.high
+
+
+def test_requests_still_out_count_as_admitted_when_asked() -> None:
+    """A 20/s bucket of 5, paced ever faster; a 429 comes while the last round trip's
+    requests are out. Left out, they read as never sent: the fit says the bucket refilled
+    nothing in that time, so at most a few a second. Counted as admitted, 20/s fits."""
+    paces = [5 * 1.15**k for k in range(40)]
+    pairs = answers(20.0, 5.0, paces)
+    refused = next(i for i, (_, admitted) in enumerate(pairs) if not admitted)
+    answered, out = pairs[: refused - 8], [sent for sent, _ in pairs[refused - 8 : refused]]
+    log = log_of([*answered, pairs[refused]])
+    blind = log.fit(slowest=0.1, fastest=max(paces))
+    told = log.fit(slowest=0.1, fastest=max(paces), pending=out)
+    assert blind is not None
+    assert told is not None
+    assert blind.high < 20.0 <= told.high

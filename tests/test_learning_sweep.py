@@ -254,7 +254,7 @@ def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
     throttling, turn, makespan = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) == 2
-    assert makespan == pytest.approx(5.356445635180678)
+    assert makespan == pytest.approx(5.36188982297194)
 
 
 def test_a_wide_probe_against_a_bucket_of_one_spends_the_three_429s_and_no_more() -> None:
@@ -366,3 +366,24 @@ def test_a_429_is_taken_in_as_it_arrives_before_a_queued_call_goes() -> None:
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refusals(throttling) == pytest.approx([0.2198, 0.5934], abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        Server("bucket", 3.767491698426621, 19, 0.5425173139654726, 0.0, 16, "none", "absent", 57,
+               seed=2),
+        Server("bucket", 2.819676849374968, 25, 0.28509567561802135, 0.0, None, "none", "absent",
+               77, seed=2),
+    ],
+)  # fmt: skip
+def test_the_third_429_is_the_last_when_a_round_trip_is_still_out(server: Server) -> None:
+    """Bare 429s, answers half a second long: the third 429 came with a round trip of
+    requests still out. Fitted as if they were never sent, no bucket explained it (or a
+    loose one did), the rate stayed above the server's, and a fourth 429 followed; counted
+    as admitted, the fit bounds it. (Found while letting a floored fit grow towards its
+    fastest rate; calls that booked at the old pace while a 429 was taken in, before the
+    slower rate was applied, had drawn the fourth too.)"""
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 3
