@@ -16,6 +16,8 @@ draw, whatever other keys did, so a benchmark knows the fastest any client
 could finish (``benchmarks/scenarios.py``).
 ``connect_delay`` holds back the first request of every connection (a slow
 TLS handshake): it reaches the server that much later than it was sent.
+``rate_status`` is the status the rate refuses with: 429, or 503 as nginx's
+``limit_req`` and ASP.NET Core's limiter answer by default.
 
 The limiter is one of the models real APIs use (``model``), each allowing
 ``burst`` requests at once and ``rate`` a second on average:
@@ -146,6 +148,7 @@ class ServerConfig:
         default="full", validator=attrs.validators.in_(get_args(ResetMeaning))
     )
     connect_delay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    rate_status: int = attrs.field(default=429, validator=attrs.validators.in_((429, 503)))
 
     def limits_for(self, key: str) -> KeyLimits:
         """The key's own limits if configured, else the server-wide ones."""
@@ -433,7 +436,7 @@ class ThrottlingServer:
         if cap is not None and state.in_flight >= cap:
             return 503, max(min(state.due) - now, 0.0)
         wait = state.bucket.try_take(now) if state.bucket is not None else 0.0
-        return (429, wait) if wait > 0 else (200, 0.0)
+        return (self.config.rate_status, wait) if wait > 0 else (200, 0.0)
 
     def _enter(self, state: _KeyState, key: str, due: float) -> None:
         state.in_flight += 1
@@ -587,6 +590,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--model", choices=get_args(Model), default="bucket")
     p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
     p.add_argument("--connect-delay", type=float, default=0.0)
+    p.add_argument("--rate-status", type=int, choices=(429, 503), default=429)
     args = vars(p.parse_args(argv))
     port = args.pop("port")
     return port, ServerConfig(**args)
