@@ -304,11 +304,13 @@ async def _run_tool(
         return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
+        went_fine = went_fine and not context.refused
         return signal
     except Exception as exc:
         wrapped = _signal_within(exc)
         if wrapped is not None:  # an SDK re-raised fanout's signal as its own error
             went_fine = not isinstance(wrapped, RateLimitedError | NotSentError)
+            went_fine = went_fine and not context.refused
             return wrapped
         went_fine = True
         state.answered_by_tool = not context.effect_unknown

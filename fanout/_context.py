@@ -55,6 +55,9 @@ class CallContext:
     of how fast the server answers. ``held`` is how long its requests
     waited inside the pool for a slow first connection's worst case
     (`fanout._http_core`), which is no part of how long the call took.
+    ``refused`` is set when the server turned a request of the attempt away
+    with a 503: answered at once, that is no sample of its latency, and no
+    admission a scope learning its rate may count.
     """
 
     call: ToolCall
@@ -72,6 +75,7 @@ class CallContext:
     arrived_at: float = -math.inf
     opened_connection: bool = False
     held: float = 0.0
+    refused: bool = False
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs
     # How to give back the places its requests took on the wire (`fanout._slots`): each
     # is given back once its answer is read, and any left when the attempt ends.

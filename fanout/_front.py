@@ -747,8 +747,19 @@ class ScopeFront:
         now = trio.current_time()
         sent = now if sent_at is None or not sent_at <= now else sent_at
         leaving = overloaded_with if self.learn else None
-        quickest = self._ledger.fastest()
-        if leaving is not None and self._cap.overloaded(leaving, now - sent, quickest=quickest):
+        # A 503 with no wait is the rate's while learning it (as a bare 429, once the
+        # HTTP layer tells of it), whatever cap it also shows: nginx's limit_req and
+        # ASP.NET Core refuse an over-rate request so by default. Left to the retries,
+        # the slow start never ended (51 refused, 36 of 50 calls failed against 10/s);
+        # read as a cap alone, such 503s lowered a cap of 9 one by one, each a refusal.
+        # Otherwise it is taken in here, if at all: a cap it shows, never the rate.
+        bare = overloaded_with is not None and info.retry_after is None
+        rate_refused = bare and self._learner is not None and self._cap.limit is not None
+        cap_read = not rate_refused and leaving is not None and self._cap.overloaded(
+            leaving, now - sent, quickest=self._ledger.fastest()
+        )
+        rate_refused = rate_refused or (bare and not cap_read and self._learner is not None)
+        if (cap_read or bare) and not rate_refused:
             self._refusals_taken.append(sent)
         if self._learner is not None:
             await self._count_others()

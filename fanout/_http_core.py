@@ -335,7 +335,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )  # fmt: skip
         if info.scope is not None:
             info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
-        overloaded = response.status_code == 503
+        overloaded = context.refused = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
@@ -347,8 +347,14 @@ class HttpCore(Generic[RequestT, ResponseT]):
         signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
         if signal is not None:
             place.give_back()
+            named = scopes_named(context.scopes, info.scope)
             if isinstance(signal, RateLimitedError):
-                await _tell_throttled(scopes_named(context.scopes, info.scope), signal)
+                await _tell_throttled(named, signal)
+            elif overloaded:
+                # A 503 with no wait: a scope learning its rate takes it as the rate's
+                # refusal; any other took it in already, if at all (`observe_headers`).
+                for scope in named:
+                    await scope.on_throttled(None, sent_at=sent_at, arriving=True)
             await response.aclose()
             raise signal
         response.stream = self._seam.body(
