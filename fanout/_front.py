@@ -755,8 +755,10 @@ class ScopeFront:
         # Otherwise it is taken in here, if at all: a cap it shows, never the rate.
         bare = overloaded_with is not None and info.retry_after is None
         rate_refused = bare and self._learner is not None and self._cap.limit is not None
-        cap_read = not rate_refused and leaving is not None and self._cap.overloaded(
-            leaving, now - sent, quickest=self._ledger.fastest()
+        cap_read = (
+            not rate_refused
+            and leaving is not None
+            and self._cap.overloaded(leaving, now - sent, quickest=self._ledger.fastest())
         )
         rate_refused = rate_refused or (bare and not cap_read and self._learner is not None)
         if (cap_read or bare) and not rate_refused:
