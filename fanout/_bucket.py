@@ -87,11 +87,11 @@ class ServerCount:
     (at most ``late`` s after it was sent). ``started_since`` is what this
     process surely started after it was counted; ``unsure``, what else
     started that the server may not have counted yet (requests sent before
-    it that reached the server after it). ``rate_known``: the rate was
-    configured or stated, not learned. Each bound is used only in its safe
-    direction: syncing down to a floored count refilled from a guessed
-    arrival, or up by a refill the server may not have had, would move every
-    start by that guess at each answer (later without end, or into a 429).
+    it that reached the server after it). Each bound is used only in its
+    safe direction, whether the rate is told or learned: syncing down to a
+    floored count refilled from a guessed arrival, or up by a refill the
+    server may not have had, would move every start by that guess at each
+    answer (later without end, or into a 429).
     ``proven`` and ``crossing`` raise a learned bucket by a refill it could
     not count (``refilled_at_least``).
     """
@@ -101,7 +101,6 @@ class ServerCount:
     unsure: float = 0.0
     elapsed: float = 0.0
     late: float = 0.0
-    rate_known: bool = True
     proven: float | None = None
     crossing: float = 0.0
 
@@ -336,8 +335,8 @@ class TokenBucket:
     def sync(self, count: ServerCount) -> bool:
         """The server's count (``ServerCount``) replaces the bucket's where it is sure.
 
-        A bucket above the most the server can have (or, while the rate is
-        only learned, above its estimate) drops to the estimate; bookings not
+        A bucket above the most the server can have drops to the estimate
+        (a rate learned too fast shows there, or in a 429); bookings not
         yet due are void, and book again against it. A surplus of a token or
         more over the bucket by the least the server can have is added (the
         bucket could not see the server refill), and while learning any surplus
@@ -348,11 +347,9 @@ class TokenBucket:
             return False
         now = trio.current_time()
         present = self._present(now)
-        estimate = count.estimate(self.rate, self.burst)
-        ahead = count.at_most(self.rate, self.burst) if count.rate_known else estimate
-        if present > ahead + 1e-9:
+        if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
-            self._set_balance(now, estimate)
+            self._set_balance(now, count.estimate(self.rate, self.burst))
             return True
         adopt = count.at_least(self.burst)
         refilled = count.refilled_at_least(self.burst)

@@ -796,7 +796,6 @@ class ScopeFront:
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest.
                 late=late,
-                rate_known=self._learner is None or self._learner.ceiling is not None,
                 proven=self._proven(),
                 crossing=self._crossing(sent, late),
             )

@@ -430,9 +430,9 @@ class RedisBackend:
             await trio.lowlevel.checkpoint()
             return
         estimate = count.estimate(self.rate, self.burst)
-        # As the local bucket reads it: a whole count is floored, so a known
-        # rate lowers the bucket only from above the most the server can have.
-        most = count.at_most(self.rate, self.burst) if count.rate_known else estimate
+        # As the local bucket reads it: a whole count is floored, so the bucket
+        # is lowered only from above the most the server can have.
+        most = count.at_most(self.rate, self.burst)
         with contextlib.suppress(LimiterUnavailableError):
             before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
             if self.window is not None:

@@ -211,10 +211,10 @@ async def test_a_learned_bucket_makes_up_what_a_proven_rate_refilled(
     than the bucket, is not worth voiding), less what may have crossed the request."""
     bucket = TokenBucket(rate=10, burst=10)
     assert bucket.sync(ServerCount(0.0))
-    count = ServerCount(0.0, elapsed=0.1, rate_known=False)
+    count = ServerCount(0.0, elapsed=0.1)
     assert not bucket.sync(count)
     assert not bucket.sync(ServerCount(0.0, elapsed=0.1, proven=8.0, crossing=1.0))
-    assert bucket.sync(ServerCount(0.0, elapsed=0.1, rate_known=False, proven=8.0))
+    assert bucket.sync(ServerCount(0.0, elapsed=0.1, proven=8.0))
     assert bucket.wait_for() == pytest.approx(0.02)
 
 
