@@ -53,8 +53,9 @@ class CallContext:
     connection (the HTTP layer is told so by the connection pool): its
     duration then includes the connection's set-up, so it is not a sample
     of how fast the server answers. ``held`` is how long its requests
-    waited inside the pool for a slow first connection's worst case
-    (`fanout._http_core`), which is no part of how long the call took.
+    waited inside the pool for a slow first connection's worst case, or for
+    a place under a learned cap (`fanout._http_core`), which is no part of
+    how long the server took.
     ``refused`` is set when the server turned a request of the attempt away
     with a 503: answered at once, that is no sample of its latency, and no
     admission a scope learning its rate may count.

@@ -281,6 +281,23 @@ def test_requests_held_by_the_cap_through_a_429_wait_for_a_new_token() -> None:
     assert throttling.count(status=503) == 1
 
 
+def test_a_cap_of_one_queues_calls_without_slowing_the_rate_or_widening_the_window() -> None:
+    """A fixed window of 13 per 2 s stated in the IETF policy, and a cap of 1 nobody
+    told: after its 503s, 50 calls admitted at once wait for the one place on the wire.
+    Their wait there was counted twice: as call durations, whose spread became the
+    learned window's margin (8 s, then more as the calls waited longer), and against
+    the rate, as nothing sent in the second before a 429 (the stated 6.5/s cut to the
+    least, 0.1/s). 329 s for what takes 8.5 s, two calls given up after waiting 78 s.
+    Now 14.2 s, every call ok."""
+    server = _ToldNothing(
+        "fixed", 6.5, 13, 0.07483907974691155, 0.0, 1, "ietf", "http-date", 59, seed=2,
+    )  # fmt: skip
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert throttling.count(status=429) <= 3
+    assert makespan == pytest.approx(14.24820597887408, abs=0.01)
+
+
 @st.composite
 def capped_servers(draw: st.DrawFn) -> Server:
     """A server of any of the matrix's kinds with an in-flight cap (503s beyond it)."""
