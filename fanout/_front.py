@@ -772,7 +772,14 @@ class ScopeFront:
         # read as a cap alone, such 503s lowered a cap of 9 one by one, each a refusal.
         # Otherwise it is taken in here, if at all: a cap it shows, never the rate.
         bare = overloaded_with is not None and info.retry_after is None
-        rate_refused = bare and self._learner is not None and self._cap.limit is not None
+        # Under a cap already learned, it is the rate's; one that left before (of the
+        # wave that showed the cap) is read against the cap, which takes the least
+        # such wave shows: read as the rate's, the cap stayed at the first read (3,
+        # against 2) and a call gave up after three 503s.
+        rate_refused = (
+            bare and self._learner is not None
+            and overloaded_with is not None and overloaded_with.under_cap
+        )  # fmt: skip
         cap_read = (
             not rate_refused
             and leaving is not None

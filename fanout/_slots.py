@@ -64,11 +64,13 @@ class Leaving:
     """A request leaving: ``others`` of the scope on the wire with it; ``overruled``: it
     waited for its place while the rate refused one, so needs a token anew;
     ``since_answer``: how long after the scope's latest answer it left (under a
-    learned cap; otherwise not measured)."""
+    learned cap; otherwise not measured); ``under_cap``: a cap was learned
+    when it left."""
 
     others: int
     overruled: bool = False
     since_answer: float = math.inf
+    under_cap: bool = False
 
 
 @attrs.define(eq=False)
@@ -128,6 +130,7 @@ class LearnedCap:
             self.on_the_wire - 1,
             overruled=self._throttled != throttled,
             since_answer=trio.current_time() - self._answered_at,
+            under_cap=True,
         )
 
     def throttled(self) -> None:

@@ -298,6 +298,38 @@ def test_a_cap_of_one_queues_calls_without_slowing_the_rate_or_widening_the_wind
     assert makespan == pytest.approx(14.24820597887408, abs=0.01)
 
 
+def test_the_wave_that_shows_a_cap_lowers_it_to_the_least_it_shows() -> None:
+    """A cap of 2 nobody told, 503s with no wait: five requests leave at once, three
+    are refused. The first answer read (with 3 others out) taught a cap of 3; the
+    other two 503s of that wave, with a cap now learned, were read as the rate's, so
+    the cap stayed 3 against the server's 2, every later third request was refused,
+    and a call gave up after three 503s. The wave's requests left before any cap was
+    learned, so each is read against the cap: 2, three 503s in all, every call ok."""
+    server = _ToldNothing(
+        "bucket", 9.0, 9, 0.1840230284240259, 0.09201151421201295, 2, "ietf", "absent", 6,
+        seed=0,
+    )  # fmt: skip
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert throttling.count(status=503) == 3
+    assert makespan == pytest.approx(0.9135680002676781, abs=1e-6)
+
+
+def test_a_cap_read_too_high_no_longer_spends_the_retry_budget() -> None:
+    """As above, eleven calls against a cap of 2: the first wave taught a cap of 3,
+    so later requests went out three at a time, and the 503s of the third ones, on
+    top of the wave's six, spent the scope's retry budget (3 + 0.2 a request, meant
+    for a failing downstream): three calls failed with it spent. Read against the
+    wave's least, the cap is 2: three 503s, every call ok."""
+    server = _ToldNothing(
+        "bucket", 39.57486075789762, 9, 0.04228018076572377, 0.021140090382861885, 2,
+        "draft", "absent", 11, seed=2,
+    )  # fmt: skip
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert throttling.count(status=503) == 3
+
+
 @st.composite
 def capped_servers(draw: st.DrawFn) -> Server:
     """A server of any of the matrix's kinds with an in-flight cap (503s beyond it)."""
