@@ -87,11 +87,12 @@ class ServerCount:
     (at most ``late`` s after it was sent). ``started_since`` is what this
     process surely started after it was counted; ``unsure``, what else
     started that the server may not have counted yet (requests sent before
-    it that reached the server after it). Each bound is used only in its
-    safe direction, whether the rate is told or learned: syncing down to a
-    floored count refilled from a guessed arrival, or up by a refill the
-    server may not have had, would move every start by that guess at each
-    answer (later without end, or into a 429).
+    it that reached the server after it, or whose calls took their tokens
+    and wait for a place on the wire under a learned cap, `fanout._slots`).
+    Each bound is used only in its safe direction, whether the rate is told
+    or learned: syncing down to a floored count refilled from a guessed
+    arrival, or up by a refill the server may not have had, would move every
+    start by that guess at each answer (later without end, or into a 429).
     ``proven`` and ``crossing`` raise a learned bucket by a refill it could
     not count (``refilled_at_least``).
     """

@@ -221,6 +221,8 @@ class ScopeFront:
     _others: collections.deque[tuple[float, float]] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
+    # When the calls of the requests waiting for a place on the wire took their tokens.
+    _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When this process's requests of the scope left, over the last second (`request_leaving`).
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
@@ -546,10 +548,15 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
-    async def request_leaving(self) -> Leaving:
+    async def request_leaving(self, admitted_at: float = -math.inf) -> Leaving:
         """A request of this scope is about to be sent: wait while a cap 503s showed is
-        full (`_slots`), then count it on the wire; how many others were."""
-        leaving = await self._cap.sending()
+        full (`_slots`), then count it on the wire; how many others were.
+        ``admitted_at``: when its call took its token (`_parked`)."""
+        self._parked.append(admitted_at)
+        try:
+            leaving = await self._cap.sending()
+        finally:
+            self._parked.remove(admitted_at)
         self._left.append(trio.current_time())
         self._sent_lately()
         return leaving
@@ -816,7 +823,11 @@ class ScopeFront:
             count = ServerCount(
                 remaining,
                 started_since=surely,
-                unsure=max(0.0, maybe - 1.0),  # one of them is the request itself
+                # One of them is the request itself. Requests whose calls took their
+                # tokens by then and still wait for a place under a learned cap will
+                # reach the server too: left out, a count adopted while they waited
+                # was spent twice (a fourth 429 against 8/s with a cap of 3).
+                unsure=max(0.0, maybe - 1.0) + sum(1 for t in self._parked if t <= sent),
                 elapsed=now - sent,
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest.

@@ -148,12 +148,13 @@ class _Place:
     leaving: dict[int, Leaving] = attrs.field(factory=dict)
 
     @classmethod
-    async def take(cls, scopes: tuple[ScopeLike, ...]) -> _Place:
-        """A place on each scope; cancelled part way, the places taken are given back."""
+    async def take(cls, scopes: tuple[ScopeLike, ...], admitted_at: float) -> _Place:
+        """A place on each scope for a request of a call admitted at ``admitted_at``;
+        cancelled part way, the places taken are given back."""
         place = cls()
         try:
             for scope in scopes:
-                place.leaving[id(scope)] = await scope.request_leaving()
+                place.leaving[id(scope)] = await scope.request_leaving(admitted_at)
                 place.scopes += (scope,)
         except BaseException:
             place.give_back()
@@ -303,7 +304,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # Its place is given back once its answer is read: handed on at the headers, the
         # next request reached a server that had not yet counted this one out, and was
         # refused. A body never closed gives it back when the attempt ends.
-        place = await _Place.take(context.scopes)
+        place = await _Place.take(context.scopes, context.admitted_at)
         context.places.append(place.give_back)
         answered = False
         try:

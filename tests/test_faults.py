@@ -188,9 +188,9 @@ class FaultyScope(Scope):
         await self.faults.hit("block_until")
         await super().block_until(when)
 
-    async def request_leaving(self) -> Any:
+    async def request_leaving(self, admitted_at: float = -math.inf) -> Any:
         garbage = await self.faults.hit("request_leaving")
-        return await super().request_leaving() if garbage is None else garbage
+        return await super().request_leaving(admitted_at) if garbage is None else garbage
 
     async def observe_headers(self, info: Any, **options: Any) -> None:
         await self.faults.hit("observe_headers")
