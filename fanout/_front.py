@@ -557,9 +557,28 @@ class ScopeFront:
             leaving = await self._cap.sending()
         finally:
             self._parked.remove(admitted_at)
+        now = trio.current_time()
+        if leaving.under_cap and now > admitted_at + TOGETHER:
+            self._left_late(admitted_at, now)
         self._left.append(trio.current_time())
         self._sent_lately()
         return leaving
+
+    def _left_late(self, admitted_at: float, now: float) -> None:
+        """A call admitted at ``admitted_at`` sends its request only ``now``, after a
+        wait for a place under a learned cap: what counts what started since a
+        response's request was sent counts it from now (as ``confirm`` does a
+        booking confirmed late). Counted from its admission, 17 calls admitted at
+        once and sent six at a time measured a refill of 20/s against 2/s."""
+        booked = [entry for entry in self._recent if entry[0] <= admitted_at]
+        if booked:
+            latest = max(booked, key=lambda entry: entry[0])
+            self._recent.remove(latest)
+            self._recent.append((now, latest[1]))
+
+    def _parked_by(self, when: float) -> float:
+        """Requests waiting for a place on the wire whose calls took tokens by ``when``."""
+        return float(sum(1 for admitted in self._parked if admitted <= when))
 
     def _sent_lately(self) -> int:
         """Requests of this process that left in the last second, as far as the HTTP
@@ -795,6 +814,8 @@ class ScopeFront:
         rate_refused = rate_refused or (bare and not cap_read and self._learner is not None)
         if (cap_read or bare) and not rate_refused:
             self._refusals_taken.append(sent)
+            if self._learner is not None:
+                self._forget_refused(sent)  # no admission either, as a 429's is not
         if self._learner is not None:
             await self._count_others()
         self._adopt_stated(info, sent)
@@ -827,7 +848,7 @@ class ScopeFront:
                 # tokens by then and still wait for a place under a learned cap will
                 # reach the server too: left out, a count adopted while they waited
                 # was spent twice (a fourth 429 against 8/s with a cap of 3).
-                unsure=max(0.0, maybe - 1.0) + sum(1 for t in self._parked if t <= sent),
+                unsure=max(0.0, maybe - 1.0) + self._parked_by(sent),
                 elapsed=now - sent,
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest.
@@ -842,7 +863,8 @@ class ScopeFront:
     def _adopt_stated(self, info: RateLimitInfo, sent: float) -> None:
         if self._learner is not None:
             first = self._limits[0] is None
-            started = self._started_by(sent)
+            # Calls admitted by then and still waiting for a place had not left.
+            started = self._started_by(sent) - self._parked_by(sent)
             alongside = max(0.0, started - self._started_by(sent - TOGETHER) - 1.0)
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,

@@ -285,7 +285,7 @@ async def test_a_fit_that_rules_out_no_slower_rate_still_settles_the_growth(
     assert [round(r.start, 4) for r in server.records if r.status == 429] == [0.8124, 0.8893]
 
 
-@pytest.mark.parametrize(("latency", "refusals", "within"), [(0.05, 4, 1.2), (0.3, 3, 2.0)])
+@pytest.mark.parametrize(("latency", "refusals", "within"), [(0.05, 3, 1.2), (0.3, 3, 2.0)])
 async def test_a_rate_refused_with_503s_and_no_numbers_is_learned_as_bare_429s(
     autojump_clock: Any, latency: float, refusals: int, within: float
 ) -> None:
