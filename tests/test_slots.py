@@ -266,6 +266,14 @@ class _ToldNothing(Server):
         return Scope("api")
 
 
+def _all_ok(server: Server) -> tuple[ThrottlingServer, float]:
+    """Run a turn against ``server``; every call must be answered ok. The server's
+    record of the requests, and the makespan."""
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    return throttling, makespan
+
+
 def test_requests_held_by_the_cap_through_a_429_wait_for_a_new_token() -> None:
     """Bare 429s from a bucket with a cap of 5 nobody told: after the cap's 503, calls
     admitted on earlier tokens wait for places on the wire. When a 429 came, each
@@ -275,8 +283,7 @@ def test_requests_held_by_the_cap_through_a_429_wait_for_a_new_token() -> None:
         "bucket", 9.163776537932376, 12, 0.25497283013155525, 0.12748641506577763, 5,
         "none", "absent", 80, reset="next", seed=1,
     )  # fmt: skip
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    throttling, _ = _all_ok(server)
     assert throttling.count(status=429) == 2
     assert throttling.count(status=503) == 1
 
@@ -292,8 +299,7 @@ def test_a_cap_of_one_queues_calls_without_slowing_the_rate_or_widening_the_wind
     server = _ToldNothing(
         "fixed", 6.5, 13, 0.07483907974691155, 0.0, 1, "ietf", "http-date", 59, seed=2,
     )  # fmt: skip
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    throttling, makespan = _all_ok(server)
     assert throttling.count(status=429) <= 3
     assert makespan == pytest.approx(10.46968963164808, abs=0.01)
 
@@ -305,12 +311,10 @@ def test_the_wave_that_shows_a_cap_lowers_it_to_the_least_it_shows() -> None:
     the cap stayed 3 against the server's 2, every later third request was refused,
     and a call gave up after three 503s. The wave's requests left before any cap was
     learned, so each is read against the cap: 2, three 503s in all, every call ok."""
-    server = _ToldNothing(
+    throttling, makespan = _all_ok(_ToldNothing(
         "bucket", 9.0, 9, 0.1840230284240259, 0.09201151421201295, 2, "ietf", "absent", 6,
         seed=0,
-    )  # fmt: skip
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    ))  # fmt: skip
     assert throttling.count(status=503) == 3
     assert makespan == pytest.approx(0.9135680002676781, abs=1e-6)
 
@@ -325,8 +329,7 @@ def test_a_cap_read_too_high_no_longer_spends_the_retry_budget() -> None:
         "bucket", 39.57486075789762, 9, 0.04228018076572377, 0.021140090382861885, 2,
         "draft", "absent", 11, seed=2,
     )  # fmt: skip
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    throttling, _ = _all_ok(server)
     assert throttling.count(status=503) == 3
 
 
@@ -340,8 +343,7 @@ def test_requests_waiting_for_a_place_are_not_counted_as_tokens_the_server_has()
     server = _ToldNothing(
         "bucket", 8.0, 16, 0.010961154867075908, 0.0, 3, "ietf", "seconds", 61, seed=2,
     )  # fmt: skip
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    throttling, makespan = _all_ok(server)
     assert throttling.count(status=429) == 0
     assert makespan == pytest.approx(5.657883464601228, abs=1e-6)
 
@@ -353,12 +355,10 @@ def test_calls_held_at_the_cap_are_counted_from_when_their_requests_leave() -> N
     drew five 429s at once, whose retries (with four 503s) spent the retry budget,
     and a call failed. Counted from when each left (and a 503 over the cap as no
     admission, as a 429 is not): two 429s, every call ok."""
-    server = _ToldNothing(
+    throttling, _ = _all_ok(_ToldNothing(
         "sliding", 2.0000000000000004, 19, 0.2505580559680573, 0.0, 6, "x", "http-date", 24,
         seed=2,
-    )  # fmt: skip
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    ))  # fmt: skip
     assert throttling.count(status=429) == 2
 
 
@@ -396,8 +396,7 @@ def test_a_cap_nobody_told_fails_no_call_and_draws_no_503_once_learned(server: S
     """Any capped server, the scope told nothing: every call ok, and no request sent
     after the first 503 came back is refused for the cap. (Over 145 such servers,
     before: 1,036 calls failed and 1,473 503s came after the first.)"""
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
+    throttling, _ = _all_ok(server)
     if throttling.count(status=503):
         _, later = _after_first_503(throttling)
         assert not [r.start for r in later if r.status == 503]
