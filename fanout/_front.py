@@ -481,11 +481,18 @@ class ScopeFront:
         Counted, a wave of 429s would read as requests the server's refill
         paid for, and "proves" a rate many times the true one.
         """
-        booked = [entry for entry in self._recent if entry[0] <= sent]
-        if booked:
-            latest = max(booked, key=lambda entry: entry[0])
-            self._recent.remove(latest)
-            self._started -= latest[1]
+        entry = self._take_latest(sent)
+        if entry is not None:
+            self._started -= entry[1]
+
+    def _take_latest(self, by: float) -> tuple[float, float] | None:
+        """Take out the latest booking remembered as started by ``by`` (None if none)."""
+        booked = [entry for entry in self._recent if entry[0] <= by]
+        if not booked:
+            return None
+        latest = max(booked, key=lambda entry: entry[0])
+        self._recent.remove(latest)
+        return latest
 
     def _started_by(self, when: float) -> float:
         """The running total of tokens booked to start at or before ``when``."""
@@ -560,8 +567,9 @@ class ScopeFront:
         now = trio.current_time()
         if leaving.under_cap and now > admitted_at + TOGETHER:
             self._left_late(admitted_at, now)
-        self._left.append(trio.current_time())
-        self._sent_lately()
+        if self._learner is not None:  # only learning reads when requests left
+            self._left.append(now)
+            self._sent_lately()  # drops what is over a second old
         return leaving
 
     def _left_late(self, admitted_at: float, now: float) -> None:
@@ -570,11 +578,9 @@ class ScopeFront:
         response's request was sent counts it from now (as ``confirm`` does a
         booking confirmed late). Counted from its admission, 17 calls admitted at
         once and sent six at a time measured a refill of 20/s against 2/s."""
-        booked = [entry for entry in self._recent if entry[0] <= admitted_at]
-        if booked:
-            latest = max(booked, key=lambda entry: entry[0])
-            self._recent.remove(latest)
-            self._recent.append((now, latest[1]))
+        entry = self._take_latest(admitted_at)
+        if entry is not None:
+            self._recent.append((now, entry[1]))
 
     def _parked_by(self, when: float) -> float:
         """Requests waiting for a place on the wire whose calls took tokens by ``when``."""
