@@ -324,6 +324,8 @@ class TokenBucket:
                 ready = max(0.0, self._tokens(now)) + (self._blocked_until - since) * rate
                 since = self._blocked_until
                 balance = min(self._tokens(since), ready)
+            elif self.rate is None:
+                balance = burst  # nothing was counted: the new bucket starts full
             else:
                 balance = self._tokens(since)
         if tokens is not None and math.isfinite(tokens):

@@ -283,8 +283,8 @@ class ScopeFront:
         if self.slack is not None:
             backend.set_slack(self.slack)
         if self.rate is None and self.learn:
-            self._learner = RateLearner()
             width = 1 if self.max_concurrency is None else min(self.max_concurrency, _PROBE_WIDTH)
+            self._learner = RateLearner(probe_fills_cap=width == self.max_concurrency)
             self._probe = Probe(width=width)
 
     # -- admission --------------------------------------------------------
@@ -1101,7 +1101,7 @@ class ScopeFront:
     def _apply_learned(self, *, tokens: float | None = None) -> None:
         assert self._learner is not None
         if self._learner.rate is not None:
-            burst = 1.0 if self._window_trial is not None else max(1.0, self._learner.burst)
+            burst = 1.0 if self._window_trial is not None else max(1.0, self._learner.paced_burst)
             self._set(self._learner.rate, burst, tokens=tokens)
 
     def _set(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:

@@ -110,6 +110,24 @@ class RateLearner:
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
+    # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
+    probe_fills_cap: bool = False
+    _wave: float = attrs.field(default=1.0, alias="_wave")  # the probe's width, all admitted
+
+    @property
+    def paced_burst(self) -> float:
+        """The burst the local bucket may hold: the stated limit; in a slow start
+        with no numbers after a probe as wide as the cap, the probe's whole wave.
+
+        The server took that wave at once. Paced at twice it per latency, the
+        next wave would all leave before its first answer anyway (no 429 is
+        saved), and against the cap each slot would keep its offset to the
+        end (2.075 s for 2.0). Below a wider cap, pacing is what keeps the
+        first 429 to few requests in flight, and it stays.
+        """
+        if self._slow_start and not self._stated and self.probe_fills_cap:
+            return max(self.burst, self._wave)
+        return self.burst
 
     @property
     def refusals(self) -> int:
@@ -300,7 +318,9 @@ class RateLearner:
             # concurrency probes several wide): starting from one request per
             # latency instead, the next wave went at (w + 1) per latency, not 2w,
             # and its stagger stayed in every later wave of a concurrency cap.
-            self.rate = (self.rate or max(1.0, wave) / self._latency) + 1.0 / self._latency
+            if self.rate is None:
+                self._wave = max(1.0, wave)
+            self.rate = (self.rate or self._wave / self._latency) + 1.0 / self._latency
         elif self.rate is not None and began is not None and began > self._event_at:
             if self._refit:
                 # Every request sent before the event has answered by now: fit.

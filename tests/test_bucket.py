@@ -96,6 +96,20 @@ async def test_bucket_without_rate_still_obeys_blocks(autojump_clock: Any) -> No
     assert waits([bucket.reserve()]) == [0]
 
 
+async def test_a_bucket_without_rate_given_one_starts_full(autojump_clock: Any) -> None:
+    """Without a rate nothing was counted, so the first rate comes with its whole
+    burst: a slow start that knows the server took four at once sends the next
+    four at once, not one and then one per token (kept at the old burst of one,
+    each wave behind an in-flight cap kept that stagger to its end)."""
+    bucket = TokenBucket(rate=None)
+    assert waits([bucket.reserve() for _ in range(4)]) == [0, 0, 0, 0]
+    bucket.set_limits(40.0, 4.0)
+    assert waits([bucket.reserve() for _ in range(5)]) == pytest.approx([0, 0, 0, 0, 0.025])
+    told = TokenBucket(rate=None)
+    told.set_limits(40.0, 4.0, tokens=1.0)  # what the server said remains still wins
+    assert waits([told.reserve() for _ in range(2)]) == pytest.approx([0, 0.025])
+
+
 async def test_weighted_cost_reserves_several_tokens(autojump_clock: Any) -> None:
     """A call costing 3 takes 3 tokens; one costing more than the burst is a clear error."""
     bucket = TokenBucket(rate=1, burst=4)
