@@ -869,9 +869,11 @@ class ScopeFront:
     def _adopt_stated(self, info: RateLimitInfo, sent: float) -> None:
         if self._learner is not None:
             first = self._limits[0] is None
-            # Calls admitted by then and still waiting for a place had not left.
+            # Calls admitted by then and still waiting for a place had not left,
+            # by then or ``TOGETHER`` before it.
             started = self._started_by(sent) - self._parked_by(sent)
-            alongside = max(0.0, started - self._started_by(sent - TOGETHER) - 1.0)
+            before = self._started_by(sent - TOGETHER) - self._parked_by(sent - TOGETHER)
+            alongside = max(0.0, started - before - 1.0)
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started, alongside=alongside,
