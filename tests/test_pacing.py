@@ -195,6 +195,26 @@ async def test_a_scope_told_its_concurrency_probes_with_that_many_calls(
     assert starts == [round(0.2 * (i // 4), 9) for i in range(40)]
 
 
+async def test_below_a_wider_cap_the_wave_after_the_probe_is_paced(
+    autojump_clock: Any,
+) -> None:
+    """Told a cap of 12, the probe is four wide, and the server (23.6/s, a burst of
+    four, no numbers) admits them. The wave after it is paced, not sent whole: the
+    cap would let eight more go before the first 429 came back. (Sent four at once,
+    three were refused together, which spent learning's 429s at once, and the rest
+    crawled at 6/s: 8.4 s for 49 calls, against 4.3 s paced.)"""
+    config = ServerConfig(
+        rate=23.64361363675002, burst=4, latency=0.08001188267837449,
+        jitter=0.040005941339187244, max_in_flight=12, headers="none", reset="next", seed=2,
+    )  # fmt: skip
+    turn, server, began = await _turn(config, Scope("api", max_concurrency=12), 49)
+    assert _ok(turn) == 49
+    assert server.count(status=429) <= 2
+    starts = [round(start - began, 9) for start in server.starts()]
+    assert starts[:4] == [0.0] * 4
+    assert starts[4] < starts[5] < starts[6]  # one at a time after the probe
+
+
 async def test_a_wide_probe_costs_at_most_three_429s_and_counts_its_own_requests(
     autojump_clock: Any,
 ) -> None:
