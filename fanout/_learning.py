@@ -18,7 +18,9 @@ Three sources, in order of trust:
    requests the server admitted and which it refused. After the probe comes
    a *slow start*, as TCP's: the rate grows by one request per latency with
    each success (doubling per round trip), paced one at a time, so the first
-   429 finds few requests in flight. A 429 means the server's bucket was
+   429 finds few requests in flight (after a probe as wide as the scope's
+   cap, the next wave goes whole: no more can be in flight than the probe
+   was). A 429 means the server's bucket was
    empty when that request arrived: an *anchor*. The ``n``-th request
    admitted ``t`` after it proves ``rate >= (n - 1) / t`` (less than a token
    was left; a bucket that filled up in between only admits fewer), whatever
