@@ -487,11 +487,12 @@ class ScopeFront:
 
     def _take_latest(self, by: float) -> tuple[float, float] | None:
         """Take out the latest booking remembered as started by ``by`` (None if none)."""
-        booked = [entry for entry in self._recent if entry[0] <= by]
-        if not booked:
-            return None
-        latest = max(booked, key=lambda entry: entry[0])
-        self._recent.remove(latest)
+        latest = max(
+            (entry for entry in self._recent if entry[0] <= by),
+            key=lambda entry: entry[0], default=None,
+        )  # fmt: skip
+        if latest is not None:
+            self._recent.remove(latest)
         return latest
 
     def _started_by(self, when: float) -> float:
