@@ -17,11 +17,19 @@ before starting, then book again. A holder that gives up ``refund``s: the
 latest booking is undone exactly; an earlier one leaves a *hole* that a later
 booking of no greater cost may fill, since that start time was already
 proven safe.
+
+A booking is *pending* from ``reserve`` until its holder confirms it (or
+refunds it): due is not started, since a holder may wake a moment after its
+start. A void hands a pending booking's tokens back to the balance, since its
+holder books again; counted as spent, the pace lost a token at every void that
+found a holder not yet awake (a learning scope raises its rate, and voids, on
+almost every answer).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import attrs
@@ -32,6 +40,10 @@ from ._exceptions import ConfigurationError
 __all__ = ["Booking", "BucketStatistics", "Epochs", "ServerCount", "TokenBucket", "check_cost"]
 
 _HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-admits)
+# A booking its holder has not confirmed this long after its start is taken as
+# started (a holder that never confirms is outside the contract): its token is
+# spent, which errs slow, never fast.
+_UNCONFIRMED = 1.0
 
 
 @attrs.frozen
@@ -200,7 +212,8 @@ class TokenBucket:
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     epochs: Epochs = attrs.field(init=False, factory=Epochs)
     _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
-    _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)  # booked, not due
+    _pending: Counter[tuple[float, float]] = attrs.field(init=False, factory=Counter)
+    _prune_at: int = attrs.field(init=False, default=2 * _HOLES)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
@@ -232,8 +245,10 @@ class TokenBucket:
             self._refused += 1
             return None
         self._reserved += 1
-        if start > now:
-            self._ahead.append((start, cost))
+        if self.rate is not None:
+            self._pending[start, cost] += 1
+            if len(self._pending) > self._prune_at:  # holders that never confirm
+                self._prune_at = 2 * max(_HOLES, len(self._unstarted(now)))
         if hole is not None:
             self._fill(hole, cost)
             return Booking(start, start - now, cost, self.epochs.current)
@@ -256,17 +271,21 @@ class TokenBucket:
         """Whether ``booking`` may start now: it was not voided since it was made.
 
         A voided booking (the server drained or blocked the bucket after it
-        was made) must be booked again; its tokens are not handed back.
+        was made) must be booked again: its tokens came back to the balance
+        when it was voided, if its holder had not confirmed it by then. A
+        confirmed booking has started: its tokens stay spent through any void.
         """
-        return booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        held = booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        if held:
+            self._forget(booking)  # started: its token is spent
+        return held
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
         if booking.epoch != self.epochs.current or self.rate is None:
             return  # void already, or nothing was counted
         self._refunded += 1
-        if (booking.start, booking.cost) in self._ahead:
-            self._ahead.remove((booking.start, booking.cost))
+        self._forget(booking)
         if booking.after == self._full_at:
             self._full_at, self._paused_until = booking.before
         elif booking.start > trio.current_time() and len(self._holes) < _HOLES:
@@ -285,7 +304,7 @@ class TokenBucket:
             self._full_at += slack - self.slack
             if self._paused_until > now:
                 self._paused_until += slack - self.slack
-            if self._due_after(now):
+            if self._ahead_of(now):
                 present = self._present(now)
                 self._void()
                 self._set_balance(now, present)
@@ -307,7 +326,7 @@ class TokenBucket:
         faster = rate is None or (self.rate is not None and rate > self.rate)
         slower = rate is not None and self.rate is not None and rate < self.rate
         rebook = faster or (slower and self._blocked_until <= now)
-        if rebook and self._due_after(now):
+        if rebook and self._ahead_of(now):
             # Faster now: what is booked ahead could start sooner. Slower: it would
             # start at the old pace (calls that booked while a 429 was being taken
             # in, before the rate it taught was applied, drew a fourth). Either
@@ -349,10 +368,13 @@ class TokenBucket:
         if self.rate is None or not math.isfinite(count.remaining):
             return False
         now = trio.current_time()
-        present = self._present(now)
+        # The count takes a booking due as started, and so does the bucket here; a
+        # void hands back the tokens of those whose holders have not woken yet.
+        due = self._due(now)
+        present = self._present(now, due=False)
         if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
-            self._set_balance(now, count.estimate(self.rate, self.burst))
+            self._set_balance(now, count.estimate(self.rate, self.burst) + due)
             return True
         adopt = count.at_least(self.burst)
         refilled = count.refilled_at_least(self.burst)
@@ -367,7 +389,7 @@ class TokenBucket:
         # The bucket could not see the server refill: bookings ahead may
         # start sooner, so they are void and book again (``voided`` wakes them).
         self._void()
-        self._set_balance(now, adopt)
+        self._set_balance(now, adopt + due)
         return True
 
     def drain(self, blocked_for: float = 0.0) -> None:
@@ -460,16 +482,36 @@ class TokenBucket:
     def _void(self) -> None:
         self.epochs.void()
         self._holes.clear()
-        self._ahead.clear()
+        self._pending.clear()
 
-    def _due_after(self, now: float) -> list[tuple[float, float]]:
-        self._ahead = [booked for booked in self._ahead if booked[0] > now]
-        return self._ahead
+    def _forget(self, booking: Booking) -> None:
+        entry = (booking.start, booking.cost)
+        if self._pending[entry] > 1:
+            self._pending[entry] -= 1
+        else:
+            self._pending.pop(entry, None)
 
-    def _present(self, now: float) -> float:
-        """Tokens now as if nothing booked ahead existed (never more than exactly)."""
-        ahead = sum(cost for _, cost in self._due_after(now))
-        return min(self.burst, self._tokens(now) + ahead)
+    def _unstarted(self, now: float) -> Counter[tuple[float, float]]:
+        """Bookings not started yet: pending, and not stale (``_UNCONFIRMED``)."""
+        stale = [entry for entry in self._pending if entry[0] < now - _UNCONFIRMED]
+        for entry in stale:
+            del self._pending[entry]
+        return self._pending
+
+    def _ahead_of(self, now: float) -> bool:
+        """Whether a booking is still to come (one that voiding could move sooner or later)."""
+        return any(start > now for start, _ in self._pending)
+
+    def _due(self, now: float) -> float:
+        """Tokens of bookings due whose holders have not confirmed them yet."""
+        return sum(cost * n for (start, cost), n in self._unstarted(now).items() if start <= now)
+
+    def _present(self, now: float, *, due: bool = True) -> float:
+        """Tokens now as if no booking not started yet existed (never more than exactly);
+        ``due=False`` takes those due as started."""
+        unstarted = self._unstarted(now).items()
+        back = sum(cost * n for (start, cost), n in unstarted if due or start > now)
+        return min(self.burst, self._tokens(now) + back)
 
     def _check_cost(self, cost: float) -> None:
         most = None if self.rate is None else self.burst

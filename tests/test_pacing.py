@@ -124,7 +124,9 @@ def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
     async def main() -> None:
         bucket = TokenBucket(10.0, 10.0)
         for _ in range(10):
-            assert bucket.reserve(1.0) is not None
+            booking = bucket.reserve(1.0)
+            assert booking is not None
+            assert bucket.confirm(booking)
         await trio.sleep(0.15)  # 1.5 tokens back; the answer to a request sent at 0.1
         assert bucket.sync(ServerCount(0.0, elapsed=0.05)) is False
         assert bucket.wait_for(1.0) == 0.0
@@ -142,7 +144,9 @@ def test_a_surplus_is_adopted_without_assuming_a_refill() -> None:
     async def main() -> None:
         bucket = TokenBucket(10.0, 10.0)
         for _ in range(10):
-            assert bucket.reserve(1.0) is not None
+            booking = bucket.reserve(1.0)
+            assert booking is not None
+            assert bucket.confirm(booking)
         await trio.sleep(0.05)
         assert bucket.sync(ServerCount(3.0, elapsed=0.05)) is True
         assert bucket.statistics().tokens == pytest.approx(3.0)
