@@ -966,12 +966,29 @@ class ScopeFront:
             self._backend.set_slack(self._measured_slack())
         if self._burst is None or now - seconds < self._burst[0]:
             return  # no burst, or a call that began before the latest burst
-        began, first = self._burst[0], min(self._burst[1], now)
-        self._burst = (began, first)
-        lag = first - began - fastest
+        began, first = self._burst
+        if self._of_burst(now - seconds):
+            first = min(first, now)
+            self._burst = (began, first)
+        lag = first - began - fastest  # a warm call's fastest may come later
+        if not math.isfinite(lag):
+            return
         if self.slack is None and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
+
+    def _of_burst(self, admitted: float) -> bool:
+        """Whether a call admitted at ``admitted`` (after the latest burst began) went
+        out on the burst's tokens, so that its answer bounds the burst's first arrival.
+
+        One admitted after the burst's first new token says little of it: a call
+        held through a 429's wait is answered a wait later, and read as the
+        burst's first answer, that wait (0.85 s) became the slack, and every
+        burst after it paused that long.
+        """
+        assert self._burst is not None
+        rate, _ = self._limits
+        return rate is None or admitted < self._burst[0] + 1.0 / rate
 
     def warm_hold(self) -> float:
         """How long a request about to leave over a reused connection waits first.

@@ -117,6 +117,30 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     assert min(late) >= -1e-9
 
 
+async def test_a_call_held_through_a_429_is_no_sample_of_the_burst_s_arrival(
+    autojump_clock: Any,
+) -> None:
+    """A burst's first call is refused before any of the burst answered (another
+    client spent the tokens), and the server says wait 0.5 s. The call answered after
+    that wait went out on a later token: its answer says nothing of how late the burst
+    reached the server. Read as the burst's first answer, the wait became the slack,
+    and every burst after it began paused 0.5 s."""
+    scope = Scope("api", rate=10, burst=10)
+    booking = await scope.reserve(1.0, 0.0)
+    assert booking is not None
+    assert await scope.confirm(booking)
+    await trio.sleep(0.001)
+    await scope.on_throttled(0.5, sent_at=0.0)
+    scope.observe_call(0.001, ok=False)
+    await trio.sleep(0.5)
+    again = await scope.reserve(1.0, 0.0)
+    assert again is not None
+    assert await scope.confirm(again)
+    await trio.sleep(0.05)
+    scope.observe_call(0.05, ok=True)
+    assert scope.statistics().slack == 0.0
+
+
 def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
     """Remaining is floored: 0 may mean 0.9 tokens. A bucket that agrees with the server
     up to that token is not synced down, so the next start does not move at each answer."""
