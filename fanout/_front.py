@@ -234,6 +234,7 @@ class ScopeFront:
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
+    _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
@@ -681,6 +682,28 @@ class ScopeFront:
                 # server's wait promises.
                 tokens = min(1.0, rate * blocked_for)
             self._apply_learned(tokens=tokens)
+            if self._window_length is not None and self._window_trial is None:
+                self._refused_in_window()
+
+    def _refused_in_window(self) -> None:
+        """A window this scope learned drew a 429: from the second on, it is too short.
+
+        A bucket whose wait refilled it whole passes the window trial as a
+        window does (`_judge_window`); counted in a window a burst per a
+        guessed second, a bucket of 3.2/s and burst 4 refused every other
+        window's last request, twelve 429s in a turn. The log sent ``limit``
+        in a window and the server took one fewer, so that many take at least
+        ``limit / (limit - 1)`` windows: the window grows by that, and holds
+        what started in it the longer. One 429 is allowed to a window learned
+        right (a fixed window's edge), as to one told.
+        """
+        assert self._window_length is not None
+        self._window_refusals += 1
+        if self._window_refusals < 2:
+            return
+        limit = self._limits[1]
+        grow = limit / (limit - 1.0) if limit > 1.0 else 2.0
+        self._count_in_windows(self._window_length * grow)
 
     def _late_first_arrival(self) -> None:
         """A 429 to a scope told its rate, before any warm call came back: the worst case.

@@ -141,7 +141,12 @@ class LocalBackend:
 
         The bucket's bookings are void (their holders wake and book again in
         the log, which goes on from the bucket's epochs); a block carries over.
+        Called again (a window learned too short), the log keeps what it holds
+        and counts it in the longer window.
         """
+        if self.log is not None:
+            self.log.lengthen(window)
+            return
         bucket = self.bucket
         bucket.drain()
         log = SlidingLog(bucket.burst, window, bucket.slack, epochs=bucket.epochs)

@@ -212,6 +212,21 @@ class SlidingLog:
 
     # -- what the server said ----------------------------------------------
 
+    def lengthen(self, window: float) -> None:
+        """Count in a longer ``window`` from now on (one learned too short).
+
+        What started holds its tokens the longer window (the server counts it
+        that long), and bookings not yet due book again against that.
+        """
+        if not (window > 0 and math.isfinite(window)):
+            raise ConfigurationError(f"a window must be a positive number, not {window!r}")
+        if window <= self.window:
+            return
+        self.window = window
+        now = trio.current_time()
+        if self._ahead(now):
+            self._void(now)
+
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """A new ``limit`` (the burst); the window stays, so ``rate`` is not read.
 

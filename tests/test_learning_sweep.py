@@ -279,6 +279,23 @@ def test_requests_sent_together_are_left_out_of_a_refill_bound() -> None:
     assert makespan <= _WITHIN * fastest(server, blind=True)
 
 
+def test_a_bucket_taken_for_a_window_lengthens_it_at_its_second_429() -> None:
+    """3.2/s, burst 4, cap 5, X- headers whose Reset is "until full", bare 429s. The
+    one-second wait after the first 429 refilled the bucket whole, so the window trial
+    read it as a window of 4 per second, and the log sent 4 a second against 3.2/s:
+    every other window's last request was refused, twelve 429s. From the second 429 a
+    learned window grows by limit / (limit - 1) (4 per 1.33 s, under the bucket's 3.2/s):
+    three refusals in all, within a fifth of the fastest."""
+    server = Server(
+        "bucket", 3.161783616955944, 4, 0.16030297070471308, 0.08015148535235654, 5, "x",
+        "absent", 66, seed=2,
+    )  # fmt: skip
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 3
+    assert makespan <= _WITHIN * fastest(server, blind=True)
+
+
 def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:
     """4 per 2 s, one at a time: the trial reaches the log as its oldest request leaves,
     so Remaining is 0, and that is what a window with our last three in it has left.

@@ -469,3 +469,23 @@ async def test_a_429_after_more_starts_than_a_window_allows_is_a_stray_not_a_win
         await scope.on_throttled(0.1)
         await trio.sleep(1)
     assert scope.statistics().bucket.window == window
+
+
+async def test_a_longer_window_holds_what_started_in_it_longer(autojump_clock: Any) -> None:
+    """A log lengthened (a window learned too short) keeps its entries: what started
+    holds its tokens the new window, and a booking ahead books again against it."""
+    log = SlidingLog(2.0, 1.0)
+    for _ in range(2):
+        booking = log.reserve()
+        assert booking is not None
+        assert log.confirm(booking)
+    ahead = log.reserve()
+    assert ahead is not None
+    assert ahead.start == 1.0
+    log.lengthen(1.5)
+    assert not log.confirm(ahead)
+    again = log.reserve()
+    assert again is not None
+    assert again.start == 1.5
+    log.lengthen(1.2)  # never shorter
+    assert log.window == 1.5
