@@ -111,6 +111,7 @@ class RateLearner:
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
+    _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
@@ -170,6 +171,10 @@ class RateLearner:
         if remaining is None or self.ceiling is not None:
             return changed
         self._headroom = remaining >= self.burst - 1
+        if not self._headroom:
+            self._full_since = None
+        elif self._full_since is None:
+            self._full_since = at
         changed |= self._measure(remaining, at, started, alongside)
         if self.rate is None and reset_after:
             # A burst's worth per reset (at least a second: resets are rounded up).
@@ -272,7 +277,9 @@ class RateLearner:
         """One success: add a step of rate back, up to the server's ceiling.
 
         A rate measured from the server's own counts does not creep upward:
-        only evidence raises it. Nor does a guess while the server's
+        only evidence raises it, or a server's bucket found full at every
+        answer for half a second (a refill bound cannot rise above the pace
+        that keeps it full). Nor does a guess while the server's
         ``Remaining`` is below its limit: the bucket is being drawn down at
         the present rate, and a faster one would empty it (the refill it
         shows will measure the true rate from below). ``began`` is when the successful request was
@@ -291,7 +298,14 @@ class RateLearner:
             # (a refill bound only proves we kept up): double per round trip.
             grown = self.rate + 1.0 / max(latency, _SHORTEST)
         elif self.measured is not None:
-            return
+            full = self._full_since
+            if self._refused > 1 or full is None or began - full < _BASELINE:
+                return
+            # The server's bucket was full whenever we asked, for a while: a refill
+            # bound only shows we kept up (stuck at 4.5/s against 30/s, burst 2). Grow
+            # as after a first 429, e-fold in ``_GROWTH``, until it is drawn down, where
+            # the refill bound measures its rate. (A window is full only as it reopens.)
+            grown = self.rate + 1.0 / _GROWTH
         else:
             grown = self.rate + _STEP * self._reference
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)

@@ -296,6 +296,19 @@ def test_a_bucket_taken_for_a_window_lengthens_it_at_its_second_429() -> None:
     assert makespan <= _WITHIN * fastest(server, blind=True)
 
 
+def test_a_measured_rate_grows_while_the_server_s_bucket_stays_full() -> None:
+    """30/s, burst 2, X- headers, Retry-After as an HTTP-date. After the first 429 the
+    refill bound measured 4.5/s and the rate never moved again: every answer said
+    Remaining 1 (the bucket full when asked), which only shows the scope kept up, so no
+    bound rose above its own pace: 12.9 s for 2.0. Full for half a second, the rate now
+    grows as after a first 429 until the bucket is drawn down: 6.9 s, two 429s."""
+    server = Server("bucket", 30, 2, 0.05, 0.0, None, "x", "http-date", 60)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 2
+    assert makespan == pytest.approx(6.918022313223218)
+
+
 def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:
     """4 per 2 s, one at a time: the trial reaches the log as its oldest request leaves,
     so Remaining is 0, and that is what a window with our last three in it has left.
