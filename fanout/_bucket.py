@@ -368,10 +368,15 @@ class TokenBucket:
         if self.rate is None or not math.isfinite(count.remaining):
             return False
         now = trio.current_time()
-        # The count takes a booking due as started, and so does the bucket here; a
-        # void hands back the tokens of those whose holders have not woken yet.
-        due = self._due(now)
-        present = self._present(now, due=False)
+        # The count takes a booking due since its request was sent as started, and
+        # so does the bucket here; a void hands back the tokens of those whose
+        # holders have not woken yet. (One due before it was sent, the count does
+        # not take off: handed back too, its token was counted twice, and drew a
+        # 429.) The count is as of now: taken earlier, a booking that fell due in
+        # between was handed back without having been taken off.
+        sent = now - count.elapsed
+        due = self._due(now, since=sent)
+        present = self._present(now, taken_since=sent)
         if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
             self._set_balance(now, count.estimate(self.rate, self.burst) + due)
@@ -502,15 +507,16 @@ class TokenBucket:
         """Whether a booking is still to come (one that voiding could move sooner or later)."""
         return any(start > now for start, _ in self._pending)
 
-    def _due(self, now: float) -> float:
-        """Tokens of bookings due whose holders have not confirmed them yet."""
-        return sum(cost * n for (start, cost), n in self._unstarted(now).items() if start <= now)
-
-    def _present(self, now: float, *, due: bool = True) -> float:
-        """Tokens now as if no booking not started yet existed (never more than exactly);
-        ``due=False`` takes those due as started."""
+    def _due(self, now: float, *, since: float) -> float:
+        """Tokens of bookings due after ``since`` whose holders have not confirmed them yet."""
         unstarted = self._unstarted(now).items()
-        back = sum(cost * n for (start, cost), n in unstarted if due or start > now)
+        return sum(cost * n for (start, cost), n in unstarted if since < start <= now)
+
+    def _present(self, now: float, *, taken_since: float = math.inf) -> float:
+        """Tokens now as if no booking not started yet existed (never more than exactly);
+        those due after ``taken_since`` are taken as started (as a server's count does)."""
+        unstarted = self._unstarted(now).items()
+        back = sum(cost * n for (start, cost), n in unstarted if not taken_since < start <= now)
         return min(self.burst, self._tokens(now) + back)
 
     def _check_cost(self, cost: float) -> None:

@@ -866,6 +866,8 @@ class ScopeFront:
                 self._window_open_until = now + reset if reset > 0 else None
                 self._window_reset = reset
         if remaining is not None and rate is not None:
+            # As of now, when the bucket takes it in (what fell due meanwhile is in it).
+            now = trio.current_time()
             surely = self._started_between(sent, now)
             late = self._ledger.slowest() - self._ledger.fastest()
             # Anything that started within the slowest latency seen before this

@@ -211,6 +211,26 @@ async def test_a_void_hands_back_a_due_booking_whose_holder_has_not_woken(
     assert waits([bucket.reserve(), bucket.reserve()]) == pytest.approx([0.0, 0.05], abs=1e-9)
 
 
+async def test_a_count_hands_back_only_what_it_took_as_started(autojump_clock: Any) -> None:
+    """A server's count takes as started what fell due after its request was sent, so a
+    sync that voids hands back only those of them not yet confirmed. A booking due
+    before (its call waits on another scope) is not in the count: handed back as well,
+    its token was counted twice, and the next request drew a 429."""
+    bucket = TokenBucket(rate=10, burst=5)
+    booked = [bucket.reserve() for _ in range(5)]
+    for booking in booked[:4]:
+        assert booking is not None
+        assert bucket.confirm(booking)
+    waiting = booked[4]  # due at 0, its holder still waits on another scope
+    assert waiting is not None
+    await trio.sleep(0.1)
+    assert bucket.sync(ServerCount(3.0, elapsed=0.05))  # sent at 0.05: 3 left, at least
+    assert not bucket.confirm(waiting)
+    assert waits([bucket.reserve(max_wait=9) for _ in range(4)]) == pytest.approx(
+        [0.0, 0.0, 0.0, 0.1]
+    )
+
+
 async def test_a_void_never_hands_back_a_booking_that_started(autojump_clock: Any) -> None:
     """Confirmed is started: a block after it keeps those tokens spent, so the calls
     after the block find what refilled, not a second burst."""
