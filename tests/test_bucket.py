@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -14,9 +14,22 @@ from hypothesis import strategies as st
 
 from fanout import Booking, ConfigurationError, ServerCount, TokenBucket
 
+if TYPE_CHECKING:
+    from fanout._window import SlidingLog
+
 
 def waits(bookings: list[Booking | None]) -> list[float | None]:
     return [None if b is None else b.wait for b in bookings]
+
+
+def start_now(tokens: TokenBucket | SlidingLog, calls: int) -> None:
+    """Book ``calls`` that start at once and confirm them, as admission does (a booking
+    counts as started only once confirmed)."""
+    for _ in range(calls):
+        booking = tokens.reserve()
+        assert booking is not None
+        assert booking.wait == 0
+        assert tokens.confirm(booking)
 
 
 async def test_burst_is_free_then_reservations_queue_at_the_rate(autojump_clock: Any) -> None:
@@ -235,10 +248,7 @@ async def test_a_void_never_hands_back_a_booking_that_started(autojump_clock: An
     """Confirmed is started: a block after it keeps those tokens spent, so the calls
     after the block find what refilled, not a second burst."""
     bucket = TokenBucket(rate=4, burst=2)
-    for _ in range(2):
-        booking = bucket.reserve()
-        assert booking is not None
-        assert bucket.confirm(booking)
+    start_now(bucket, 2)
     bucket.block_until(0.1)
     assert waits([bucket.reserve(max_wait=9) for _ in range(2)]) == [0.25, 0.5]
 
@@ -452,10 +462,7 @@ async def test_owing_lowers_the_balance_and_rebooks_what_is_ahead(autojump_clock
     """``owe`` gives up tokens the server may have lost: the balance drops by them, and a
     booking not yet due is void, so its holder books again, later."""
     bucket = TokenBucket(10.0, 2.0)
-    for _ in range(2):
-        now = bucket.reserve()
-        assert now is not None
-        assert bucket.confirm(now)
+    start_now(bucket, 2)
     ahead = bucket.reserve()
     assert ahead is not None
     assert ahead.start == pytest.approx(0.1)

@@ -22,6 +22,7 @@ import fanout.httpx2 as fanout_httpx2
 from benchmarks.scenarios import FULL, earliest_starts, max_ok_by, min_makespan
 from fanout import Kind, Registry, Runner, Scope, ServerCount, Status, TokenBucket, ToolCall
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+from tests.test_bucket import start_now
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -147,10 +148,7 @@ def test_a_floored_count_does_not_pull_the_schedule_later() -> None:
 
     async def main() -> None:
         bucket = TokenBucket(10.0, 10.0)
-        for _ in range(10):
-            booking = bucket.reserve(1.0)
-            assert booking is not None
-            assert bucket.confirm(booking)
+        start_now(bucket, 10)  # ten start at once
         await trio.sleep(0.15)  # 1.5 tokens back; the answer to a request sent at 0.1
         assert bucket.sync(ServerCount(0.0, elapsed=0.05)) is False
         assert bucket.wait_for(1.0) == 0.0
@@ -167,10 +165,7 @@ def test_a_surplus_is_adopted_without_assuming_a_refill() -> None:
 
     async def main() -> None:
         bucket = TokenBucket(10.0, 10.0)
-        for _ in range(10):
-            booking = bucket.reserve(1.0)
-            assert booking is not None
-            assert bucket.confirm(booking)
+        start_now(bucket, 10)  # ten start at once
         await trio.sleep(0.05)
         assert bucket.sync(ServerCount(3.0, elapsed=0.05)) is True
         assert bucket.statistics().tokens == pytest.approx(3.0)

@@ -22,7 +22,7 @@ from fanout import ConfigurationError, FanoutTransport, Runner, Scope, ServerCou
 from fanout._window import Arrivals, SlidingLog
 from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
-from tests.test_bucket import Admitted
+from tests.test_bucket import Admitted, start_now
 from tests.test_learning import api, calls, registry
 
 if TYPE_CHECKING:
@@ -475,10 +475,7 @@ async def test_a_longer_window_holds_what_started_in_it_longer(autojump_clock: A
     """A log lengthened (a window learned too short) keeps its entries: what started
     holds its tokens the new window, and a booking ahead books again against it."""
     log = SlidingLog(2.0, 1.0)
-    for _ in range(2):
-        booking = log.reserve()
-        assert booking is not None
-        assert log.confirm(booking)
+    start_now(log, 2)
     ahead = log.reserve()
     assert ahead is not None
     assert ahead.start == 1.0
