@@ -374,9 +374,8 @@ class TokenBucket:
         # not take off: handed back too, its token was counted twice, and drew a
         # 429.) The count is as of now: taken earlier, a booking that fell due in
         # between was handed back without having been taken off.
-        sent = now - count.elapsed
-        due = self._due(now, since=sent)
-        present = self._present(now, taken_since=sent)
+        kept, due = self._unstarted_tokens(now, taken_since=now - count.elapsed)
+        present = min(self.burst, self._tokens(now) + kept)
         if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
             self._set_balance(now, count.estimate(self.rate, self.burst) + due)
@@ -507,17 +506,22 @@ class TokenBucket:
         """Whether a booking is still to come (one that voiding could move sooner or later)."""
         return any(start > now for start, _ in self._pending)
 
-    def _due(self, now: float, *, since: float) -> float:
-        """Tokens of bookings due after ``since`` whose holders have not confirmed them yet."""
-        unstarted = self._unstarted(now).items()
-        return sum(cost * n for (start, cost), n in unstarted if since < start <= now)
+    def _unstarted_tokens(self, now: float, *, taken_since: float) -> tuple[float, float]:
+        """Tokens of bookings not started yet, in one pass: those a server's count of a
+        request sent at ``taken_since`` did not take as started, and those due since,
+        which it did."""
+        kept = taken = 0.0
+        for (start, cost), n in self._unstarted(now).items():
+            if taken_since < start <= now:
+                taken += cost * n
+            else:
+                kept += cost * n
+        return kept, taken
 
-    def _present(self, now: float, *, taken_since: float = math.inf) -> float:
-        """Tokens now as if no booking not started yet existed (never more than exactly);
-        those due after ``taken_since`` are taken as started (as a server's count does)."""
-        unstarted = self._unstarted(now).items()
-        back = sum(cost * n for (start, cost), n in unstarted if not taken_since < start <= now)
-        return min(self.burst, self._tokens(now) + back)
+    def _present(self, now: float) -> float:
+        """Tokens now as if no booking not started yet existed (never more than exactly)."""
+        kept, _ = self._unstarted_tokens(now, taken_since=math.inf)
+        return min(self.burst, self._tokens(now) + kept)
 
     def _check_cost(self, cost: float) -> None:
         most = None if self.rate is None else self.burst

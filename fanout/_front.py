@@ -1123,7 +1123,7 @@ class ScopeFront:
         # Before the burst's first new token, and before its first answer: a call
         # admitted once an answer was in (a learning scope's first after its probe)
         # waited for that answer, not for the burst's sending.
-        in_burst = began <= admitted < min(began + 1.0 / rate, answered)
+        in_burst = began <= admitted < answered and self._of_burst(admitted)
         return trio.current_time() - max(began, arrived) if in_burst else 0.0
 
     def expected_latency(self) -> float | None:
