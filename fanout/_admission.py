@@ -186,6 +186,8 @@ async def take_tokens(
     while True:
         booked = await _book_all(scopes, cost, budget, patience)
         if isinstance(booked, Shortfall):
+            if await _wait_for_a_rise(scopes, booked, budget, on_wait):
+                continue
             return booked
         confirmed = False
         try:
@@ -214,6 +216,36 @@ async def take_tokens(
                     await scope.refund(booking)
         if confirmed:
             return None
+
+
+async def _wait_for_a_rise(
+    scopes: Sequence[ScopeLike],
+    shortfall: Shortfall,
+    budget: Budget,
+    on_wait: Callable[[float, str | None], None],
+) -> bool:
+    """Whether the call waited for the short scope's learned rate to rise, and may book again.
+
+    A scope still learning its rate (`ScopeFront.rate_rising`) puts tokens
+    past the deadline at a rate that is a guess or a lower bound; the call
+    is not answered on it, but waits until the rate rises or until the last
+    moment it could start and still end in time (its deadline less the
+    scope's usual latency), and books again. Past that moment it is answered
+    as before, before its deadline.
+    """
+    if shortfall.verdict not in (Verdict.PAST_DEADLINE, Verdict.ENDS_LATE):
+        return False
+    if shortfall.never is not None or not math.isfinite(shortfall.needed):
+        return False
+    scope = next(s for s in scopes if s.name == shortfall.scope)
+    rose = scope.rate_rising()
+    last = budget.deadline - (scope.expected_latency() or 0.0)
+    if rose is None or trio.current_time() >= last:
+        return False
+    on_wait(shortfall.needed, scope.name)
+    with trio.move_on_at(last):
+        await rose.wait()
+    return True
 
 
 async def _book_all(

@@ -170,7 +170,7 @@ class RateLearner:
             return changed
         if remaining is None or self.ceiling is not None:
             return changed
-        self._headroom = remaining >= self.burst - 1
+        self._headroom = remaining - alongside >= self.burst - 1
         if not self._headroom:
             self._full_since = None
         elif self._full_since is None:
