@@ -365,6 +365,12 @@ FULL: tuple[Scenario, ...] = (
         why="More calls than 2 s of rate can carry: at most B + ⌊(D - L)·R⌋ = 29 can "
         "finish in time; the rest must be answered by their deadline, not after it.",
     ),
+    Scenario(
+        "deadline-30", "30 calls, 2 s deadlines, B=5, 200 ms", calls=30, rate=10, burst=5,
+        latency=0.2, deadline=2.0,
+        why="Issue 13's deadline row: 23 of 30 can finish. A small burst and a longer "
+        "latency: learning has less time to find the rate before the deadline.",
+    ),
 )  # fmt: skip
 
 # The quick run: the same shapes in miniature, with fractional Retry-After. Burst
