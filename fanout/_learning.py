@@ -295,8 +295,9 @@ class RateLearner:
             return  # too soon for the refill to have shown: the guess stands until it could
         if self._slow_start and latency is not None:
             # No 429 yet and the bucket is full whenever we ask: far below its rate
-            # (a refill bound only proves we kept up): double per round trip.
-            grown = self.rate + 1.0 / max(latency, _SHORTEST)
+            # (a refill bound only proves we kept up): double per round trip. Below one
+            # request in flight an answer is a round trip of its own: at most double.
+            grown = self.rate + min(1.0 / max(latency, _SHORTEST), self.rate)
         elif self.measured is not None:
             full = self._full_since
             if self._refused > 1 or full is None or began - full < _BASELINE:

@@ -301,12 +301,27 @@ def test_a_measured_rate_grows_while_the_server_s_bucket_stays_full() -> None:
     refill bound measured 4.5/s and the rate never moved again: every answer said
     Remaining 1 (the bucket full when asked), which only shows the scope kept up, so no
     bound rose above its own pace: 12.9 s for 2.0. Full for half a second, the rate now
-    grows as after a first 429 until the bucket is drawn down: 6.9 s, two 429s."""
+    grows as after a first 429 until the bucket is drawn down: 6.5 s, two 429s (6.9 s
+    before the slow start stopped adding a whole rate per latency to a rate below it)."""
     server = Server("bucket", 30, 2, 0.05, 0.0, None, "x", "http-date", 60)
     throttling, turn, makespan = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) == 2
-    assert makespan == pytest.approx(6.918022313223218)
+    assert makespan == pytest.approx(6.483624186554271)
+
+
+def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
+    """20/s, burst 3, 50 ms. The slow start added one request per latency (20/s) to the
+    rate at each answer that found the bucket full, as TCP adds a segment per ack; but
+    at 6.5/s against 50 ms less than one request is in flight, and one answer took the
+    rate to 26.5/s: the bucket was drained before any answer could show it, and the
+    429's second cost 1.60 times the minimum. Doubling at most with each answer, the
+    rate meets the server's with no 429: 1.17 times."""
+    server = Server("bucket", 20, 3, 0.05, 0.0, None, "draft", "seconds", 60)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 0
+    assert makespan == pytest.approx(3.380145324994157)
 
 
 def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:

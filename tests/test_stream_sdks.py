@@ -313,11 +313,14 @@ async def test_the_deadline_covers_a_stream_that_stalls() -> None:
     async with serve_sse(SCRIPT, pacing) as api:
         client = openai.AsyncOpenAI(api_key="test", base_url=f"{api.url}/v1", max_retries=0)
         prompt: Any = [{"role": "user", "content": "Weather?"}]
-        with trio.fail_after(5):  # a safety net only: the deadline below is what ends it
+        # A safety net only: the deadline below is what ends it. That deadline is real
+        # time, so it leaves room for a loaded machine to open the stream and read the
+        # first four calls (at 0.5 s, a run under a full test suite answered none).
+        with trio.fail_after(10):
             async with await client.chat.completions.create(
                 model="m", messages=prompt, stream=True
             ) as stream:
-                turn = await Runner(registry, turn_timeout=0.5).run_stream(
+                turn = await Runner(registry, turn_timeout=2.0).run_stream(
                     stream, fanout.ChatCompletionsStream()
                 )
     assert [r.tool_use_id for r in turn.results] == FIRST_IDS
