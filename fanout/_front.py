@@ -239,6 +239,7 @@ class ScopeFront:
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
+    _first_answer_at: float = attrs.field(init=False, default=math.inf, repr=False)
     # A learned window on trial: its length, and when the server said it reopens.
     _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
@@ -640,7 +641,13 @@ class ScopeFront:
         trial = self._window_trial
         if trial is not None and sent >= trial[1]:
             self._window_trial = None  # refused after the window's reported end: no window
-        elif opened is not None and now < opened and self.window == "auto" and trial is None:
+        elif (
+            opened is not None and now < opened and self.window == "auto" and trial is None
+            # Learning, a request sent before any answer came was sent blind (a probe
+            # as wide as a told cap): its 429 shows a burst smaller than the probe, not
+            # a window. (A told scope sends no probe.)
+            and (self._learner is None or sent > self._first_answer_at)
+        ):  # fmt: skip
             self._window_open_until = None  # one vote per reported window
             blocked_for = max(blocked_for, opened - now)
             if self._could_be_windows(now):
@@ -823,6 +830,7 @@ class ScopeFront:
         (`_slots`).
         """
         now = trio.current_time()
+        self._first_answer_at = min(self._first_answer_at, now)
         sent = now if sent_at is None or not sent_at <= now else sent_at
         leaving = overloaded_with if self.learn else None
         # A 503 with no wait is the rate's while learning it (as a bare 429, once the

@@ -225,6 +225,7 @@ class RateLearner:
             return
         if now < self._hold_until:
             return
+        self._events += 1
         self._slow_start = False
         self._hold_until = now + max(wait, 1.0)
         current = sending_rate if self.rate is None else min(self.rate, sending_rate)
@@ -298,18 +299,24 @@ class RateLearner:
             # (a refill bound only proves we kept up): double per round trip. Below one
             # request in flight an answer is a round trip of its own: at most double.
             grown = self.rate + min(1.0 / max(latency, _SHORTEST), self.rate)
-        elif self.measured is not None:
-            full = self._full_since
-            if self._refused > 1 or full is None or began - full < _BASELINE:
-                return
+        elif self._full_for_a_while(began):
             # The server's bucket was full whenever we asked, for a while: a refill
             # bound only shows we kept up (stuck at 4.5/s against 30/s, burst 2). Grow
             # as after a first 429, e-fold in ``_GROWTH``, until it is drawn down, where
             # the refill bound measures its rate. (A window is full only as it reopens.)
             grown = self.rate + 1.0 / _GROWTH
-        else:
+        elif self.measured is None:
             grown = self.rate + _STEP * self._reference
+        else:
+            return
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
+
+    def _full_for_a_while(self, began: float) -> bool:
+        """Whether every answer found the server's bucket full for ``_BASELINE``, in at
+        most one congestion event: the 429s of a probe sent blind are one, and a scope
+        that drew them at once stayed at half a guess (1.1/s against 23/s, burst 2)."""
+        full = self._full_since
+        return self._events <= 1 and full is not None and began - full >= _BASELINE
 
     def _admitted_blind(self, began: float | None, latency: float | None, wave: float) -> None:
         """An admission with no numbers: a bound to prove, and the rate grows."""

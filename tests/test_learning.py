@@ -153,8 +153,8 @@ async def test_a_guessed_rate_does_not_creep_up_while_remaining_is_drawn_down(
 
 def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     """Unit level: Remaining 5 of 20 holds the guess (20/s, a burst per reset) where
-    it is; Remaining 19 of 20 lets a success add its step, once the first count is
-    half a second old (sooner, the refill could not have shown yet)."""
+    it is; Remaining 19 of 20, the bucket full for half a second, lets a success grow
+    the rate e-fold in half a second (sooner, the refill could not have shown yet)."""
     learner = RateLearner()
     assert learner.from_headers(20, None, remaining=5, reset_after=1.0, at=0.0, started=15)
     assert learner.rate == 20
@@ -164,7 +164,7 @@ def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     learner.on_success(began=0.2)
     assert learner.rate == 20
     learner.on_success(began=0.6)
-    assert learner.rate == pytest.approx(21)
+    assert learner.rate == pytest.approx(22)
 
 
 def test_requests_sent_with_a_refused_one_prove_no_rate_after_it() -> None:

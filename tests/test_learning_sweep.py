@@ -324,6 +324,36 @@ def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
     assert makespan == pytest.approx(3.380145324994157)
 
 
+def test_a_429_to_a_probe_sent_blind_shows_no_window() -> None:
+    """46/s, burst 3, 12 ms, a cap of 14 told: the probe goes four wide, before any
+    answer, and the fourth is refused with the bucket's Remaining 0 and Reset 1. That
+    refusal was read as a 429 inside a window the server had reported spent (by its own
+    headers), and the window trial that followed passed, the 429's wait having refilled
+    the bucket whole: counted as 3 a second, 25.2 s. Sent blind, it shows a burst
+    smaller than the probe, nothing more: 4.7 s, that one 429."""
+    server = Server(
+        "bucket", 46.04692740860116, 3, 0.012431934977911837, 0.0062159674889559185, 14,
+        "x", "ms", 77, reset="next", seed=3,
+    )  # fmt: skip
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == [0.0]
+    assert makespan == pytest.approx(4.6589619363595185)
+
+
+def test_the_429s_of_one_blind_probe_are_one_event_the_rate_grows_after() -> None:
+    """23/s, burst 2, 150 ms, a cap of 9 told: two of the four probes are refused at
+    once. They are one congestion event, as any 429s within the server's wait are; but
+    the growth of a rate whose bucket stays full stopped at a second 429, counted one
+    by one, and the scope kept a burst of 2 every 2 s (7.3 s, read as a window before
+    the fix above). Counted as one event, the rate grows from the guess: 3.2 s."""
+    server = Server("bucket", 23.16, 2, 0.15, 0.0, 9, "draft", "ms", 9, reset="next", seed=3)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == [0.0, 0.0]
+    assert makespan == pytest.approx(3.1828299165178118)
+
+
 def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:
     """4 per 2 s, one at a time: the trial reaches the log as its oldest request leaves,
     so Remaining is 0, and that is what a window with our last three in it has left.
