@@ -510,9 +510,16 @@ class ScopeFront:
 
         The request itself is not among them: the server's count already
         took it. Bookings still in the future are not counted either: a sync
-        voids them, and they book again against the server's count.
+        voids them, and they book again against the server's count. Where
+        the HTTP layer tells when requests left, as many as left after it, if
+        more: calls booked together with it whose requests left a few ms
+        later (a busy process) were counted by the server after it, and
+        read as booked before it, a count at 0.81 s took three of them for
+        tokens still in the bucket (a 429 against 10/s, burst 5).
         """
-        return sum(cost for start, cost in self._recent if since < start <= now)
+        booked = sum(cost for start, cost in self._recent if since < start <= now)
+        left = sum(1 for t in self._left if since < t <= now)
+        return max(booked, float(left))
 
     def _proven(self) -> float | None:
         """The rate the server's refill was shown to reach, when learning from its
@@ -554,7 +561,10 @@ class ScopeFront:
         """What may have reached the server after the request sent at ``sent``: what
         started up to ``late`` s before it, or together with it (in either order)."""
         within = self._sent_within(sent - max(late, TOGETHER), sent + TOGETHER)
-        return max(0.0, within - 1.0)  # itself aside
+        # Or, where the HTTP layer tells, as many as left together with it, if more
+        # (calls booked before it whose requests left with it: `_started_between`).
+        left = sum(1 for t in self._left if sent - TOGETHER <= t <= sent + TOGETHER)
+        return max(0.0, within - 1.0, left - 1.0)  # itself aside
 
     def _sent_within(self, since: float, sent: float) -> float:
         """Tokens of bookings that started from ``since`` to ``sent``, both included."""
@@ -911,10 +921,17 @@ class ScopeFront:
             # by then or ``TOGETHER`` before it.
             started = self._started_by(sent) - self._parked_by(sent)
             before = self._started_by(sent - TOGETHER) - self._parked_by(sent - TOGETHER)
-            alongside = max(0.0, started - before - 1.0)
+            # Sent with it: booked with it, or (where the HTTP layer tells) left with it.
+            # Calls booked together whose requests left 7 ms later were counted one by
+            # one, each as the only one, and three such answers measured 9.8/s at 1 s
+            # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
+            left = sum(1 for t in self._left if sent - TOGETHER <= t <= sent)
+            alongside = max(0.0, started - before - 1.0, left - 1.0)
+            now = trio.current_time()
+            after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
-                at=sent, started=started, alongside=alongside,
+                at=sent, started=started, alongside=alongside, after=max(0.0, after), now=now,
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

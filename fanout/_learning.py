@@ -147,6 +147,8 @@ class RateLearner:
         at: float = 0.0,
         started: float = 0.0,
         alongside: float = 0.0,
+        after: float = 0.0,
+        now: float | None = None,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -154,6 +156,8 @@ class RateLearner:
         of ours booked to start up to then (a running total); ``alongside``
         how many of those were sent with it, itself aside: the server may
         have counted them after it, so a refill bound leaves them out.
+        ``after``: how many started after it, up to ``now`` (when the answer
+        is read); the server's bucket has those less, and the refill since.
         """
         changed = False
         # A bucket of one says nothing in Remaining (0 after every request, whatever
@@ -170,7 +174,11 @@ class RateLearner:
             return changed
         if remaining is None or self.ceiling is not None:
             return changed
-        self._headroom = remaining - alongside >= self.burst - 1
+        # Near full, after what was sent with it and since (less the refill since, at
+        # the present rate): the first of a burst whose others left 7 ms later said 4
+        # of 5, and the slow start doubled the rate into a 429 (deadline row, real time).
+        refill = (self.rate or 0.0) * max(0.0, (at if now is None else now) - at)
+        self._headroom = remaining - alongside - max(0.0, after - refill) >= self.burst - 1
         if not self._headroom:
             self._full_since = None
         elif self._full_since is None:

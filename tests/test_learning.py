@@ -297,10 +297,10 @@ def scheduling() -> Iterator[Callable[[int], None]]:
 
 
 async def lagging_turn(
-    config: ServerConfig, lag: Callable[[int], float]
+    config: ServerConfig, lag: Callable[[int], float], count: int = 40
 ) -> tuple[ThrottlingServer, fanout.Turn]:
-    """40 calls under a 2 s deadline through a scope told nothing, call ``n``'s request
-    leaving ``lag(n)`` s after the call starts (a process busy elsewhere)."""
+    """``count`` calls under a 2 s deadline through a scope told nothing, call ``n``'s
+    request leaving ``lag(n)`` s after the call starts (a process busy elsewhere)."""
     async with api(config) as (server, client):
         reg = Registry()
 
@@ -311,7 +311,7 @@ async def lagging_turn(
             return f"item {n}"
 
         runner = Runner(reg, scopes=[Scope("key")], inline_wait=None)
-        turn = await runner.run_turn(calls(40))
+        turn = await runner.run_turn(calls(count))
     return server, turn
 
 
@@ -395,6 +395,27 @@ async def test_calls_past_their_deadline_at_a_guessed_rate_wait_for_the_rate_to_
     late = [times[r.tool_use_id] for r in turn.results if r.status is not Status.OK]
     assert late == [pytest.approx(1.8, abs=1e-9)] * 10
     assert all(r.status is Status.RATE_LIMITED for r in turn.results if r.status is not Status.OK)
+
+
+@pytest.mark.parametrize(("early", "seed"), [(e, s) for e in (5, 6, 7, 8, 9) for s in range(4)])
+async def test_requests_that_leave_after_their_booking_are_counted_when_they_left(
+    autojump_clock: Any, scheduling: Callable[[int], None], early: int, seed: int
+) -> None:
+    """The deadline row above (30 calls, 10/s, burst 5, 200 ms), every request leaving
+    7 ms after its call starts but one, which leaves at once: as in real time, where the
+    first request of a burst left 5-7 ms before the other three. The three were booked
+    with it and left after it, so the server counted them after it; read by when they
+    were booked, the early one's answer (Remaining 4 of 5) showed a full bucket after
+    its burst (the slow start doubled the rate), its count was synced as if the three
+    had been spent before it, and each of theirs measured a refill as the only request
+    sent then: 429s and 14 ok, in 15 of these 20 orders and early requests. Counted by
+    when they left: no 429, 20 or 21 ok, in all of them."""
+    scheduling(seed)
+    config = ServerConfig(rate=10, burst=5, latency=0.2, headers="draft")
+    server, turn = await lagging_turn(config, lambda n: 0.0 if n == early else 0.007, 30)
+    assert server.count(status=429) == 0
+    assert ok(turn) in (20, 21)
+    assert max(answered_at(turn).values()) <= 2.0
 
 
 def test_only_a_rate_still_being_learned_can_rise() -> None:
