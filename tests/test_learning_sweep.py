@@ -171,6 +171,14 @@ def refusals(throttling: ThrottlingServer) -> list[float]:
     return [round(r.start, 9) for r in throttling.records if r.status in (429, 503)]
 
 
+def assert_learned(server: Server, *, refused_at: list[float], makespan: float) -> None:
+    """``server``'s turn, replayed: every call ok, refused when said, and done by then."""
+    throttling, turn, took = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == refused_at
+    assert took == pytest.approx(makespan)
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(server=servers())
 def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Server) -> None:
@@ -251,10 +259,7 @@ def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
     server that states nothing, 20/s is found in two 429s, where the stated path crept
     from the guessed 1/s by 0.05 a success (39.4 s; the minimum is 2.2 s)."""
     server = Server("bucket", 20, 1, 0.15, 0.0, None, "draft", "seconds", 42)
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refused(throttling) == 2
-    assert makespan == pytest.approx(5.36188982297194)
+    assert_learned(server, refused_at=[0.607556936, 2.680633235], makespan=5.36188982297194)
 
 
 def test_a_wide_probe_against_a_bucket_of_one_spends_the_three_429s_and_no_more() -> None:
@@ -305,10 +310,7 @@ def test_a_measured_rate_grows_while_the_server_s_bucket_stays_full() -> None:
     before the slow start stopped adding a whole rate per latency to a rate below it,
     6.5 s before it read the bucket after the requests sent since, too)."""
     server = Server("bucket", 30, 2, 0.05, 0.0, None, "x", "http-date", 60)
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refused(throttling) == 2
-    assert makespan == pytest.approx(5.064475679393359)
+    assert_learned(server, refused_at=[1.647215032, 4.014475679], makespan=5.064475679393359)
 
 
 def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
@@ -319,10 +321,7 @@ def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
     429's second cost 1.60 times the minimum. Doubling at most with each answer, the
     rate meets the server's with no 429: 1.17 times."""
     server = Server("bucket", 20, 3, 0.05, 0.0, None, "draft", "seconds", 60)
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refused(throttling) == 0
-    assert makespan == pytest.approx(3.380145324994157)
+    assert_learned(server, refused_at=[], makespan=3.380145324994157)
 
 
 def test_a_429_to_a_probe_sent_blind_shows_no_window() -> None:
@@ -336,10 +335,7 @@ def test_a_429_to_a_probe_sent_blind_shows_no_window() -> None:
         "bucket", 46.04692740860116, 3, 0.012431934977911837, 0.0062159674889559185, 14,
         "x", "ms", 77, reset="next", seed=3,
     )  # fmt: skip
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refusals(throttling) == [0.0]
-    assert makespan == pytest.approx(4.6589619363595185)
+    assert_learned(server, refused_at=[0.0], makespan=4.6589619363595185)
 
 
 def test_the_429s_of_one_blind_probe_are_one_event_the_rate_grows_after() -> None:
@@ -349,10 +345,7 @@ def test_the_429s_of_one_blind_probe_are_one_event_the_rate_grows_after() -> Non
     by one, and the scope kept a burst of 2 every 2 s (7.3 s, read as a window before
     the fix above). Counted as one event, the rate grows from the guess: 3.2 s."""
     server = Server("bucket", 23.16, 2, 0.15, 0.0, 9, "draft", "ms", 9, reset="next", seed=3)
-    throttling, turn, makespan = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refusals(throttling) == [0.0, 0.0]
-    assert makespan == pytest.approx(3.1828299165178118)
+    assert_learned(server, refused_at=[0.0, 0.0], makespan=3.1828299165178118)
 
 
 def test_a_sliding_log_tried_as_its_oldest_request_leaves_is_kept() -> None:
