@@ -186,7 +186,7 @@ async def take_tokens(
     while True:
         booked = await _book_all(scopes, cost, budget, patience)
         if isinstance(booked, Shortfall):
-            if await _wait_for_a_rise(scopes, booked, budget, on_wait):
+            if await _wait_for_a_rise(scopes, booked, budget, patience, on_wait):
                 continue
             return booked
         confirmed = False
@@ -222,6 +222,7 @@ async def _wait_for_a_rise(
     scopes: Sequence[ScopeLike],
     shortfall: Shortfall,
     budget: Budget,
+    patience: float,
     on_wait: Callable[[float, str | None], None],
 ) -> bool:
     """Whether the call waited for the short scope's learned rate to rise, and may book again.
@@ -231,7 +232,8 @@ async def _wait_for_a_rise(
     is not answered on it, but waits until the rate rises or until the last
     moment it could start and still end in time (its deadline less the
     scope's usual latency), and books again. Past that moment it is answered
-    as before, before its deadline.
+    as before, before its deadline. Nor does it wait past its ``patience``:
+    a runner's ``inline_wait`` bounds what is slept without telling the model.
     """
     if shortfall.verdict not in (Verdict.PAST_DEADLINE, Verdict.ENDS_LATE):
         return False
@@ -239,7 +241,7 @@ async def _wait_for_a_rise(
         return False
     scope = next(s for s in scopes if s.name == shortfall.scope)
     rose = scope.rate_rising()
-    last = budget.deadline - (scope.expected_latency() or 0.0)
+    last = min(budget.deadline - (scope.expected_latency() or 0.0), patience)
     if rose is None or trio.current_time() >= last:
         return False
     on_wait(shortfall.needed, scope.name)

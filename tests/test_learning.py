@@ -16,6 +16,8 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout._admission import take_tokens
+from fanout._budget import Budget, Verdict
 from fanout._learning import RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
@@ -416,6 +418,22 @@ async def test_requests_that_leave_after_their_booking_are_counted_when_they_lef
     assert server.count(status=429) == 0
     assert ok(turn) in (20, 21)
     assert max(answered_at(turn).values()) <= 2.0
+
+
+async def test_a_call_waits_for_a_rise_no_longer_than_it_waits_inline(autojump_clock: Any) -> None:
+    """A learning scope blocked until 5 s (a server's wait), a call with a 4 s deadline
+    and a runner that sleeps at most 1 s without telling the model: the wait is past
+    the deadline, and the call waits for the rate to rise only as long as it may wait
+    inline, not up to its deadline (it waited 4 s), then is answered, never sent."""
+    scope = Scope("key")
+    await scope.block_until(5.0)
+    budget = Budget(4.0, inline_wait=1.0)
+    shortfall = await take_tokens(
+        [scope], 1.0, budget=budget, patience=budget.patience(), on_wait=lambda *_: None
+    )
+    assert shortfall is not None
+    assert shortfall.verdict is Verdict.PAST_DEADLINE
+    assert trio.current_time() == 1.0
 
 
 def test_only_a_rate_still_being_learned_can_rise() -> None:
