@@ -518,8 +518,7 @@ class ScopeFront:
         tokens still in the bucket (a 429 against 10/s, burst 5).
         """
         booked = sum(cost for start, cost in self._recent if since < start <= now)
-        left = sum(1 for t in self._left if since < t <= now)
-        return max(booked, float(left))
+        return max(booked, self._left_within(math.nextafter(since, math.inf), now))
 
     def _proven(self) -> float | None:
         """The rate the server's refill was shown to reach, when learning from its
@@ -563,12 +562,17 @@ class ScopeFront:
         within = self._sent_within(sent - max(late, TOGETHER), sent + TOGETHER)
         # Or, where the HTTP layer tells, as many as left together with it, if more
         # (calls booked before it whose requests left with it: `_started_between`).
-        left = sum(1 for t in self._left if sent - TOGETHER <= t <= sent + TOGETHER)
+        left = self._left_within(sent - TOGETHER, sent + TOGETHER)
         return max(0.0, within - 1.0, left - 1.0)  # itself aside
 
     def _sent_within(self, since: float, sent: float) -> float:
         """Tokens of bookings that started from ``since`` to ``sent``, both included."""
         return sum(cost for start, cost in self._recent if since <= start <= sent)
+
+    def _left_within(self, since: float, until: float) -> float:
+        """Requests that left from ``since`` to ``until``, both included, as far as the
+        HTTP layer tells (`request_leaving`; kept a second, and only while learning)."""
+        return float(sum(1 for t in self._left if since <= t <= until))
 
     # -- what the server told us -----------------------------------------
 
@@ -925,7 +929,7 @@ class ScopeFront:
             # Calls booked together whose requests left 7 ms later were counted one by
             # one, each as the only one, and three such answers measured 9.8/s at 1 s
             # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
-            left = sum(1 for t in self._left if sent - TOGETHER <= t <= sent)
+            left = self._left_within(sent - TOGETHER, sent)
             alongside = max(0.0, started - before - 1.0, left - 1.0)
             now = trio.current_time()
             after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)

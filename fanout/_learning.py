@@ -148,7 +148,7 @@ class RateLearner:
         started: float = 0.0,
         alongside: float = 0.0,
         after: float = 0.0,
-        now: float | None = None,
+        now: float = -math.inf,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -177,7 +177,7 @@ class RateLearner:
         # Near full, after what was sent with it and since (less the refill since, at
         # the present rate): the first of a burst whose others left 7 ms later said 4
         # of 5, and the slow start doubled the rate into a 429 (deadline row, real time).
-        refill = (self.rate or 0.0) * max(0.0, (at if now is None else now) - at)
+        refill = (self.rate or 0.0) * max(0.0, now - at)
         self._headroom = remaining - alongside - max(0.0, after - refill) >= self.burst - 1
         if not self._headroom:
             self._full_since = None
