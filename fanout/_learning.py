@@ -9,7 +9,9 @@ Three sources, in order of trust:
    reached the server at ``t1`` and ``t2``, with ``n`` requests of ours
    admitted in between, the server's bucket went from ``r1`` to ``r2`` (each
    floored, so up to one token more): ``rate >= (r2 - r1 + n - 1) / (t2 -
-   t1)``. That bound holds whatever the server's burst, and whether or not its
+   t1)``; with no ``- 1`` when the first answer found the bucket full
+   (``Remaining`` one below the limit is then exact). That bound holds
+   whatever the server's burst, and whether or not its
    bucket was full on the way; the learner keeps the best bound seen, so the
    estimate only ever rises with evidence. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
@@ -71,6 +73,7 @@ _SETTLED = 60.0  # seconds: from the second 429 on, it grows e-fold only in this
 _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
+_EXACT_KEPT = 8  # answers that found the bucket full, remembered to measure from
 _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settle
 _FLOORED_SHARE = 0.5  # of the fastest rate that fits, when no slower rate is ruled out
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
@@ -95,6 +98,9 @@ class RateLearner:
     measured: float | None = None  # the best lower bound from Remaining's refill
     floor: float = 0.0  # the best lower bound proven by admissions after a 429
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
+    # Answers that found the bucket full: when their requests were sent, and ours before.
+    _exact: list[tuple[float, float]] = attrs.field(factory=list, alias="_exact")
+    _counts_before: bool = attrs.field(default=False, alias="_counts_before")
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
     _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
@@ -193,15 +199,14 @@ class RateLearner:
         return changed
 
     def _measure(self, remaining: float, at: float, started: float, alongside: float) -> bool:
+        bound = self._exact_bound(remaining, at, started, alongside)
         anchor = self._anchor
         if anchor is None or at < anchor[0]:
             self._anchor = (at, remaining, started)
-            return False
-        then, before, started_then = anchor
-        if at - then < _BASELINE:
-            return False  # over a shorter span the floored counts are mostly noise
-        admitted = started - alongside - started_then
-        bound = (remaining - before + admitted - 1) / (at - then)
+        elif at - anchor[0] >= _BASELINE:  # over a shorter span, floored counts are noise
+            then, before, started_then = anchor
+            admitted = started - alongside - started_then
+            bound = max(bound, (remaining - before + admitted - 1) / (at - then))
         if not (math.isfinite(bound) and bound > max(self.measured or 0.0, _MIN_RATE)):
             return False
         self.measured = bound
@@ -209,6 +214,35 @@ class RateLearner:
             self.rate = self._reference = bound
             return True
         return False
+
+    def _exact_bound(self, remaining: float, at: float, started: float, alongside: float) -> float:
+        """The refill bound from the answers that found the server's bucket full.
+
+        ``Remaining: B - 1`` after a request to a bucket of ``B`` is no floor:
+        the bucket held ``B`` at most, so exactly ``B - 1`` was left, and a
+        later answer bounds the rate with one token less of doubt than from a
+        floored count (8/s where 9.9/s was proven, at 10/s). That request was
+        the first of those sent with it, so they came after it. The span is
+        widened by ``TOGETHER`` (the later request may have reached the server
+        later than it left) and is at least ``_BASELINE``: a fixed window
+        refills all at once, and over a shorter span its reset reads as a
+        fast refill. Once an answer says ``Remaining: B``, the server counts
+        before the request, and no count is exact.
+        """
+        if remaining >= self.burst:
+            self._counts_before = True
+        if self._counts_before or self.burst < 2:
+            return 0.0
+        full = self.burst - 1.0
+        bound = 0.0
+        for then, started_then in self._exact:
+            if at - then >= _BASELINE:
+                admitted = started - alongside - started_then
+                bound = max(bound, (remaining - full + admitted) / (at - then + TOGETHER))
+        if remaining == full and all(then != at for then, _ in self._exact):
+            self._exact.append((at, started - alongside))
+            del self._exact[:-_EXACT_KEPT]
+        return bound
 
     def on_throttled(
         self,
@@ -243,6 +277,7 @@ class RateLearner:
         self.rate = max(_MIN_RATE, current * factor)
         # The measured bound was too high (429s it did not count): start over.
         self.measured, self._anchor = None, None
+        self._exact.clear()
 
     def _throttled_blind(
         self, now: float, sent_at: float, started: float, pending: Sequence[float]

@@ -169,6 +169,28 @@ def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     assert learner.rate == pytest.approx(22)
 
 
+def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
+    """Unit level: ``Remaining: 4`` of 5 after our request means the bucket held 5, the
+    most it can, so exactly 4 are left, not "4 to 5". Five admitted by 0.5 s, Remaining
+    2 then: at least 5 - (4 - 2) = 3 tokens came in 0.505 s (the span widened by
+    ``TOGETHER``), 5.94/s, where the floored reading proves only (3 - 1) / 0.5 = 4/s.
+    A server that says ``Remaining: 5`` counts before the request: no count is exact,
+    and the floored bound stands. Nor is one sooner than half a second: a fixed window
+    refills all at once, and over a short span its reset reads as a fast refill."""
+    exact = RateLearner()
+    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.3, started=2)
+    assert exact.measured is None
+    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=6)
+    assert exact.measured == pytest.approx(3 / 0.505)
+
+    counts_before = RateLearner()
+    counts_before.from_headers(5, None, remaining=5, reset_after=1.0, at=-1.0, started=0)
+    counts_before.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    counts_before.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=6)
+    assert counts_before.measured == pytest.approx((2 - 5 + 6 - 1) / 1.5)  # floored, from -1
+
+
 def test_requests_sent_with_a_refused_one_prove_no_rate_after_it() -> None:
     """Unit level, no numbers: a 429 to a request sent at 0.2 s is an anchor (the bucket
     was empty when it arrived), and each later admission proves a refill. Two admitted
@@ -272,15 +294,18 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     """10/s, burst 10, 100 ms: the probe's count (9 left) is as of its sending, and the
     server refilled a token while it was answered, which the bucket never counted: every
     later answer showed a token more than the bucket held. Once the refill measures a
-    rate (8/s from 0.0 to 0.5 s), the answer at 0.6 s makes up what that rate proves
-    (0.8 of a token), and the next call starts at 0.62 s, not 0.7 s. Left a token short,
+    rate, the answer at 0.6 s makes up what that rate proves, and the next call starts
+    at once, not at 0.7 s. The probe found the bucket full (9 of 10 left is exact, no
+    floor), so the answer at 0.5 s proves 5 tokens in 0.505 s (the span widened by
+    ``TOGETHER``): 1000/101 a second, 0.99 of a token by 0.6 s; the rest takes 1 ms
+    (a floored count there proved 8/s, and the call waited 20 ms). Left a token short,
     27 of 40 calls under a 2 s deadline answered ok where 28 can (benchmarks' deadline
     row); made up, 28, and none is sent that would end late."""
     config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
     async with api(config) as (server, client):
         runner = Runner(registry(client, timeout=2.0), scopes=[Scope("key")], inline_wait=None)
         turn = await runner.run_turn(calls(40))
-    waves = [0.0] + [0.1] * 9 + [0.2, 0.3, 0.4, 0.5, 0.6, 0.62]
+    waves = [0.0] + [0.1] * 9 + [0.2, 0.3, 0.4, 0.5, 0.6, 0.6 + 0.1 / 101]
     assert server.starts()[:16] == pytest.approx(waves, abs=1e-9)
     assert server.count(status=429) == 0
     assert ok(turn) == 28
@@ -376,7 +401,9 @@ async def test_calls_past_their_deadline_at_a_guessed_rate_wait_for_the_rate_to_
     measures its way up from there. Judged on that guess (a shed, or a booking past the
     deadline), 17 calls were answered ``rate_limited`` within the first 0.4 s and 13 ran.
     They wait instead for the rate to rise, until the last moment they could start and
-    end in time (2.0 - 0.2 s), and 20 run; no 429, the rest answered at 1.8 s.
+    end in time (2.0 - 0.2 s), and 20 run; no 429, the rest answered at 1.8 s. Measured
+    from the answers that found the bucket full (an exact count, not a floored one), the
+    rate rises sooner, and 21 run (of the 22 a scope that must probe first can start).
 
     With ``seed`` 3 the four calls sent together at 0.8 s are answered in an order
     where the first one counted (Remaining 4, the bucket full) is read last: taken as
@@ -389,13 +416,13 @@ async def test_calls_past_their_deadline_at_a_guessed_rate_wait_for_the_rate_to_
         scope = Scope("key")
         runner = Runner(registry(client, timeout=2.0), scopes=[scope], inline_wait=None)
         turn = await runner.run_turn(calls(30))
-    assert ok(turn) == 20
-    assert server.count() == 20
+    assert ok(turn) == 21
+    assert server.count() == 21
     assert server.count(status=429) == 0
     assert scope.statistics().shed == 0
     times = answered_at(turn)
     late = [times[r.tool_use_id] for r in turn.results if r.status is not Status.OK]
-    assert late == [pytest.approx(1.8, abs=1e-9)] * 10
+    assert late == [pytest.approx(1.8, abs=1e-9)] * 9
     assert all(r.status is Status.RATE_LIMITED for r in turn.results if r.status is not Status.OK)
 
 
