@@ -225,6 +225,7 @@ class ScopeFront:
     _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When this process's requests of the scope left, over the last second (`request_leaving`).
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
+    _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
     # The burst whose earliest answer a 429 made the slack take as all late arrival.
@@ -490,6 +491,12 @@ class ScopeFront:
         entry = self._take_latest(sent)
         if entry is not None:
             self._started -= entry[1]
+        # Nor among the requests that left (kept a second; counted only before that).
+        if sent in self._left:
+            self._left.remove(sent)
+            self._left_total -= 1
+        elif self._left_total and sent <= trio.current_time() - 1.0:
+            self._left_total -= 1
 
     def _take_latest(self, by: float) -> tuple[float, float] | None:
         """Take out the latest booking remembered as started by ``by`` (None if none)."""
@@ -590,6 +597,7 @@ class ScopeFront:
             self._left_late(admitted_at, now)
         if self._learner is not None:  # only learning reads when requests left
             self._left.append(now)
+            self._left_total += 1
             self._sent_lately()  # drops what is over a second old
         return leaving
 
@@ -602,6 +610,14 @@ class ScopeFront:
         entry = self._take_latest(admitted_at)
         if entry is not None:
             self._recent.append((now, entry[1]))
+
+    def _left_by(self, when: float) -> float | None:
+        """The running total of requests that left by ``when``, where the HTTP layer
+        tells; None where it told of none, or ``when`` is older than the second kept."""
+        self._sent_lately()
+        if not self._left_total or when <= trio.current_time() - 1.0:
+            return None
+        return float(self._left_total - sum(1 for t in self._left if t > when))
 
     def _parked_by(self, when: float) -> float:
         """Requests waiting for a place on the wire whose calls took tokens by ``when``."""
@@ -936,6 +952,7 @@ class ScopeFront:
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started, alongside=alongside, after=max(0.0, after), now=now,
+                left=self._left_by(sent), left_with=max(0.0, left - 1.0),
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

@@ -81,6 +81,9 @@ _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this 
 _REFUSALS = 3  # 429s learning may spend per scope; once spent, the rate grows only on proof
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 
+# Requests of ours sent up to one of them, itself included; True when counted as they left.
+_Count = tuple[float, bool]
+
 
 @attrs.define
 class RateLearner:
@@ -99,8 +102,9 @@ class RateLearner:
     floor: float = 0.0  # the best lower bound proven by admissions after a 429
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
     # Answers that found the bucket full: when their requests were sent, and ours before.
-    _exact: list[tuple[float, float]] = attrs.field(factory=list, alias="_exact")
+    _exact: list[tuple[float, _Count]] = attrs.field(factory=list, alias="_exact")
     _counts_before: bool = attrs.field(default=False, alias="_counts_before")
+    _paced: float | None = attrs.field(default=None, alias="_paced")  # before a proof raised it
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
     _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
@@ -155,6 +159,8 @@ class RateLearner:
         alongside: float = 0.0,
         after: float = 0.0,
         now: float = -math.inf,
+        left: float | None = None,
+        left_with: float = 0.0,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -164,6 +170,8 @@ class RateLearner:
         have counted them after it, so a refill bound leaves them out.
         ``after``: how many started after it, up to ``now`` (when the answer
         is read); the server's bucket has those less, and the refill since.
+        ``left``: where the HTTP layer tells, the running total of requests
+        that left by ``at``, ``left_with`` of them just before it.
         """
         changed = False
         # A bucket of one says nothing in Remaining (0 after every request, whatever
@@ -189,7 +197,10 @@ class RateLearner:
             self._full_since = None
         elif self._full_since is None:
             self._full_since = at
-        changed |= self._measure(remaining, at, started, alongside)
+        # Counted by when they left, where the HTTP layer tells: a request booked
+        # before this one that left after it reached the server after it.
+        sent = (started - alongside, False) if left is None else (left - left_with, True)
+        changed |= self._measure(remaining, at, started, alongside, sent)
         if self.rate is None and reset_after:
             # A burst's worth per reset (at least a second: resets are rounded up).
             guess = (limit if limit is not None else max(remaining, 1.0)) / max(reset_after, 1.0)
@@ -198,8 +209,10 @@ class RateLearner:
                 changed = True
         return changed
 
-    def _measure(self, remaining: float, at: float, started: float, alongside: float) -> bool:
-        bound = self._exact_bound(remaining, at, started, alongside)
+    def _measure(
+        self, remaining: float, at: float, started: float, alongside: float, sent: _Count
+    ) -> bool:
+        bound = self._exact_bound(remaining, at, sent)
         anchor = self._anchor
         if anchor is None or at < anchor[0]:
             self._anchor = (at, remaining, started)
@@ -211,11 +224,12 @@ class RateLearner:
             return False
         self.measured = bound
         if self.rate is None or bound > self.rate:
+            self._paced = self.rate
             self.rate = self._reference = bound
             return True
         return False
 
-    def _exact_bound(self, remaining: float, at: float, started: float, alongside: float) -> float:
+    def _exact_bound(self, remaining: float, at: float, sent: _Count) -> float:
         """The refill bound from the answers that found the server's bucket full.
 
         ``Remaining: B - 1`` after a request to a bucket of ``B`` is no floor:
@@ -235,12 +249,19 @@ class RateLearner:
             return 0.0
         full = self.burst - 1.0
         bound = 0.0
-        for then, started_then in self._exact:
-            if at - then >= _BASELINE:
-                admitted = started - alongside - started_then
+        # The latest counts sooner, for an answer that found the bucket drawn down,
+        # until a first 429: a window that reset since would have found it full
+        # again, and been the latest. (Found full, it shows only our own pace.)
+        sooner = not self._events and remaining < full
+        latest = max((t for t, _ in self._exact if t < at), default=None) if sooner else None
+        for then, sent_then in self._exact:
+            if sent_then[1] != sent[1]:
+                continue  # one counted by bookings, the other by departures
+            if at - then >= _BASELINE or (then == latest and at - then > TOGETHER):
+                admitted = sent[0] - sent_then[0]
                 bound = max(bound, (remaining - full + admitted) / (at - then + TOGETHER))
         if remaining == full and all(then != at for then, _ in self._exact):
-            self._exact.append((at, started - alongside))
+            self._exact.append((at, sent))
             del self._exact[:-_EXACT_KEPT]
         return bound
 
@@ -333,6 +354,7 @@ class RateLearner:
         if not self._stated:
             self._admitted_blind(began, latency, wave)
             return
+        paced, self._paced = self._paced, None
         if self.rate is None or not self._headroom or self._refused >= _REFUSALS:
             return
         if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
@@ -341,7 +363,8 @@ class RateLearner:
             # No 429 yet and the bucket is full whenever we ask: far below its rate
             # (a refill bound only proves we kept up): double per round trip. Below one
             # request in flight an answer is a round trip of its own: at most double.
-            grown = self.rate + min(1.0 / max(latency, _SHORTEST), self.rate)
+            paced = self.rate if paced is None else paced
+            grown = max(self.rate, paced + min(1.0 / max(latency, _SHORTEST), paced))
         elif self._full_for_a_while(began):
             # The server's bucket was full whenever we asked, for a while: a refill
             # bound only shows we kept up (stuck at 4.5/s against 30/s, burst 2). Grow

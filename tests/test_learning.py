@@ -174,15 +174,28 @@ def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     most it can, so exactly 4 are left, not "4 to 5". Five admitted by 0.5 s, Remaining
     2 then: at least 5 - (4 - 2) = 3 tokens came in 0.505 s (the span widened by
     ``TOGETHER``), 5.94/s, where the floored reading proves only (3 - 1) / 0.5 = 4/s.
-    A server that says ``Remaining: 5`` counts before the request: no count is exact,
-    and the floored bound stands. Nor is one sooner than half a second: a fixed window
-    refills all at once, and over a short span its reset reads as a fast refill."""
+    Over a shorter span only from the latest such answer, before any 429, and to an
+    answer that found the bucket drawn down: a fixed window that reset in between would
+    have found the bucket full again, and an answer that finds it full shows only our
+    own pace. A server that says ``Remaining: 5`` counts before the request: no count
+    is exact, and the floored bound stands."""
     exact = RateLearner()
     exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
-    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.3, started=2)
-    assert exact.measured is None
-    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=6)
-    assert exact.measured == pytest.approx(3 / 0.505)
+    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.2, started=2)
+    assert exact.measured is None  # found full again
+    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.3, started=5)
+    assert exact.measured == pytest.approx((2 - 4 + 3) / 0.105)  # from 0.2 s only
+    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=7)
+    assert exact.measured == pytest.approx((2 - 4 + 5) / 0.305)  # more than from 0.0 s
+
+    refused = RateLearner()
+    refused.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    refused.on_throttled(5.0, now=0.1, wait=1.0, sent_at=0.1, started=1)
+    refused.from_headers(5, None, remaining=4, reset_after=1.0, at=1.2, started=2)
+    refused.from_headers(5, None, remaining=2, reset_after=1.0, at=1.3, started=5)
+    assert refused.measured is None  # 0.1 s after the latest, and a 429 came
+    refused.from_headers(5, None, remaining=2, reset_after=1.0, at=1.8, started=8)
+    assert refused.measured == pytest.approx((2 - 4 + 6) / 0.605)  # half a second on
 
     counts_before = RateLearner()
     counts_before.from_headers(5, None, remaining=5, reset_after=1.0, at=-1.0, started=0)
@@ -294,18 +307,18 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     """10/s, burst 10, 100 ms: the probe's count (9 left) is as of its sending, and the
     server refilled a token while it was answered, which the bucket never counted: every
     later answer showed a token more than the bucket held. Once the refill measures a
-    rate, the answer at 0.6 s makes up what that rate proves, and the next call starts
-    at once, not at 0.7 s. The probe found the bucket full (9 of 10 left is exact, no
-    floor), so the answer at 0.5 s proves 5 tokens in 0.505 s (the span widened by
-    ``TOGETHER``): 1000/101 a second, 0.99 of a token by 0.6 s; the rest takes 1 ms
-    (a floored count there proved 8/s, and the call waited 20 ms). Left a token short,
-    27 of 40 calls under a 2 s deadline answered ok where 28 can (benchmarks' deadline
-    row); made up, 28, and none is sent that would end late."""
+    rate, the next answer makes up what that rate proves. The first of the nine sent at
+    0.1 s found the bucket full (9 left is exact, no floor); the one sent at 0.2 s found
+    1 left, after 9 more: a token in 0.105 s (the span widened by ``TOGETHER``), 200/21
+    a second. Made up at 0.3 s, the next call starts 0.1/21 s later, not at 0.4 s (a
+    floored count proved 8/s only from 0.5 s, and the call started at 0.62 s). Left a
+    token short, 27 of 40 calls under a 2 s deadline answered ok where 28 can
+    (benchmarks' deadline row); made up, 28, and none is sent that would end late."""
     config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
     async with api(config) as (server, client):
         runner = Runner(registry(client, timeout=2.0), scopes=[Scope("key")], inline_wait=None)
         turn = await runner.run_turn(calls(40))
-    waves = [0.0] + [0.1] * 9 + [0.2, 0.3, 0.4, 0.5, 0.6, 0.6 + 0.1 / 101]
+    waves = [0.0] + [0.1] * 9 + [0.2, 0.3] + [t + 0.1 / 21 for t in (0.3, 0.4, 0.5, 0.6)]
     assert server.starts()[:16] == pytest.approx(waves, abs=1e-9)
     assert server.count(status=429) == 0
     assert ok(turn) == 28
@@ -403,7 +416,10 @@ async def test_calls_past_their_deadline_at_a_guessed_rate_wait_for_the_rate_to_
     They wait instead for the rate to rise, until the last moment they could start and
     end in time (2.0 - 0.2 s), and 20 run; no 429, the rest answered at 1.8 s. Measured
     from the answers that found the bucket full (an exact count, not a floored one), the
-    rate rises sooner, and 21 run (of the 22 a scope that must probe first can start).
+    rate rises sooner, and the calls waiting book again when the server's count shows
+    tokens the bucket had not counted (woken by a rise only, one went out at 1.8 s to
+    end at its deadline): 21 run, the most a scope that must probe first can start
+    and end before its deadline.
 
     With ``seed`` 3 the four calls sent together at 0.8 s are answered in an order
     where the first one counted (Remaining 4, the bucket full) is read last: taken as
