@@ -953,6 +953,7 @@ class ScopeFront:
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started, alongside=alongside, after=max(0.0, after), now=now,
                 left=self._left_by(sent), left_with=max(0.0, left - 1.0),
+                late=self._ledger.slowest() - self._ledger.fastest(),
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.
