@@ -204,6 +204,18 @@ def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     assert counts_before.measured == pytest.approx((2 - 5 + 6 - 1) / 1.5)  # floored, from -1
 
 
+def test_a_refill_bound_s_span_is_widened_by_the_spread_of_arrivals() -> None:
+    """Unit level: a floored count of 18 of 20 at 0.0 s, 15 at 0.5 s with 29 of ours
+    admitted in between: 25 tokens came in half a second, 50/s, if each request reached
+    the server as soon after leaving as the other. With latencies 65 ms apart, the later
+    one may have arrived up to 65 ms later: 25 tokens in 0.565 s. Read over 0.5 s, the
+    issue's 200-call row (50/s, burst 20) proved 51.9/s in real time and drew a 429."""
+    learner = RateLearner()
+    learner.from_headers(20, None, remaining=18, reset_after=1.0, at=0.0, started=2)
+    learner.from_headers(20, None, remaining=15, reset_after=1.0, at=0.5, started=31, late=0.065)
+    assert learner.measured == pytest.approx(25 / 0.565)
+
+
 def test_requests_sent_with_a_refused_one_prove_no_rate_after_it() -> None:
     """Unit level, no numbers: a 429 to a request sent at 0.2 s is an anchor (the bucket
     was empty when it arrived), and each later admission proves a refill. Two admitted
