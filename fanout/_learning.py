@@ -256,10 +256,12 @@ class RateLearner:
         widened by how much later the later request may have reached the
         server after leaving (``late``, at least ``TOGETHER``: in real time a
         request 8 ms slower on its way in proved 50.6/s against 50/s, and
-        drew a 429) and is at least ``_BASELINE``: a fixed window
-        refills all at once, and over a shorter span its reset reads as a
-        fast refill. Once an answer says ``Remaining: B``, the server counts
-        before the request, and no count is exact.
+        drew a 429). It is at least ``_BASELINE`` (a fixed window refills all
+        at once, and over a shorter span its reset reads as a fast refill),
+        except from the latest such answer, as the comment below says. Once an
+        answer says ``Remaining: B``, the server counts before the request,
+        and no count is exact. Records each answer that found the bucket full,
+        as it goes.
         """
         if remaining >= self.burst:
             self._counts_before = True
