@@ -216,6 +216,26 @@ def test_a_refill_bound_s_span_is_widened_by_the_spread_of_arrivals() -> None:
     assert learner.measured == pytest.approx(25 / 0.565)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e308, -5.0])
+def test_a_garbage_count_or_spread_proves_no_rate(bad: float) -> None:
+    """A count or latency spread that is no number, infinite, huge or negative never
+    becomes an exact anchor or a bound: the rate proven stays the honest one, 3 tokens
+    in 1.2 s from the full answer at 0.0 s (the floored anchor's 1.2 s span proves
+    less), and nothing raises."""
+    learner = RateLearner()
+    learner.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1, left=1.0)
+    learner.from_headers(
+        5, None, remaining=bad, reset_after=1.0, at=0.6, started=6, left=6.0, late=bad
+    )
+    learner.from_headers(5, None, remaining=2, reset_after=1.0, at=1.2, started=9, left=9.0)
+    assert learner.measured is not None
+    assert math.isfinite(learner.measured)
+    if bad >= 5:  # said Remaining at or over the limit: counts before, no exact count
+        assert learner.measured == pytest.approx((2 - 4 + 8 - 1) / 1.2)
+    else:
+        assert learner.measured == pytest.approx((2 - 4 + 8) / 1.205)
+
+
 def test_requests_sent_with_a_refused_one_prove_no_rate_after_it() -> None:
     """Unit level, no numbers: a 429 to a request sent at 0.2 s is an anchor (the bucket
     was empty when it arrived), and each later admission proves a refill. Two admitted
