@@ -592,6 +592,8 @@ class ScopeFront:
             leaving = await self._cap.sending()
         finally:
             self._parked.remove(admitted_at)
+        if leaving.overruled:  # it does not leave on this place (`request_back`)
+            return leaving
         now = trio.current_time()
         if leaving.under_cap and now > admitted_at + TOGETHER:
             self._left_late(admitted_at, now)
@@ -631,9 +633,13 @@ class ScopeFront:
             self._left.popleft()
         return len(self._left)
 
-    def request_back(self) -> None:
-        """A request's answer is in, or it failed: it is off the wire."""
-        self._cap.answered()
+    def request_back(self, *, sent: bool = True) -> None:
+        """A request's answer is in, or it failed: it is off the wire. Not ``sent``: it
+        waited for its place and may not use it (`Leaving.overruled`); no answer."""
+        if sent:
+            self._cap.answered()
+        else:
+            self._cap.hand_on()
 
     async def on_throttled(
         self, wait: float | None, *, sent_at: float | None = None, arriving: bool = False

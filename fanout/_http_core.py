@@ -166,6 +166,25 @@ class _Place:
         for scope in scopes:
             scope.request_back()
 
+    async def leave_or_recharge(self, context: CallContext) -> None:
+        """Go on with a token on every scope: where a refusal overruled the one the call
+        took while it waited for its place, hand the place on, book a token anew,
+        and wait for a place again.
+
+        Held while it waited for its new token, its place stopped the calls
+        queued behind it at the cap, each holding a token of the log it waited
+        on: against a cap of one and a fixed window, one request went out a
+        window for three windows.
+        """
+        while overruled := tuple(s for s in self.scopes if self.leaving[id(s)].overruled):
+            self.scopes = tuple(s for s in self.scopes if s not in overruled)
+            for scope in overruled:
+                scope.request_back(sent=False)
+            await _charge(context, overruled)
+            retaken = await _Place.take(overruled, trio.current_time())
+            self.scopes += retaken.scopes
+            self.leaving.update(retaken.leaving)
+
 
 @attrs.frozen
 class Seam:
@@ -308,9 +327,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         context.places.append(place.give_back)
         answered = False
         try:
-            overruled = tuple(s for s in context.scopes if place.leaving[id(s)].overruled)
-            if overruled:
-                await _charge(context, overruled)
+            await place.leave_or_recharge(context)
             # Nor is it the server's: a call's duration is a sample of how fast the
             # server answers. Counted, a cap of 1 queued 50 calls for seconds, the
             # spread of "latencies" became a window's 8 s margin, which queued them

@@ -142,6 +142,11 @@ class LearnedCap:
         self._answered_at = trio.current_time()
         self._give_back()
 
+    def hand_on(self) -> None:
+        """A request that waited for its place may not use it (`Leaving.overruled`): the
+        place passes on as if it had never been taken, and no answer came."""
+        self._give_back()
+
     def _give_back(self) -> None:
         limit = self.limit
         if self._waiting and (limit is None or self.on_the_wire <= limit):
