@@ -69,6 +69,10 @@ _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, give
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, the most learning allows.
 _PROBE_WIDTH = 4
+# Calls a scope told nothing probes with (`fanout._probe`): one alone lost the
+# refill of the server's full bucket while it was answered. A server whose burst or
+# in-flight cap is one refuses the second: a 429 or a 503 spent.
+_BLIND_PROBE_WIDTH = 2
 
 
 class SlotHolder(Protocol):
@@ -288,7 +292,8 @@ class ScopeFront:
         if self.slack is not None:
             backend.set_slack(self.slack)
         if self.rate is None and self.learn:
-            width = 1 if self.max_concurrency is None else min(self.max_concurrency, _PROBE_WIDTH)
+            told = self.max_concurrency
+            width = _BLIND_PROBE_WIDTH if told is None else min(told, _PROBE_WIDTH)
             self._learner = RateLearner(probe_fills_cap=width == self.max_concurrency)
             self._probe = Probe(width=width)
 
@@ -919,8 +924,13 @@ class ScopeFront:
             surely = self._started_between(sent, now)
             late = self._ledger.slowest() - self._ledger.fastest()
             # Anything that started within the slowest latency seen before this
-            # request was sent may have reached the server after it.
-            maybe = self._sent_within(sent - self._ledger.slowest(), sent)
+            # request was sent may have reached the server after it; before any
+            # latency is known, what left with it (a probe two wide: each answer's
+            # count, read as the other's too, let a fourth of three tokens out).
+            before = max(self._ledger.slowest(), TOGETHER)
+            maybe = max(
+                self._sent_within(sent - before, sent), self._left_within(sent - before, sent)
+            )
             count = ServerCount(
                 remaining,
                 started_since=surely,

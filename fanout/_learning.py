@@ -428,8 +428,8 @@ class RateLearner:
             self._latency = max(latency, _SHORTEST)
         if self._slow_start:
             # One request per latency more with each success: doubling per round trip.
-            # The probe's round trip carried its whole wave (a scope told its
-            # concurrency probes several wide): starting from one request per
+            # The probe's round trip carried its whole wave (two, or as many as a
+            # told concurrency allows, up to four): starting from one request per
             # latency instead, the next wave went at (w + 1) per latency, not 2w,
             # and its stagger stayed in every later wave of a concurrency cap.
             if self.rate is None:

@@ -1,10 +1,14 @@
-"""The probe: while a scope knows nothing of its limits, one call goes first.
+"""The probe: while a scope knows nothing of its limits, a few calls go first.
 
-A scope that was told no rate sends its first call alone and learns from the
-answer (the server's stated limits, or at least its latency) before the rest
-go. A scope told its concurrency may send a few at once (``width``): the user
-said that many may be in flight, and the first answer still comes within one
-latency, while a one-call probe costs a whole latency of idle slots. The
+A scope that was told no rate sends its first two calls and learns from their
+answers (the server's stated limits, or at least its latency) before the rest
+go. Two, not one: the server's bucket is full while the probe is answered, and
+what it refills meanwhile is lost; a lone probe lost a token a latency, and
+with it one call of 23 that could finish under 2 s deadlines. The second may
+draw a refusal from a server whose burst or in-flight cap is one. A scope
+told its concurrency may send more at once (``width``): the user said that
+many may be in flight, and the first answer still comes within one latency,
+while a narrower probe costs a whole latency of idle slots. The
 calls that queued behind the probe then pass one at a time, in the order
 they arrived: each hands the gate on once it has reserved its tokens, so
 which of them gets the first learned token never depends on the order in

@@ -80,39 +80,42 @@ def shape(retry_after: Any) -> ServerConfig:
 async def test_after_the_probe_the_rate_starts_slow_and_doubles_each_round_trip(
     autojump_clock: Any,
 ) -> None:
-    """A slow start, as TCP's: the probe alone, then 2 per latency, 3, 4... never all at once."""
+    """A slow start, as TCP's: the probe two wide, then one request per latency more with
+    each success (3 per latency, 4, 5...), paced one at a time, never all at once."""
     server, _ = await learn(shape("absent"), 60)
     starts = server.starts()
-    assert starts[:5] == pytest.approx([0.0, 0.05, 0.075, 0.1, 0.1 + 1 / 60], abs=1e-9)
+    assert starts[:6] == pytest.approx([0.0, 0.0, 0.05, 0.0625, 0.075, 0.0875], abs=1e-9)
     # The first 429 finds the rate at its fastest, and the server's bucket drained by it
     # alone: one refused request, not a wave.
     refused = [r.start for r in server.records if r.status == 429]
-    assert refused[0] == pytest.approx(0.2079629629629616, abs=1e-9)
+    assert refused[0] == pytest.approx(0.146875, abs=1e-9)
     assert sum(1 for t in refused if t < refused[0] + 0.05) == 1
 
 
 @pytest.mark.parametrize(
-    ("retry_after", "second", "end"),
+    ("retry_after", "later", "end"),
     [
-        ("ms", 0.832243441599785, 2.652726639747483),
-        ("http-date", 1.5829680485545834, 2.8675799373608686),
-        ("absent", 0.832243441599785, 2.652726639747483),
+        ("ms", [0.9745612103265691, 1.7982498518348164], 2.6275830176087402),
+        ("http-date", [1.6675835553815639], 2.8467056963261648),
+        ("absent", [0.9745612103265686, 1.7982498518348184], 2.627583017608748),
     ],
 )
-async def test_no_numbers_at_all_costs_two_429s(
-    autojump_clock: Any, retry_after: Any, second: float, end: float
+async def test_no_numbers_at_all_costs_two_or_three_429s(
+    autojump_clock: Any, retry_after: Any, later: list[float], end: float
 ) -> None:
-    """60 calls against 20/s, burst 10, with no headers: two 429s, every call answered ok.
+    """60 calls against 20/s, burst 10, with no headers: every call answered ok.
 
-    The first ends the slow start; the second bounds the rate from above, and
-    the rate fitted to every answer holds from then on: 1.04 times the
-    minimum of 2.55 s (1.12 with HTTP-dates, whose 429s block until a whole
-    second of the server's clock).
+    The first 429 ends the slow start; the second bounds the rate from above.
+    Where no slower rate is ruled out, the rate grows towards the fastest that
+    fits while learning has a 429 left, and spends it (not with HTTP-dates,
+    whose 429s block until a whole second of the server's clock): 1.03 times
+    the minimum of 2.55 s (1.12 with HTTP-dates). With a probe of one, two
+    429s and 1.04 times.
     """
     server, turn = await learn(shape(retry_after), 60)
     assert all(r.status is Status.OK for r in turn.results)
     refused = [r.start for r in server.records if r.status == 429]
-    assert refused == pytest.approx([0.2079629629629616, second], abs=1e-9)
+    assert refused == pytest.approx([0.146875, *later], abs=1e-9)
     assert server.count(status=200) == 60
     assert server.records[-1].end == pytest.approx(end, abs=1e-9)
 
@@ -257,7 +260,8 @@ def test_an_http_date_wait_draws_two_429s_wherever_the_servers_second_falls(
     phase: float, jitter: float
 ) -> None:
     """The benchmark's HTTP-date row at every tenth of the server's second: each rounded-up
-    wait is honoured, the rate is learned in two 429s, and every call is answered ok.
+    wait is honoured, the rate is learned in two 429s (three at one phase, where the
+    third is the one learning may spend growing), and every call is answered ok.
     (Twice in real time this row drew a storm of 18 and 55 429s that no mock-clock run
     reproduced; this holds the line where the phase of the dates could matter.)"""
 
@@ -267,7 +271,7 @@ def test_an_http_date_wait_draws_two_429s_wherever_the_servers_second_falls(
 
     server, turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert all(r.status is Status.OK for r in turn.results)
-    assert server.count(status=429) == 2
+    assert server.count(status=429) in (2, 3)
 
 
 async def test_a_fit_that_rules_out_no_slower_rate_still_settles_the_growth(
@@ -282,7 +286,7 @@ async def test_a_fit_that_rules_out_no_slower_rate_still_settles_the_growth(
     )
     server, turn = await learn(config, 29)
     assert all(r.status is Status.OK for r in turn.results)
-    assert [round(r.start, 4) for r in server.records if r.status == 429] == [0.8124, 0.8893]
+    assert [round(r.start, 4) for r in server.records if r.status == 429] == [0.5968, 0.6801]
 
 
 @pytest.mark.parametrize(("latency", "refusals", "within"), [(0.05, 3, 1.2), (0.3, 3, 2.0)])

@@ -54,8 +54,10 @@ async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
     part of that burst, so their lag counts from their own admission, not the probe's.
 
     Counted from the probe, each would have "left" a latency late: a slack of a whole
-    latency, which at 5/s holds back a token, and the four the server's Remaining
-    allows would have started three now and one an answer later."""
+    latency, which at 5/s holds back a token: of the four the server's Remaining
+    allowed after a probe of one, three started at once and one an answer later.
+    (Each probe's count is read with the other as maybe not yet counted: read alone,
+    the first's "4 left" let a fourth out, and it was refused.)"""
     async with (
         serve_throttled(ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")) as server,
         fanout.http_client(base_url=server.url) as client,
@@ -74,5 +76,5 @@ async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
     assert [r.status for r in turn.results] == [fanout.Status.OK] * 8
     assert scope.statistics().slack == pytest.approx(0.005)
     starts = [round(t - began, 9) for t in server.starts()]
-    assert starts[:5] == [0.005] + [0.005 + 0.05 + 0.005] * 4  # the probe, then four at once
+    assert starts[:5] == [0.005] * 2 + [0.005 + 0.05 + 0.005] * 3  # the probe, then three
     assert server.count(status=429) == 0
