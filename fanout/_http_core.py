@@ -446,7 +446,10 @@ def _watch_connections(request: _Request, context: CallContext) -> Callable[[], 
     that opened a connection is not a sample of the server's latency
     (`ScopeFront.observe_call`); a request that did not open one waits
     here for its scopes' ``warm_hold`` before it leaves, and the wait is
-    not counted in its call's duration (``context.held``). A ``trace`` the
+    not counted in its call's duration (``context.held``). How long after
+    it was handed on (now) such a request got to its headers is told to
+    its scopes: requests that take more or less time on the way reach the
+    server out of step (`ScopeFront.observe_write_lag`). A ``trace`` the
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
 
@@ -460,6 +463,7 @@ def _watch_connections(request: _Request, context: CallContext) -> Callable[[], 
         return lambda: None
     theirs = extensions.get("trace")
     opened: bool | None = None
+    handed_on = trio.current_time()
 
     async def trace(event: str, info: dict[str, Any]) -> None:
         nonlocal opened
@@ -470,6 +474,8 @@ def _watch_connections(request: _Request, context: CallContext) -> Callable[[], 
             _restore(extensions, theirs)
             if not opened:
                 opened = False
+                for scope in context.scopes:
+                    scope.observe_write_lag(trio.current_time() - handed_on)
                 hold = _warm_hold(context)
                 if hold > 0:
                     context.held += hold

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -78,3 +80,62 @@ async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
     starts = [round(t - began, 9) for t in server.starts()]
     assert starts[:5] == [0.005] * 2 + [0.005 + 0.05 + 0.005] * 3  # the probe, then three
     assert server.count(status=429) == 0
+
+
+class _SlowOnTheWayIn(httpx.AsyncBaseTransport):
+    """Each request reaches the server a random 0 to ``spread`` s after it leaves: on a
+    busy machine, a request counted as sent is written to its socket some ms later."""
+
+    def __init__(self, spread: float, seed: int) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._spread = spread
+        self._rng = random.Random(seed)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await trio.sleep(self._rng.uniform(0.0, self._spread))
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@pytest.mark.parametrize("told", [True, False])
+@pytest.mark.parametrize("spread", [0.01, 0.02])
+@pytest.mark.parametrize("seed", range(4))
+async def test_requests_reaching_the_server_out_of_step_draw_no_429(
+    autojump_clock: Any, told: bool, spread: float, seed: int
+) -> None:
+    """Issue 13's 200 calls at 50/s, burst 20, 16 in flight, 100 ms, each request reaching
+    the server up to ``spread`` after it left. Paced from when they left, one that got
+    there quicker than the burst's first came early by the difference: told the limits,
+    a 429 in 6 of these 8 runs. The spread of how long requests take to reach their
+    headers (`ScopeFront.observe_write_lag`) is the slack now: none.
+
+    Learning, a 429 in 5 of 8, and in 2 with that slack alone: requests sent within
+    the spread before an answered one were counted as come before it (in real time,
+    four sent within 12 ms before one that got there 20 ms sooner made a refill bound
+    53.9/s against 50/s); they are now counted as maybe after it, as those sent within
+    5 ms were. Still, over seeds 0-15 at both spreads 6 runs of 32 draw one 429 (10
+    without that count): the rate measured over seconds ends a few thousandths over
+    the server's, and the schedule has no margin left for the spread. So learning is
+    held to at most one here."""
+    config = ServerConfig(rate=50, burst=20, latency=0.1, max_in_flight=16, headers="draft")
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(_SlowOnTheWayIn(spread, seed), base_url=server.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=["api"])
+        async def fetch(n: int) -> str:
+            (await client.get(f"/items/{n}")).raise_for_status()
+            return "ok"
+
+        rate, burst = (50, 20) if told else (None, None)
+        scope = Scope("api", rate=rate, burst=burst, max_concurrency=16)
+        runner = Runner(reg, scopes=[scope], inline_wait=None)
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(200)])
+    assert [r.status for r in turn.results] == [fanout.Status.OK] * 200
+    assert server.count(status=429) <= (0 if told else 1)
+    if told:  # the minimum is (200 - 20) / 50 + 0.1 = 3.7 s
+        assert max(r.end for r in server.records) < 3.7 + 0.1
