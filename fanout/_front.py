@@ -926,7 +926,7 @@ class ScopeFront:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()
             surely = self._started_between(sent, now)
-            late = self._ledger.slowest() - self._ledger.fastest()
+            late = self._ledger.spread()
             # Anything that started within the slowest latency seen before this
             # request was sent may have reached the server after it; before any
             # latency is known, what left with it (a probe two wide: each answer's
@@ -962,7 +962,7 @@ class ScopeFront:
             # may have reached the server after it. Left in a count of what came
             # before it, four sent within 12 ms before one 20 ms faster made a
             # refill bound 53.9/s against 50/s, and drew a 429 (real time).
-            late = self._ledger.slowest() - self._ledger.fastest()
+            late = self._ledger.spread()
             together = max(TOGETHER, late)
             # Calls admitted by then and still waiting for a place had not left,
             # by then or ``together`` before it.
@@ -1160,7 +1160,7 @@ class ScopeFront:
         lowest, highest = self._write_lags
         slack = max(self._send_lag, self._arrival_lag, highest - lowest)
         if self._window_length is not None:
-            slack = max(slack, self._ledger.slowest() - self._ledger.fastest())
+            slack = max(slack, self._ledger.spread())
         return slack
 
     def observe_write_lag(self, seconds: float) -> None:

@@ -62,6 +62,11 @@ class Ledger:
         """The longest recent call duration (zero before any finished)."""
         return max(self._samples, default=0.0)
 
+    def spread(self) -> float:
+        """How much recent call durations vary: how much later than another a request
+        may reach the server, as far as durations can tell."""
+        return self.slowest() - self.fastest()
+
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.
 
