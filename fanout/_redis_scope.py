@@ -118,7 +118,8 @@ class RedisBackend:
     _faster_to: float | None = attrs.field(init=False, default=None)
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
-    _rescaled: trio.Event | None = attrs.field(init=False, default=None)
+    _wakeup: trio.Event | None = attrs.field(init=False, default=None)
+    _log_epoch: int | None = attrs.field(init=False, default=None)  # as a log's reply last said
     # This process's bookings not yet due (a heap by start), and their tokens.
     _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _ahead_tokens: float = attrs.field(init=False, default=0.0)
@@ -262,6 +263,10 @@ class RedisBackend:
                 extra=extra, ahead=ahead,
                 slack=self.slack, booking=booking, entry=entry,
             )  # fmt: skip
+        if self.window is not None:
+            if self._log_epoch is not None and reply.epoch != self._log_epoch:
+                self._wake()  # a void, here or in another process: book again now
+            self._log_epoch = reply.epoch
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
@@ -349,18 +354,30 @@ class RedisBackend:
         time: later by what a wider slack added (``widen``), sooner by a
         faster rate this process set (``_go_faster``). It waits until then,
         waking when the schedule moves again, and asks again.
+
+        A log's booking is marked confirmed as it is asked, so that no void
+        takes it once its request goes (a void takes every booking not
+        confirmed, as the local log's does).
         """
         if booking.wait <= 0:
             await trio.lowlevel.checkpoint()
             return True
+        logged = self.window is not None and isinstance(booking.before, str)
         while True:
             try:
-                reply = await self._shared("peek")
+                if logged:
+                    reply = await self._shared(
+                        "confirm", booking=(booking.epoch, 0.0, 0.0), member=str(booking.before)
+                    )
+                else:
+                    reply = await self._shared("peek")
             except LimiterUnavailableError:
                 if self._fallback_bucket is None:
                     raise
                 return self._fallback_bucket.confirm(booking)
             if reply.epoch != booking.epoch or reply.blocked_for > 0:
+                return False
+            if logged and not reply.granted:
                 return False
             start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
             now = trio.current_time()
@@ -563,19 +580,21 @@ class RedisBackend:
 
     def _wake(self) -> None:
         """Wake this process's holders (``voided``): their bookings moved or are void."""
-        woken, self._rescaled = self._rescaled, None
+        woken, self._wakeup = self._wakeup, None
         if woken is not None:
             woken.set()
 
     def voided(self) -> trio.Event | None:
         """Set when this process re-times the schedule to a faster rate or adopts a
-        surplus: its holders wake to re-time or book again. Other processes' changes
-        are not heard of here: waiters confirm on waking."""
-        if self.window is not None:
-            return None
-        if self._rescaled is None:
-            self._rescaled = trio.Event()
-        return self._rescaled
+        surplus, or, for a log, when any reply shows a new epoch (a void here, or
+        one by another process seen on this one's next trip): its holders wake to
+        re-time or book again. Other processes' bucket changes are not heard of
+        here: waiters confirm on waking. (A log's holders that slept to their
+        start past a void found the places freed by it booked again behind them:
+        a window late.)"""
+        if self._wakeup is None:
+            self._wakeup = trio.Event()
+        return self._wakeup
 
     def estimated_wait(self, cost: float) -> float:
         """From the bucket as last seen, refilled to now on trio's clock."""

@@ -233,10 +233,13 @@ return found
 # The sliding log of ``_window.py``: a sorted set KEYS[1] of bookings scored by
 # their start (server time), each holding its cost for ``window + slack`` s
 # from it (or until it is held, if later), and a hash KEYS[2] {blocked,
-# epoch, longest}. A member is "<cost>|<id>" for a booking; "=<cost>|<held>|<id>" for
-# one whose answer showed when it reached the server (held until ``held``);
-# "~<cost>|<id>" for a phantom (tokens the server counted and the log did not),
-# which no refund removes. A start fits when no instant in the span it holds
+# epoch, longest}. A member is "<cost>|<id>" for a booking; "!<cost>|<id>" for
+# one its holder confirmed (its request went: a booking due at once is
+# confirmed as it is made); "=<cost>|<held>|<id>" for one whose answer showed
+# when it reached the server (held until ``held``); "~<cost>|<id>" for a
+# phantom (tokens the server counted and the log did not), which no refund
+# removes. A void takes every booking not confirmed, due or not, as
+# ``_window.SlidingLog`` does. A start fits when no instant in the span it holds
 # has more than ``limit - cost``; the load rises only where an entry starts,
 # and the earliest fit is now (or the block's end) or when an entry leaves.
 # Entries are kept a window after they leave, and as long as the slowest
@@ -245,9 +248,12 @@ return found
 # ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed. Ops:
 #   reserve   book ARGV[4] as ARGV[7]; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek      the wait for ARGV[4], consuming nothing
-#   refund    remove booking ARGV[7] if made in epoch ARGV[6]
+#   confirm   booking ARGV[7] of epoch ARGV[6] goes now, if that epoch holds and
+#             nothing blocks: granted, and marked so no void takes it
+#   refund    remove booking ARGV[7], confirmed or not, in any epoch
 #   answered  the request sent ARGV[9] s ago reached the server ARGV[5] s ago at the
-#             latest: its booking holds its tokens until a window after that
+#             latest: its booking holds its tokens until a window after that (and the
+#             slack, if that is its send: it may have arrived as late as the slack allows)
 #   drain     a 429: the window is full now, block for ARGV[5] seconds, new epoch
 #   block     start nothing for ARGV[5] seconds from now, new epoch
 #   void      bookings ahead book again (they were placed with a narrower slack), new epoch
@@ -281,7 +287,7 @@ local function read()
       redis.call('ZREM', KEYS[1], member)
     else
       members[#members + 1] = member
-      costs[#costs + 1] = tonumber(string.match(member, '^[~=]?([^|]+)'))
+      costs[#costs + 1] = tonumber(string.match(member, '^[~=!]?([^|]+)'))
       starts[#starts + 1] = start
       ends[#ends + 1] = ends_at
     end
@@ -316,14 +322,16 @@ local function slot(c)
     if fits then return t end
   end
 end
-local function booked(i)
+local function booked(i)  -- a booking not yet answered, confirmed or not
   local first = string.sub(members[i], 1, 1)
   return first ~= '~' and first ~= '='
 end
 local function void()
   epoch = epoch + 1
   for i = 1, #members do
-    if starts[i] > now and booked(i) then redis.call('ZREM', KEYS[1], members[i]) end
+    if booked(i) and string.sub(members[i], 1, 1) ~= '!' then
+      redis.call('ZREM', KEYS[1], members[i])
+    end
   end
 end
 local function hold(tokens, start)
@@ -338,22 +346,40 @@ if op == 'reserve' then
   wait = start - now
   if wait <= extra then
     granted = 1
-    redis.call('ZADD', KEYS[1], num(start), ARGV[7])
+    redis.call('ZADD', KEYS[1], num(start), (wait <= 0 and '!' or '') .. ARGV[7])
   end
   write = false
 elseif op == 'peek' then
   wait, write = slot(cost) - now, false
+elseif op == 'confirm' then
+  wait, write = 0, false
+  local start = redis.call('ZSCORE', KEYS[1], ARGV[7])
+  local marked = redis.call('ZSCORE', KEYS[1], '!' .. ARGV[7])  -- asked again
+  if tonumber(ARGV[6]) == epoch and blocked <= now and (start or marked) then
+    granted = 1
+    if start then
+      redis.call('ZREM', KEYS[1], ARGV[7])
+      redis.call('ZADD', KEYS[1], start, '!' .. ARGV[7])
+    end
+  end
 elseif op == 'refund' then
-  if tonumber(ARGV[6]) == epoch then redis.call('ZREM', KEYS[1], ARGV[7]) end
+  -- The member names one booking alone, so it goes in any epoch: one confirmed
+  -- whose holder then gave up (another scope fell short) held a place no one used.
+  redis.call('ZREM', KEYS[1], ARGV[7], '!' .. ARGV[7])
   write = false
 elseif op == 'answered' then
-  local sent, mine = now - tonumber(ARGV[9]), nil
+  -- Its own booking was confirmed; one never confirmed is taken only if none was.
+  local sent, mine, unconfirmed = now - tonumber(ARGV[9]), nil, nil
   for i = 1, #members do
-    if booked(i) and starts[i] <= sent + 0.005 then mine = i end
+    if booked(i) and starts[i] <= sent + 0.005 then
+      if string.sub(members[i], 1, 1) == '!' then mine = i else unconfirmed = i end
+    end
   end
+  mine = mine or unconfirmed
   write = false
   if mine then
     local held = now - extra + window
+    if extra >= tonumber(ARGV[9]) then held = held + slack end  -- arrived by its send
     redis.call('ZREM', KEYS[1], members[mine])
     redis.call('ZADD', KEYS[1], num(starts[mine]),
                '=' .. num(costs[mine]) .. '|' .. num(held) .. '|' .. members[mine])

@@ -16,7 +16,9 @@ once it finishes as early as any of them allows.
 Bookings behave as in ``_bucket``: a booking is an entry in the log at its
 start (perhaps in the future), found by ``earliest_start``; when the server
 says otherwise (a 429, a block, a count above the log's) the log starts a new
-epoch, bookings not yet due are void, and their holders book again. Tokens the
+epoch, bookings not yet confirmed are void, and their holders book again. (A
+booking already due but not yet confirmed is void too: its holder will find
+the new epoch and book again, and kept, it held a place no one used.) Tokens the
 server counted and the log did not (another client's, or a drained window)
 are *phantom* entries: they hold capacity until they leave, and no refund
 touches them.
@@ -41,9 +43,10 @@ __all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
 
-_BOOKED, _ANSWERED, _PHANTOM = 0, 1, 2
+_BOOKED, _ANSWERED, _PHANTOM, _STARTED = 0, 1, 2, 3
 # (start, cost, kind, held until at least): a booking, a booking whose answer
-# came, or tokens the server counted and the log did not.
+# came, tokens the server counted and the log did not, or a booking its holder
+# confirmed (its request went).
 Entry = tuple[float, float, int, float]
 
 
@@ -192,7 +195,12 @@ class SlidingLog:
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: nothing voided it since it was made."""
-        return booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        held = booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        entry = (booking.start, booking.cost, _BOOKED, -math.inf)
+        if held and entry in self._entries:  # started: no void takes it back now
+            self._entries.remove(entry)
+            bisect.insort(self._entries, (booking.start, booking.cost, _STARTED, -math.inf))
+        return held
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
@@ -208,7 +216,7 @@ class SlidingLog:
         wider = slack > self.slack
         self.slack = slack
         if wider and self._ahead(trio.current_time()):
-            self._void(trio.current_time())
+            self._void()
 
     # -- what the server said ----------------------------------------------
 
@@ -225,7 +233,7 @@ class SlidingLog:
         self.window = window
         now = trio.current_time()
         if self._ahead(now):
-            self._void(now)
+            self._void()
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """A new ``limit`` (the burst); the window stays, so ``rate`` is not read.
@@ -239,7 +247,7 @@ class SlidingLog:
                 raise ConfigurationError(f"a window's limit must be at least 1, not {burst!r}")
             self.limit = burst
             if self._ahead(now):
-                self._void(now)
+                self._void()
         if tokens is not None and math.isfinite(tokens):
             self._hold(now, self.limit - tokens - self._load(now), returns=now + self._span)
 
@@ -270,28 +278,35 @@ class SlidingLog:
         """A request sent at ``sent`` reached the server by ``arrived_by``.
 
         Its booking (the latest not yet answered that started by then) is
-        held until a window after that, if that is later than the slack
-        allowed: a request the server took in late (a cold connection, a busy
-        server) holds its token as long as the server does. Bookings ahead
-        that this overlaps book again.
+        held until a window after that, if that is later than its booked
+        start allowed: a request that left late (a busy process) or that the
+        server took in late (a cold connection, a busy server) holds its token
+        as long as the server does. One known to have arrived only by when it
+        left (a warm connection) may have reached the server as late as the
+        slack allows for, so it holds the slack more; one whose arrival is
+        bounded by its answer does not. Bookings ahead that this overlaps book
+        again.
         """
         now = trio.current_time()
         self._longest = max(self._longest, now - sent)
-        mine = [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
+        # Its own entry was confirmed; one never confirmed is taken only if none was.
+        started = [e for e in self._entries if e[2] == _STARTED and e[0] <= sent]
+        mine = started or [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
         if not mine:
             return
         entry = mine[-1]
-        held = (entry[0], entry[1], _ANSWERED, arrived_by + self.window)
+        way = self.slack if arrived_by <= sent else 0.0
+        held = (entry[0], entry[1], _ANSWERED, arrived_by + self.window + way)
         self._entries.remove(entry)
         bisect.insort(self._entries, held)
         end = _end(held, self._span)
         if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
-            self._void(now)
+            self._void()
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """A 429: the window is full now, and nothing starts for ``blocked_for`` s."""
         now = trio.current_time()
-        self._void(now)
+        self._void()
         self._hold(now, self.limit - self._load(now), returns=now + self._span, void=False)
         self._blocked_until = max(self._blocked_until, now + max(0.0, blocked_for))
         self._drained += 1
@@ -300,7 +315,7 @@ class SlidingLog:
         """Start nothing before ``when``; bookings not yet due book again after it."""
         now = trio.current_time()
         if when > self._blocked_until and when > now:
-            self._void(now)
+            self._void()
             self._blocked_until = when
 
     def voided(self) -> trio.Event:
@@ -344,13 +359,14 @@ class SlidingLog:
         if tokens <= _EPS:
             return False
         if void:
-            self._void(now)
+            self._void()
         bisect.insort(self._entries, (returns - self._span, tokens, _PHANTOM, -math.inf))
         return True
 
-    def _void(self, now: float) -> None:
+    def _void(self) -> None:
+        """A new epoch: every booking not confirmed goes, due or not."""
         self.epochs.void()
-        self._entries = [e for e in self._entries if e[0] <= now or e[2] == _PHANTOM]
+        self._entries = [e for e in self._entries if e[2] != _BOOKED]
 
     def _check_cost(self, cost: float) -> None:
         check_cost(cost, self.limit, f"in a window whose limit is {self.limit:g}")

@@ -110,10 +110,16 @@ async def test_a_told_window_on_redis_causes_no_429(
         runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
         calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(12)]
         turn = await runner.run_turn(calls)
+        slack = scope.statistics().slack
     assert all(r.status is fanout.Status.OK for r in turn.results)
     assert server.count(status=429) == 0
-    origin = min(server.starts())
-    assert max(server.starts()) - origin <= 1.0 + 3 * SLACK  # three windows' worth, no later
+    # Three windows' worth, no later: each window after the first opens a window and the
+    # slack after it. On a busy machine the first burst itself goes out spread over tens
+    # of milliseconds and the slack measured grows to match; a place held that no one
+    # used was a whole window more.
+    starts = sorted(server.starts())
+    first_burst = starts[3] - starts[0]
+    assert starts[-1] - starts[0] <= first_burst + 2 * (0.5 + slack) + 3 * SLACK
 
 
 async def test_a_redis_scope_learns_a_window_at_its_first_429(redis_url: str, prefix: str) -> None:
@@ -156,6 +162,57 @@ async def test_an_answer_holds_a_shared_booking_from_its_arrival(
         await trio.sleep(0.2)
         await one.observe_headers(RateLimitInfo(), sent_at=booking.start)
         assert close([await other.wait_for(1)], [0.5])  # a window from the answer, not the send
+
+
+async def test_a_shared_booking_due_but_void_before_it_was_confirmed_is_given_back(
+    redis_url: str, prefix: str
+) -> None:
+    """A void comes between a booking's start and its holder's confirmation: the holder
+    books again, and its refund takes the first booking off the shared log in any epoch.
+    (A void takes only bookings ahead; the refund once named the booking's epoch too, and
+    the booking held a place no one used for a window: a window late, under load.)"""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        assert await one.reserve(1, 0) is not None
+        due = await one.reserve(1, 1)
+        assert due is not None
+        assert close([due.wait], [0.5])
+        await trio.sleep_until(due.start)
+        await one.block_until(trio.current_time() + 0.01)  # voids: a new epoch
+        await trio.sleep(0.02)
+        assert not await one.confirm(due)
+        await one.refund(due)
+        assert close([await other.wait_for(1)], [0.0])  # the first has left; nothing holds
+
+
+async def test_a_void_keeps_a_confirmed_shared_booking_and_wakes_the_holders(
+    redis_url: str, prefix: str
+) -> None:
+    """A booking confirmed (its request went) holds its place through a void, as the local
+    log's does; a void by another process wakes this one's holders at its next trip to
+    Redis, to book again at once (asleep to their start, they found the places the void
+    freed booked again behind them, a window late)."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        first = await one.reserve(1, 0)
+        assert first is not None
+        due = await one.reserve(1, 1)
+        assert due is not None
+        await trio.sleep_until(due.start)
+        assert await one.confirm(due)
+        woken = one.voided()
+        assert woken is not None
+        await other.block_until(trio.current_time() + 0.01)  # voids: a new epoch
+        assert not woken.is_set()  # not heard of yet...
+        await trio.sleep(0.02)
+        assert close([await one.wait_for(1)], [0.5])  # ...until this trip; ``due`` holds
+        assert woken.is_set()
 
 
 async def test_an_answer_slower_than_two_windows_still_finds_the_shared_booking(

@@ -49,9 +49,9 @@ async def test_a_window_admits_its_limit_then_each_token_a_window_after_it_was_s
 async def test_spread_out_starts_come_back_one_by_one(autojump_clock: Any) -> None:
     """Tokens return a window after each start, not all at a window's end."""
     log = SlidingLog(2, 1.0)
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.25)
-    log.reserve()
+    start_now(log, 1)
     assert log.wait_for() == 0.75
     await trio.sleep(0.75)
     assert log.wait_for() == 0
@@ -61,7 +61,7 @@ async def test_spread_out_starts_come_back_one_by_one(autojump_clock: Any) -> No
 async def test_slack_widens_the_window_and_voids_bookings_ahead(autojump_clock: Any) -> None:
     """Requests that reach the server late need a wider window; bookings made before book again."""
     log = SlidingLog(1, 1.0)
-    log.reserve()
+    start_now(log, 1)
     ahead = log.reserve()
     assert ahead is not None
     assert ahead.wait == 1.0
@@ -72,12 +72,30 @@ async def test_slack_widens_the_window_and_voids_bookings_ahead(autojump_clock: 
     assert log.wait_for() == 1.1
 
 
+async def test_a_void_takes_a_booking_due_but_not_yet_confirmed(autojump_clock: Any) -> None:
+    """A booking whose start came, but whose holder had not confirmed it, when a void came:
+    the holder finds the new epoch and books again. Kept (a void took only bookings ahead,
+    and the refund of a void booking does nothing), it held a place no one used for a window.
+    """
+    log = SlidingLog(2, 1.0)
+    start_now(log, 1)
+    due = log.reserve()
+    ahead = log.reserve()
+    assert due is not None
+    assert ahead is not None
+    assert (due.wait, ahead.wait) == (0, 1.0)
+    log.set_slack(0.1)  # a wider window voids what is ahead, and what is not yet confirmed
+    assert not log.confirm(due)
+    log.refund(due)
+    assert log.wait_for() == 0  # one place in use, the other free
+
+
 async def test_refund_gives_a_booking_back_and_its_slot_is_taken_again(
     autojump_clock: Any,
 ) -> None:
     """A caller that gives up frees its place in the log; the next caller gets it."""
     log = SlidingLog(1, 1.0)
-    log.reserve()
+    start_now(log, 1)
     second = log.reserve()
     third = log.reserve()
     assert second is not None
@@ -90,7 +108,7 @@ async def test_refund_gives_a_booking_back_and_its_slot_is_taken_again(
 async def test_drain_fills_the_window_and_blocks(autojump_clock: Any) -> None:
     """A 429: nothing starts before the server's wait, and the window counts as full."""
     log = SlidingLog(4, 1.0)
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.5)
     log.drain(0.2)
     assert log.wait_for() == 0.5  # the start at 0 leaves at 1.0
@@ -105,7 +123,7 @@ async def test_block_voids_bookings_ahead_and_gives_their_tokens_back(
 ) -> None:
     """Nothing starts before a block ends; what was booked ahead books again after it."""
     log = SlidingLog(1, 1.0)
-    log.reserve()
+    start_now(log, 1)
     ahead = log.reserve()
     assert ahead is not None
     log.block_until(0.5)
@@ -116,7 +134,7 @@ async def test_block_voids_bookings_ahead_and_gives_their_tokens_back(
 async def test_a_count_above_the_logs_own_is_held_for_a_window(autojump_clock: Any) -> None:
     """The server counted starts this log did not see: they hold their place for a window."""
     log = SlidingLog(5, 1.0)
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.5)
     assert log.sync(ServerCount(1, elapsed=0.1))  # 4 used, 1 of them ours: 3 someone else's
     assert log.statistics().tokens == 1
@@ -132,7 +150,7 @@ async def test_a_count_is_compared_with_the_log_as_it_was_when_the_server_counte
 ) -> None:
     """A start that left the log while the answer travelled was in the server's count too."""
     log = SlidingLog(3, 1.0)
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.5)
     log.reserve()  # sent at 0.5; its answer comes at 1.2, after the first start left
     await trio.sleep(0.7)
@@ -162,10 +180,10 @@ async def test_an_answer_slower_than_two_windows_still_finds_its_booking(
     with a window of 0.1 s, found nothing: its count took the request itself for someone
     else's and held it a window more. Bookings are kept as long as the slowest answer yet."""
     log = SlidingLog(1, 0.125)
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.5)
     log.answered(0.0, 0.0)  # the slowest answer yet
-    log.reserve()
+    start_now(log, 1)
     await trio.sleep(0.5)
     assert log.wait_for() == 0  # a booking is forgotten only now...
     assert not log.sync(ServerCount(0, elapsed=0.5))  # ...but this count is of the second
@@ -177,7 +195,7 @@ async def test_a_request_the_server_took_in_late_holds_its_token_as_long(
 ) -> None:
     """An answer shows a request arrived later than the slack allowed: the window follows it."""
     log = SlidingLog(1, 1.0)
-    log.reserve()
+    start_now(log, 1)
     ahead = log.reserve()
     assert ahead is not None
     assert ahead.wait == 1.0
@@ -187,6 +205,20 @@ async def test_a_request_the_server_took_in_late_holds_its_token_as_long(
     assert log.wait_for() == 0.75  # at 1.25
     log.answered(0.0, 0.5)  # no booking left unanswered: nothing moves
     assert log.wait_for() == 0.75
+
+
+async def test_a_request_that_left_after_its_booked_start_holds_its_token_from_then(
+    autojump_clock: Any,
+) -> None:
+    """A busy process sent a request booked for 0 at 0.05: its token comes back a window
+    and the slack after the send, not after the booking. (On a loaded machine, with 0.5 s
+    windows and held a window alone after the send, the next request left 2 ms after that
+    and reached a sliding log 0.499 s after the first: a 429.)"""
+    log = SlidingLog(1, 1.0, slack=0.1)
+    start_now(log, 1)
+    await trio.sleep(0.1)
+    log.answered(0.05, 0.05)  # warm: it arrived as it left
+    assert log.wait_for() == pytest.approx(1.05)  # at 1.15
 
 
 def test_a_warm_request_arrived_as_it_left_and_a_cold_one_by_a_connections_set_up() -> None:
@@ -217,8 +249,8 @@ def test_where_the_transport_cannot_tell_requests_before_the_first_answer_opened
 async def test_a_lower_limit_applies_to_bookings_ahead(autojump_clock: Any) -> None:
     """A server that states a smaller limit voids bookings that no longer fit."""
     log = SlidingLog(2, 1.0)
-    log.reserve()
-    log.reserve()
+    start_now(log, 1)
+    start_now(log, 1)
     ahead = log.reserve()
     assert ahead is not None
     log.set_limits(None, 1)
