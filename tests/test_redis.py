@@ -307,11 +307,14 @@ async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_burst
         opened = trio.current_time()
         assert await one.reserve(1, math.inf) is not None
         await trio.sleep(0.05)
+        asked = trio.current_time()
         assert await other.reserve(1, math.inf) is not None
+        trip = trio.current_time() - asked
         since = trio.current_time() - opened
         other.observe_send_lag(0.001)
         slack = other.statistics().slack
-        assert 0.05 <= slack <= since + 0.01  # as early as the script can have run: a trip
+        # As early as the script can have run: a trip (a loaded machine's is tens of ms).
+        assert 0.05 <= slack <= since + trip
         assert await one.reserve(1, math.inf) is not None
         booking = await late.reserve(1, math.inf)
         assert booking is not None
