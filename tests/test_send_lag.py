@@ -139,3 +139,51 @@ async def test_requests_reaching_the_server_out_of_step_draw_no_429(
     assert server.count(status=429) == 0
     # The minimum is (200 - 20) / 50 + 0.1 = 3.7 s.
     assert max(r.end for r in server.records) < 3.7 + 0.1
+
+
+class _OneLateOnTheWayIn(httpx.AsyncBaseTransport):
+    """The request for item ``late`` reaches the server ``delay`` s after it leaves."""
+
+    def __init__(self, late: int, delay: float) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._late, self._delay = late, delay
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == f"/items/{self._late}":
+            await trio.sleep(self._delay)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def test_a_request_counted_before_one_that_left_earlier_is_not_taken_for_uncounted(
+    autojump_clock: Any,
+) -> None:
+    """8 calls against 5/s, burst 5, 50 ms, learning. After the probe's two, three leave
+    0.4 ms apart, and the first of them reaches the server 1 ms late: it is counted last
+    (0 left), after the two that left after it (2 and 1 left). Its count, read with those
+    two as started since, put the bucket two tokens under the server's, and the sixth call
+    went at 0.65 s for 0.25 s (in real time: 0.46 s for 0.26 s, one run in six). Their
+    own answers, read first, show they were counted before it: a count higher than its
+    own by more than the refill between them."""
+    async with (
+        serve_throttled(ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")) as server,
+        fanout.http_client(_OneLateOnTheWayIn(2, 0.001), base_url=server.url) as client,
+    ):
+        reg = Registry()
+        leaves = {3: 0.0004, 4: 0.0008}  # after the first of the three
+
+        @reg.tool(kind=Kind.READS, scopes=["api"])
+        async def fetch(n: int) -> str:
+            await trio.sleep(leaves.get(n, 0.0))
+            return (await client.get(f"/items/{n}")).text
+
+        began = trio.current_time()
+        runner = Runner(reg, scopes=[Scope("api")], inline_wait=None)
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(8)])
+    assert [r.status for r in turn.results] == [fanout.Status.OK] * 8
+    assert server.count(status=429) == 0
+    starts = [round(t - began, 9) for t in server.starts()]
+    assert starts[2:5] == [0.0504, 0.0508, 0.051]  # counted as 2, 1 and 0 left
+    assert starts[5] == pytest.approx(0.2508)  # its token at 0.2, and the first burst's slack
