@@ -6,6 +6,7 @@ asserted within ``SLACK`` of what the local log (on the same schedule) says.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,7 +19,7 @@ from fanout.testing import ServerConfig, serve_throttled
 from tests.redis_support import shared_redis_url, unique_prefix
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from fanout import Booking
 
@@ -38,6 +39,18 @@ def prefix() -> str:
     return unique_prefix()
 
 
+@contextlib.asynccontextmanager
+async def two_processes(
+    redis_url: str, **options: Any
+) -> AsyncIterator[tuple[RedisScope, RedisScope]]:
+    """Two clients of one shared log, as two processes sharing a key hold it."""
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        yield one, other
+
+
 def waits(bookings: list[Booking | None]) -> list[float]:
     assert all(b is not None for b in bookings)
     return [b.wait for b in bookings if b is not None]
@@ -55,10 +68,7 @@ async def test_a_window_books_alike_on_redis_and_locally_across_processes(
     """4 per 0.5 s: the same waits from a local log and from two clients of one Redis log."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 4, "per": 0.5}
     local = fanout.Scope("api", limit=4, per=0.5)
-    async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
-    ):
+    async with two_processes(redis_url, **options) as (one, other):
         mine = waits([await local.reserve(1, 5) for _ in range(6)])
         shared = waits([await (one if i % 2 else other).reserve(1, 5) for i in range(6)])
         assert close(mine, [0, 0, 0, 0, 0.5, 0.5])
@@ -69,10 +79,7 @@ async def test_a_window_books_alike_on_redis_and_locally_across_processes(
 async def test_refund_drain_and_counts_reach_every_process(redis_url: str, prefix: str) -> None:
     """A refund frees a slot for another client; a 429 or a higher count holds back both."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 2, "per": 0.5}
-    async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
-    ):
+    async with two_processes(redis_url, **options) as (one, other):
         first = await one.reserve(2, 0)
         assert first is not None
         assert close([await other.wait_for(1)], [0.5])
@@ -153,10 +160,7 @@ async def test_an_answer_holds_a_shared_booking_from_its_arrival(
 ) -> None:
     """A first answer 0.2 s after the send: every process holds that token from then on."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
-    async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
-    ):
+    async with two_processes(redis_url, **options) as (one, other):
         booking = await one.reserve(1, 0)
         assert booking is not None
         await trio.sleep(0.2)
@@ -172,10 +176,7 @@ async def test_a_shared_booking_due_but_void_before_it_was_confirmed_is_given_ba
     (A void takes only bookings ahead; the refund once named the booking's epoch too, and
     the booking held a place no one used for a window: a window late, under load.)"""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
-    async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
-    ):
+    async with two_processes(redis_url, **options) as (one, other):
         assert await one.reserve(1, 0) is not None
         due = await one.reserve(1, 1)
         assert due is not None
@@ -196,10 +197,7 @@ async def test_a_void_keeps_a_confirmed_shared_booking_and_wakes_the_holders(
     Redis, to book again at once (asleep to their start, they found the places the void
     freed booked again behind them, a window late)."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 1, "per": 0.5}
-    async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
-    ):
+    async with two_processes(redis_url, **options) as (one, other):
         first = await one.reserve(1, 0)
         assert first is not None
         due = await one.reserve(1, 1)

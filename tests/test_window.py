@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from fanout import Booking
 
 
+def booked(log: SlidingLog, n: int) -> list[Booking]:
+    """``n`` bookings, none refused."""
+    bookings = [log.reserve() for _ in range(n)]
+    assert all(b is not None for b in bookings)
+    return [b for b in bookings if b is not None]
+
+
 def waits(log: SlidingLog, n: int) -> list[float | None]:
     bookings = [log.reserve() for _ in range(n)]
     return [None if b is None else b.wait for b in bookings]
@@ -79,10 +86,7 @@ async def test_a_void_takes_a_booking_due_but_not_yet_confirmed(autojump_clock: 
     """
     log = SlidingLog(2, 1.0)
     start_now(log, 1)
-    due = log.reserve()
-    ahead = log.reserve()
-    assert due is not None
-    assert ahead is not None
+    due, ahead = booked(log, 2)
     assert (due.wait, ahead.wait) == (0, 1.0)
     log.set_slack(0.1)  # a wider window voids what is ahead, and what is not yet confirmed
     assert not log.confirm(due)
@@ -96,10 +100,7 @@ async def test_refund_gives_a_booking_back_and_its_slot_is_taken_again(
     """A caller that gives up frees its place in the log; the next caller gets it."""
     log = SlidingLog(1, 1.0)
     start_now(log, 1)
-    second = log.reserve()
-    third = log.reserve()
-    assert second is not None
-    assert third is not None
+    second, _ = booked(log, 2)
     log.refund(second)
     assert log.wait_for() == 1.0
     assert log.statistics().refunded == 1
