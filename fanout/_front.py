@@ -64,6 +64,9 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 
 _RECENT = 4096  # bookings remembered, to count what started since a request was sent
 _RECENT_FOR = 60.0  # seconds a booking is remembered
+# Counts kept to tell what the server counted first (`_counted_before`): requests that
+# overtake one on the way in are answered about when it is, among the latest answers.
+_COUNTS_KEPT = 64
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
@@ -223,7 +226,7 @@ class ScopeFront:
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     # (sent, Remaining) of the latest counts read (`_counted_before`).
     _counts: collections.deque[tuple[float, float]] = attrs.field(
-        init=False, factory=lambda: collections.deque(maxlen=_RECENT), repr=False
+        init=False, factory=lambda: collections.deque(maxlen=_COUNTS_KEPT), repr=False
     )
     # What other processes sharing a bucket started in the last second (`_count_others`).
     _others: collections.deque[tuple[float, float]] = attrs.field(
@@ -949,8 +952,8 @@ class ScopeFront:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()
             late = self._ledger.spread()
-            surely = self._started_between(sent, now)
-            surely = max(0.0, surely - self._counted_before(sent, remaining, rate, late))
+            first = self._counted_before(sent, remaining, rate, late)
+            surely = max(0.0, self._started_between(sent, now) - first)
             self._counts.append((sent, remaining))
             # Anything that started within the slowest latency seen before this
             # request was sent may have reached the server after it; before any
