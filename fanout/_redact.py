@@ -37,16 +37,22 @@ def _names(names: Iterable[str]) -> str:
 # it keeps: a bearer token; a vendor key (sk-..., ghp_...); a credential query
 # parameter; URL userinfo; and a credential header quoted as text
 # ("Authorization: Basic ...", or a JSON pair '"x-api-key": "..."').
+#
+# Free text is often JSON (every error answer is), so no value replaced may
+# reach across its string: none takes a backslash (the escape of a quote that
+# follows), and a header's value is never a word that a quote and a colon
+# follow, which is the next key ('"message":"...Cookie","started":true' once
+# lost its field "started" to a cookie's value).
 _SHAPES = (
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
     (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=)[^&\s\"'<>]+"), rf"\1{REDACTED}"),
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=)[^&\s\"'<>\\]+"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>\\]*@"), rf"\1{REDACTED}@"),
     (
         re.compile(
             rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
             r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
-            r"[^\s\"',;\]}]+"
+            r"(?![^\s\"',;\]}\\]*[\"']\s*:)[^\s\"',;\]}\\]+"
         ),
         rf"\1{REDACTED}",
     ),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout import Kind, Registry, Runner, ToolCall, ToolResult
 from fanout._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
 from fanout._redact import _redact_shapes, _replace_shapes, redact_url
 
@@ -71,3 +75,39 @@ def test_a_text_the_shape_check_passes_over_holds_no_shape(
 def test_a_url_without_a_query_keeps_its_shape() -> None:
     """A URL with no query parameters is given back with none (not an empty ``?``)."""
     assert redact_url("http://Example.com:8080/a/b#frag") == "http://example.com:8080/a/b#frag"
+
+
+# Pieces of an exception's text that credential shapes read around: header and
+# parameter names, their separators, quotes, escapes, and a token where a value goes.
+_PIECE = st.one_of(
+    st.sampled_from(sorted(CREDENTIAL_HEADERS)).flatmap(_spelled),
+    st.sampled_from(sorted(CREDENTIAL_PARAMS)),
+    st.sampled_from(['"', "'", ":", "=", ",", ", ", " ", "\\", '\\"', "?", "&", "@", "://"]),
+    _SHAPE,
+    _TOKEN,
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_PIECE, max_size=8))
+def test_an_error_answer_keeps_its_fields_whatever_its_message_says(pieces: list[str]) -> None:
+    """A tool's exception text is redacted inside the answer's JSON, never across it:
+    the answer still parses and says whether the call started. A message ending in
+    "Cookie" once took the next field's name, ``started``, for a cookie's value."""
+    message = "".join(pieces)
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS)
+    async def fail() -> str:
+        raise ValueError(message)
+
+    async def main() -> ToolResult:
+        turn = await Runner(registry).run_turn([ToolCall("c", "fail", {})])
+        return turn.results[0]
+
+    result = trio.run(main)
+    body = json.loads(result.content)
+    assert body["started"] is True
+    assert (body["status"], body["tool"]) == ("error", "fail")
+    assert body["message"].startswith("ValueError")
