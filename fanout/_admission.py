@@ -5,8 +5,9 @@ call's budget (else the call is shed at once with a drain estimate); a slot
 on each scope, taken in one global order (by name) so two calls can never
 hold one each and wait for the other's; then tokens on each scope, booked,
 slept, and confirmed (a booking the server overruled meanwhile is booked
-again). The budget judges every wait; a call that cannot be admitted in time
-is denied, never sent, and nothing it booked stays consumed.
+again), unless even the quickest call seen there would now end past the
+deadline. The budget judges every wait; a call that cannot be admitted in
+time is denied, never sent, and nothing it booked stays consumed.
 
 Order: a turn admits its calls in the model's order. It starts the next call
 only once this one calls ``queued()``: when it is admitted or denied, or just
@@ -207,6 +208,9 @@ async def take_tokens(
                 finally:
                     for scope in scopes:
                         scope.note_waiting(-1)
+            doomed = _ends_late_however_quick(scopes, budget)
+            if doomed is not None:
+                return doomed
             confirmed = True
             for scope, booking in booked:
                 confirmed = confirmed and await scope.confirm(booking)
@@ -216,6 +220,24 @@ async def take_tokens(
                     await scope.refund(booking)
         if confirmed:
             return None
+
+
+def _ends_late_however_quick(scopes: Sequence[ScopeLike], budget: Budget) -> Shortfall | None:
+    """A shortfall if, now its turn has come, even the quickest call seen would end late.
+
+    A booking is judged when it is made, and then a scope may know no
+    latency yet: a told scope books the 29th call of a 2 s deadline row for
+    1.9 s at t=0. Sent then, a 100 ms call is cut off at its deadline, its
+    answer written a few ms past it, and the server counts a request whose
+    answer nobody reads. Judged again here on the quickest call each scope
+    has seen (not the usual one: answers a few ms quicker than usual would
+    lose calls that fit), it is answered at once, and its tokens go back.
+    """
+    for scope in scopes:
+        quickest = scope.quickest_call()
+        if quickest is not None and budget.ends_late(quickest):
+            return Shortfall(scope.name, 0.0, Verdict.ENDS_LATE, latency=quickest)
+    return None
 
 
 async def _wait_for_a_rise(
@@ -308,6 +330,14 @@ def _token_denial(shortfall: Shortfall, budget: Budget) -> Denial:
         return Denial(Status.REFUSED, shortfall.never, name)
     if not math.isfinite(needed):
         return Denial(Status.TIMED_OUT, f"scope {name!r} has no capacity in sight", name)
+    if needed == 0 and shortfall.verdict is Verdict.ENDS_LATE:
+        return Denial(
+            Status.RATE_LIMITED,
+            f"scope {name!r} allows this call now, but the quickest call there took "
+            f"{shortfall.latency or 0.0:.3f}s and it would end past its deadline; "
+            "the call was not sent",
+            name,
+        )
     why = budget.explain(shortfall.verdict, latency=shortfall.latency)
     return Denial(
         Status.RATE_LIMITED,

@@ -76,6 +76,8 @@ _PROBE_WIDTH = 4
 # refill of the server's full bucket while it was answered. A server whose burst or
 # in-flight cap is one refuses the second: a 429 or a 503 spent.
 _BLIND_PROBE_WIDTH = 2
+# Calls finished before the quickest of them is taken as a floor for the next.
+_QUICKEST_AFTER = 8
 
 
 class SlotHolder(Protocol):
@@ -1254,6 +1256,17 @@ class ScopeFront:
     def expected_latency(self) -> float | None:
         """The moving average of call durations here, or None before any finished."""
         return self._ledger.latency
+
+    def quickest_call(self) -> float | None:
+        """The shortest recent call duration here, or None while few calls have finished.
+
+        A call whose turn to start comes so late that even a call this quick
+        would end past its deadline is not sent (`fanout._admission`). The
+        quickest of one or two calls is no floor: a scope's calls may differ
+        (a 1.5 s call and then an instant one, on one tool), so it takes
+        `_QUICKEST_AFTER` calls.
+        """
+        return self._ledger.fastest() if self._ledger.finished() >= _QUICKEST_AFTER else None
 
     def rate_rising(self) -> trio.Event | None:
         """While the rate is still being learned and may rise: an event set when it does.

@@ -54,6 +54,10 @@ class Ledger:
         if seconds >= 0 and math.isfinite(seconds) and seconds > (self.latency or 0.0):
             self.latency = seconds
 
+    def finished(self) -> int:
+        """How many recent call durations are kept (up to the last 32)."""
+        return len(self._samples)
+
     def fastest(self) -> float:
         """The shortest recent call duration (zero before any finished)."""
         return min(self._samples, default=0.0)

@@ -444,3 +444,24 @@ async def test_a_call_that_would_finish_past_its_deadline_is_not_sent(autojump_c
     assert statuses == [Status.OK, Status.OK, Status.RATE_LIMITED]
     assert "would end past its deadline" in body(turn.results[2])["message"]
     assert api.starts == [0, 1, 2]
+
+
+async def test_a_told_call_whose_token_comes_too_late_for_any_call_seen_is_not_sent(
+    autojump_clock: Any,
+) -> None:
+    """Told 10/s (burst 10), calls of 0.12 s, 2 s deadlines: at t=0 no latency is known, so
+    the 29th call books its token for 1.9 s. By then every call seen took 0.12 s, and one
+    sent at 1.9 s would be cut off at 2.0 s: it is answered at 1.9 s instead, never sent."""
+    api = FakeAPI(rate=1000, burst=1000, latency=0.12)
+    runner = Runner(api_registry(api, timeout=2), scopes=[Scope("key", rate=10, burst=10)])
+    turn = await runner.run_turn(fetches(30))
+    statuses = [r.status for r in turn.results]
+    assert statuses == [Status.OK] * 28 + [Status.RATE_LIMITED] * 2
+    assert api.starts == [0] * 10 + [pytest.approx(0.1 * k) for k in range(1, 19)]
+    answered = {e.call_id: e.time for e in turn.trace if e.kind.value == "answered"}
+    assert answered["c28"] == pytest.approx(1.9)
+    assert body(turn.results[28])["message"] == (
+        "scope 'key' allows this call now, but the quickest call there took 0.120s and it "
+        "would end past its deadline; the call was not sent"
+    )
+    assert answered["c29"] == 0  # its token, at 2.0 s, is past the deadline
