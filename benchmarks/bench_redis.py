@@ -52,6 +52,11 @@ RESULTS = Path(__file__).with_name("results") / "redis.md"
 SAMPLES = 3000
 RATE, BURST, PROCESSES, TASKS, SECONDS = 50.0, 10.0, 4, 2, 4.0
 UNLIMITED = 1e9  # a rate the reservation-cost runs never exhaust
+# Seconds from the last process ready to the common start: processes importing at
+# once on a busy machine took 1.8-2.0 s past a start fixed 1.5 s ahead, and every
+# makespan measured from it counted their start-up as the scope's.
+START_MARGIN = 0.3
+READY = "r"  # what a process writes once it is ready to start
 
 
 @contextlib.contextmanager
@@ -146,13 +151,13 @@ async def reservation_costs(url: str) -> tuple[list[tuple[str, float, float]], f
     return rows, per_second
 
 
-async def worker(url: str, prefix: str, start_at: float) -> None:
+async def worker(url: str, prefix: str) -> None:
     """One process of the accuracy run: reserve, sleep the wait, record the start."""
     stamps: list[float] = []
     async with RedisScope.from_url(
         url, name="bench", prefix=prefix, rate=RATE, burst=BURST
     ) as scope:
-        await trio.sleep(max(0.0, start_at - time.time()))
+        await ready_then_start()
         end = trio.current_time() + SECONDS
 
         async def loop() -> None:
@@ -171,25 +176,58 @@ async def worker(url: str, prefix: str, start_at: float) -> None:
     print(json.dumps(stamps))
 
 
-async def processes_printing(command: list[str], count: int) -> list[Any]:
-    """Run ``count`` copies of ``command`` at once; the JSON each printed."""
+async def ready_then_start() -> None:
+    """In a process of a run: say it is ready, then sleep until the common start."""
+    sys.stdout.write(READY)
+    sys.stdout.flush()
+    start_at = float(await trio.to_thread.run_sync(sys.stdin.read))
+    await trio.sleep(max(0.0, start_at - time.time()))
+
+
+async def _collect(process: trio.Process, outputs: list[Any]) -> None:
+    """The JSON a process printed after it started, once it has ended well."""
+    assert process.stdout is not None
+    chunks = []
+    while chunk := await process.stdout.receive_some():
+        chunks.append(chunk)
+    if await process.wait() != 0:
+        raise RuntimeError(f"a process ended with status {process.returncode}")
+    outputs.append(json.loads(b"".join(chunks)))
+
+
+async def processes_started_together(command: list[str], count: int) -> tuple[float, list[Any]]:
+    """Run ``count`` copies of ``command`` and start them together once all are
+    ready; the start, on the wall clock, and the JSON each printed after it."""
     outputs: list[Any] = []
-
-    async def one() -> None:
-        done = await trio.run_process(command, capture_stdout=True, check=True)
-        outputs.append(json.loads(done.stdout))
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(count):
-            nursery.start_soon(one)
-    return outputs
+    processes = [
+        await trio.lowlevel.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for _ in range(count)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            if await process.stdout.receive_some(len(READY)) != READY.encode():
+                raise RuntimeError("a process ended before it was ready to start")
+        start_at = time.time() + START_MARGIN
+        for process in processes:
+            assert process.stdin is not None
+            await process.stdin.send_all(repr(start_at).encode())
+            await process.stdin.aclose()
+        async with trio.open_nursery() as nursery:
+            for process in processes:
+                nursery.start_soon(_collect, process, outputs)
+    except BaseException:
+        for process in processes:  # none is left waiting for a start that will not come
+            process.kill()
+        raise
+    return start_at, outputs
 
 
 async def accuracy(url: str) -> dict[str, float]:
     prefix = f"fanout-bench:{time.time_ns()}:"
-    start_at = time.time() + 1.5
-    command = [sys.executable, __file__, "--worker", url, prefix, str(start_at)]
-    stamps = sorted(stamp for out in await processes_printing(command, PROCESSES) for stamp in out)
+    command = [sys.executable, __file__, "--worker", url, prefix]
+    _, outputs = await processes_started_together(command, PROCESSES)
+    stamps = sorted(stamp for out in outputs for stamp in out)
     first = stamps[0]
     in_run = [s for s in stamps if s < first + SECONDS]
     busiest, low = 0, 0
@@ -209,7 +247,7 @@ API_RATE, API_BURST, API_LATENCY, API_CALLS = 20, 10, 0.05, 60
 TIMES = "\N{MULTIPLICATION SIGN}"
 
 
-async def fetcher(url: str, prefix: str, api: str, start_at: float, calls: int, told: bool) -> None:
+async def fetcher(url: str, prefix: str, api: str, calls: int, told: bool) -> None:
     """One process of a throttling run: one turn of GETs through the shared scope."""
     limits: dict[str, Any] = {"rate": API_RATE, "burst": API_BURST} if told else {}
     registry = fanout.Registry()
@@ -224,7 +262,7 @@ async def fetcher(url: str, prefix: str, api: str, start_at: float, calls: int, 
             return response.text
 
         runner = fanout.Runner(registry, scopes=[scope], inline_wait=None, turn_timeout=60)
-        await trio.sleep(max(0.0, start_at - time.time()))
+        await ready_then_start()
         turn = await runner.run_turn(
             [fanout.ToolCall(f"c{i}", "get", {"n": i}) for i in range(calls)]
         )
@@ -241,11 +279,10 @@ async def throttled(url: str, processes: int, *, told: bool) -> dict[str, float]
             "--headers", "draft"]  # fmt: skip
     async with run_server(args) as api:
         prefix = f"fanout-bench:{time.time_ns()}:"
-        start_at = time.time() + 1.5
         calls = API_CALLS // processes
-        command = [sys.executable, __file__, "--fetch", url, prefix, api, str(start_at),
-                   str(calls), "told" if told else "learn"]  # fmt: skip
-        runs: list[dict[str, Any]] = await processes_printing(command, processes)
+        command = [sys.executable, __file__, "--fetch", url, prefix, api, str(calls),
+                   "told" if told else "learn"]  # fmt: skip
+        start_at, runs = await processes_started_together(command, processes)
     minimum = API_LATENCY + (API_CALLS - API_BURST) / API_RATE
     statuses = [status for run in runs for status in run["statuses"]]
     return {
@@ -326,16 +363,14 @@ async def main() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--worker", nargs=3, metavar=("URL", "PREFIX", "START_AT"))
-    parser.add_argument(
-        "--fetch", nargs=6, metavar=("URL", "PREFIX", "API", "START_AT", "CALLS", "SCOPE")
-    )
+    parser.add_argument("--worker", nargs=2, metavar=("URL", "PREFIX"))
+    parser.add_argument("--fetch", nargs=5, metavar=("URL", "PREFIX", "API", "CALLS", "SCOPE"))
     options = parser.parse_args()
     if options.fetch:
-        url, prefix, api, start_at, calls, scope = options.fetch
-        trio.run(fetcher, url, prefix, api, float(start_at), int(calls), scope == "told")
+        url, prefix, api, calls, scope = options.fetch
+        trio.run(fetcher, url, prefix, api, int(calls), scope == "told")
     elif options.worker:
-        url, prefix, start_at = options.worker
-        trio.run(worker, url, prefix, float(start_at))
+        url, prefix = options.worker
+        trio.run(worker, url, prefix)
     else:
         trio.run(main)
