@@ -429,6 +429,58 @@ async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
     assert first + 0.03 < second < twelfth.start - 0.2  # a token at 20/s (0.05 s) apart
 
 
+async def test_a_faster_rate_two_processes_learn_contracts_the_schedule_once(
+    redis_url: str, prefix: str
+) -> None:
+    """5/s, burst 10: twelve booked, the last two 0.2 and 0.4 s ahead. Both processes
+    sharing the bucket learn 20/s, and each re-times the schedule: the second finds it
+    re-timed to 20/s already and leaves it. Contracted once by each, the two bookings
+    ahead took 0.025 s where 0.1 s is the least 20/s allows, and the next booking went
+    at 0.075 s for 0.15 s."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
+    }  # fmt: skip
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        booked = trio.current_time()
+        for _ in range(12):
+            assert await one.reserve(1, math.inf) is not None
+        for scope in (one, other):
+            await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
+            await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+        following = await one.reserve(1, math.inf)
+    assert following is not None
+    # Tokens at 20/s: the two ahead by 0.05 and 0.1 s, this one by 0.15 s.
+    assert following.start >= booked + 0.15 - 0.01
+
+
+async def test_a_holder_starts_sooner_when_another_process_learns_a_faster_rate(
+    redis_url: str, prefix: str
+) -> None:
+    """5/s, burst 10: one process books twelve, the last 0.4 s ahead; the other learns
+    20/s and contracts the schedule. The holder sees it on its next trip and starts at
+    0.1 s, where 20/s puts it; re-timed by its own process's rises only, it kept 0.4 s."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
+    }  # fmt: skip
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        booked = trio.current_time()
+        bookings = [await one.reserve(1, math.inf) for _ in range(12)]
+        twelfth = bookings[-1]
+        assert twelfth is not None
+        assert twelfth.start >= booked + 0.39
+        await other.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
+        await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+        assert await one.confirm(twelfth)
+        started = trio.current_time()
+    assert booked + 0.09 <= started <= booked + 0.15
+
+
 async def test_a_surplus_the_server_shows_is_adopted_only_by_the_sole_booker(
     redis_url: str, prefix: str
 ) -> None:
