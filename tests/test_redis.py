@@ -404,23 +404,32 @@ async def test_processes_learning_together_count_each_others_starts(
     assert max(starts) - min(starts) <= 1.4 * (60 - 10) / 20
 
 
+def _guessing_5_per_s(redis_url: str, prefix: str) -> RedisScope:
+    """A shared scope booking at 5/s (burst 10), a first guess the headers may raise."""
+    return RedisScope.from_url(
+        redis_url, name="api", prefix=prefix, rate=5, burst=10, trust="headers"
+    )
+
+
+async def _told_20_per_s(scope: RedisScope) -> None:
+    """A response states 20/s; the re-timing it starts runs in the scope's own nursery."""
+    await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))
+    await trio.sleep(0.02)
+
+
 async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
     redis_url: str, prefix: str
 ) -> None:
     """5/s, burst 10: twelve booked, the last two 0.2 and 0.4 s ahead. The server states
     20/s: what is booked ahead is re-timed to it, so each starts at a quarter of its wait
     (0.05 and 0.1 s), in order, instead of keeping the pace of the first guess."""
-    options: dict[str, Any] = {
-        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
-    }  # fmt: skip
-    async with RedisScope.from_url(redis_url, **options) as scope:
+    async with _guessing_5_per_s(redis_url, prefix) as scope:
         bookings = [await scope.reserve(1, math.inf) for _ in range(12)]
         eleventh, twelfth = bookings[10], bookings[11]
         assert eleventh is not None
         assert twelfth is not None
         assert twelfth.start - eleventh.start > 0.15  # a token at 5/s apart
-        await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
-        await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+        await _told_20_per_s(scope)
         assert await scope.confirm(eleventh)
         first = trio.current_time()
         assert await scope.confirm(twelfth)
@@ -437,19 +446,15 @@ async def test_a_faster_rate_two_processes_learn_contracts_the_schedule_once(
     re-timed to 20/s already and leaves it. Contracted once by each, the two bookings
     ahead took 0.025 s where 0.1 s is the least 20/s allows, and the next booking went
     at 0.075 s for 0.15 s."""
-    options: dict[str, Any] = {
-        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
-    }  # fmt: skip
     async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
+        _guessing_5_per_s(redis_url, prefix) as one,
+        _guessing_5_per_s(redis_url, prefix) as other,
     ):
         booked = trio.current_time()
         for _ in range(12):
             assert await one.reserve(1, math.inf) is not None
         for scope in (one, other):
-            await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
-            await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+            await _told_20_per_s(scope)
         following = await one.reserve(1, math.inf)
     assert following is not None
     # Tokens at 20/s: the two ahead by 0.05 and 0.1 s, this one by 0.15 s.
@@ -462,20 +467,16 @@ async def test_a_holder_starts_sooner_when_another_process_learns_a_faster_rate(
     """5/s, burst 10: one process books twelve, the last 0.4 s ahead; the other learns
     20/s and contracts the schedule. The holder sees it on its next trip and starts at
     0.1 s, where 20/s puts it; re-timed by its own process's rises only, it kept 0.4 s."""
-    options: dict[str, Any] = {
-        "name": "api", "prefix": prefix, "rate": 5, "burst": 10, "trust": "headers",
-    }  # fmt: skip
     async with (
-        RedisScope.from_url(redis_url, **options) as one,
-        RedisScope.from_url(redis_url, **options) as other,
+        _guessing_5_per_s(redis_url, prefix) as one,
+        _guessing_5_per_s(redis_url, prefix) as other,
     ):
         booked = trio.current_time()
         bookings = [await one.reserve(1, math.inf) for _ in range(12)]
         twelfth = bookings[-1]
         assert twelfth is not None
         assert twelfth.start >= booked + 0.39
-        await other.observe_headers(RateLimitInfo(limit=10, window=0.5))  # 20/s
-        await trio.sleep(0.02)  # the re-timing runs in the scope's own nursery
+        await _told_20_per_s(other)
         assert await one.confirm(twelfth)
         started = trio.current_time()
     assert booked + 0.09 <= started <= booked + 0.15
