@@ -86,7 +86,6 @@ class Booking:
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
     shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
-    scale: float = attrs.field(repr=False, default=1.0)  # ... and its contraction, when booked
     burst_began: float | None = attrs.field(repr=False, default=None)
     entry: str = attrs.field(repr=False, default="")  # its start's name in a shared log
 

@@ -161,7 +161,6 @@ class BucketReply:
     opened: float = 0.0  # when the latest burst began, on Redis's clock (0: none yet)
     opened_in: float = 0.0  # ... as seconds from the moment the script ran
     entry: str = ""  # a booking's name in the log of starts (``STARTS``)
-    scale: float = 1.0  # how far rate rises have contracted the schedule (``rescale``)
 
 
 @attrs.define(eq=False)
@@ -218,7 +217,6 @@ class SharedBucket:
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
             epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]), shift=float(raw[8]),
             opened=float(raw[9]), opened_in=float(raw[10]), entry=str(raw[11]),
-            scale=float(raw[12]),
         )  # fmt: skip
 
     async def started_by_others(

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisScope"]
 
+_RESCALES_KEPT = 64  # rate increases remembered, to re-time bookings made before them
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
 
@@ -113,11 +114,10 @@ class RedisBackend:
     _opened_seen: float = attrs.field(init=False, default=0.0)  # the latest burst's ``opened``
     _starts_read: float = attrs.field(init=False, default=0.0)  # others' starts read up to here
     _reading_starts: trio.Lock = attrs.field(init=False, factory=trio.Lock)
-    # A faster rate waiting to re-time the shared schedule, and how far the
-    # schedule was contracted as last seen (``confirm``).
+    # A faster rate waiting to re-time the shared schedule, and the re-timings made here.
     _faster_to: float | None = attrs.field(init=False, default=None)
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
-    _scale_seen: float = attrs.field(init=False, default=1.0)
+    _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _wakeup: trio.Event | None = attrs.field(init=False, default=None)
     _log_epoch: int | None = attrs.field(init=False, default=None)  # as a log's reply last said
     # This process's bookings not yet due (a heap by start), and their tokens.
@@ -267,9 +267,6 @@ class RedisBackend:
             if self._log_epoch is not None and reply.epoch != self._log_epoch:
                 self._wake()  # a void, here or in another process: book again now
             self._log_epoch = reply.epoch
-        elif reply.scale < self._scale_seen:
-            self._wake()  # contracted, here or in another process: start sooner
-        self._scale_seen = reply.scale
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
@@ -298,7 +295,7 @@ class RedisBackend:
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
-            reply.scale, burst_began=self._burst_began(reply, asked), entry=reply.entry,
+            burst_began=self._burst_began(reply, asked), entry=reply.entry,
         )  # fmt: skip
 
     def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
@@ -355,15 +352,8 @@ class RedisBackend:
 
         A schedule moved since the booking was made holds it at its new
         time: later by what a wider slack added (``widen``), sooner by a
-        faster rate any process set (``_go_faster``). It waits until then,
+        faster rate this process set (``_go_faster``). It waits until then,
         waking when the schedule moves again, and asks again.
-
-        A contraction is taken from now, not from when it was made: the
-        start is then never sooner than the schedule's, whichever process
-        contracted it and when, and before a widening is added, which the
-        contraction may not shrink. (Re-timed only by this process's own
-        rises, a turn booked at a first guess by four processes kept that
-        pace wherever another process had learned the rate.)
 
         A log's booking is marked confirmed as it is asked, so that no void
         takes it once its request goes (a void takes every booking not
@@ -389,11 +379,8 @@ class RedisBackend:
                 return False
             if logged and not reply.granted:
                 return False
+            start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
             now = trio.current_time()
-            start = booking.start
-            if reply.scale < booking.scale and start > now:
-                start = now + (start - now) * reply.scale / booking.scale
-            start += max(0.0, reply.shift - booking.shift)
             if start <= now:
                 return True
             woken = self.voided()
@@ -402,9 +389,15 @@ class RedisBackend:
                     await trio.sleep_forever()
                 await woken.wait()
             # Re-timed as of ``now``: only what changes from here moves it again.
-            booking = attrs.evolve(
-                booking, start=start, wait=start - now, shift=reply.shift, scale=reply.scale
-            )
+            booking = attrs.evolve(booking, start=start, wait=start - now, shift=reply.shift)
+
+    def _retimed(self, booking: Booking) -> float:
+        """When ``booking`` starts after the rate increases made here since it was booked."""
+        start, booked_at = booking.start, booking.start - booking.wait
+        for when, factor in self._rescales:
+            if booked_at < when < start:
+                start = when + (start - when) * factor
+        return start
 
     async def wait_for(self, cost: float) -> float:
         try:
@@ -566,13 +559,11 @@ class RedisBackend:
         """Contract the shared schedule to the faster rate, then book at it.
 
         The bookings ahead keep their order and start sooner: each holder
-        here wakes (``voided``) and re-times its own (``confirm``); another
-        process's holders do once a reply there shows the schedule's
-        ``scale`` fell (until then they hold their old times, later than
-        they may, never sooner). A process that learns a rise another made
-        already contracts nothing (``rescale`` in ``BUCKET``). If Redis does
-        not answer, nothing was contracted, and booking at the faster rate
-        against the longer schedule only starts later.
+        here wakes (``voided``) and re-times its own (``confirm``). Other
+        processes' holders start at their old times, later than they may:
+        never sooner than allowed. If Redis does not answer, nothing was
+        contracted, and booking at the faster rate against the longer
+        schedule only starts later.
         """
         async with self._rescaling:
             faster, old = self._faster_to, self.rate
@@ -580,6 +571,8 @@ class RedisBackend:
                 return
             with contextlib.suppress(LimiterUnavailableError):
                 await self._shared("rescale", extra=old, rate=faster)
+                self._rescales.append((trio.current_time(), old / faster))
+                del self._rescales[:-_RESCALES_KEPT]
             if self._faster_to == faster:
                 self._faster_to = None
                 self.rate = faster
@@ -592,11 +585,10 @@ class RedisBackend:
             woken.set()
 
     def voided(self) -> trio.Event | None:
-        """Set when a reply shows the schedule contracted to a faster rate (by
-        this process or another) or this process adopts a surplus, or, for a
-        log, when any reply shows a new epoch (a void here, or one by another
-        process seen on this one's next trip): its holders wake to re-time or
-        book again. Other processes' bucket changes are not heard of
+        """Set when this process re-times the schedule to a faster rate or adopts a
+        surplus, or, for a log, when any reply shows a new epoch (a void here, or
+        one by another process seen on this one's next trip): its holders wake to
+        re-time or book again. Other processes' bucket changes are not heard of
         here: waiters confirm on waking. (A log's holders that slept to their
         start past a void found the places freed by it booked again behind them:
         a window late.)"""

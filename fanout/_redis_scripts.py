@@ -75,15 +75,7 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #   block    start nothing for ARGV[5] seconds from now, new epoch
 #   rescale  the rate went up from ARGV[5] to ARGV[2]: what is booked ahead is
 #            booked at the new rate (the tokens held now stay as they are), so
-#            the schedule contracts towards now by ``from`` / ARGV[2], where
-#            ``from`` is the greater of ARGV[5] and ``rated``, the fastest rate
-#            anything ahead was booked at: processes that learn the same rise
-#            each ask, and it is made once (made by each, two took 0.025 s for
-#            what 20/s spreads over 0.1 s). A schedule booked at mixed rates
-#            contracts by the fastest's factor, so no booking moves sooner
-#            than its own rate allows. ``scale`` multiplies every factor
-#            made: a holder, in any process, re-times its booking by how much
-#            it fell since the booking was made.
+#            the schedule contracts towards now by ARGV[5] / ARGV[2]
 #   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
 #   adopt    the server holds at least ARGV[5] tokens now, by the counts of the
@@ -108,7 +100,7 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 # started (``STARTS``): a refund takes its entry out (ARGV[12]), and a new epoch
 # takes out every start not yet due, as it voids their bookings.
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
-# after, shift, opened, opened - now, entry, scale} (KEYS[2] is the shared "quota
+# after, shift, opened, opened - now, entry} (KEYS[2] is the shared "quota
 # exhausted" marker, PTTL -2 when absent; ``opened`` is when the latest burst's
 # first booking starts, 0 before any; ``entry``, a booking's name in the log).
 BUCKET = (
@@ -116,7 +108,7 @@ BUCKET = (
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
-                         'owner', 'foreign', 'opened', 'rated', 'scale')
+                         'owner', 'foreign', 'opened')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
@@ -124,8 +116,6 @@ local applied = tonumber(state[4]) or 0
 local shift = tonumber(state[5]) or 0
 local owner, foreign = state[6] or '', tonumber(state[7]) or 0
 local opened = tonumber(state[8]) or 0
-local rated = tonumber(state[9]) or 0
-local scale = tonumber(state[10]) or 1
 local me = ARGV[10] or ''
 local function tokens_now()
   if rate <= 0 then return burst end
@@ -150,7 +140,6 @@ if op == 'reserve' then
     end
     if rate > 0 then
       local was_full = full <= start
-      if full <= now then rated = rate else rated = math.max(rated, rate) end
       full = math.max(full, start) + cost / rate
       if was_full then
         applied = math.max(slack, applied)  -- the widest any process measured
@@ -173,7 +162,7 @@ elseif op == 'refund' then
   end
 elseif op == 'drain' then
   epoch, void = epoch + 1, true
-  if rate > 0 then full, rated = now + burst / rate, rate end
+  if rate > 0 then full = now + burst / rate end
   blocked = math.max(blocked, now + extra)
 elseif op == 'block' then
   if now + extra > blocked then
@@ -188,9 +177,8 @@ elseif op == 'widen' then
     write = false
   end
 elseif op == 'rescale' then
-  local from = math.max(extra, rated)
-  if from > 0 and rate > from and full > now then
-    full, rated, scale = now + (full - now) * from / rate, rate, scale * from / rate
+  if rate > 0 and extra > 0 and full > now then
+    full = now + (full - now) * extra / rate
   else
     write = false
   end
@@ -199,14 +187,12 @@ elseif op == 'adopt' then
   local sole = owner == me and foreign <= now - tonumber(ARGV[7])
   if rate > 0 and sole and extra >= present + 1 then
     epoch, full, void = epoch + 1, now + (burst - math.min(extra, burst)) / rate, true
-    rated = rate
   else
     write = false
   end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
     epoch, full, void = epoch + 1, now + (burst - extra) / rate, true
-    rated = rate
   else
     write = false
   end
@@ -216,8 +202,7 @@ end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
              'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
-             'owner', owner, 'foreign', num(foreign), 'opened', num(opened),
-             'rated', num(rated), 'scale', num(scale))
+             'owner', owner, 'foreign', num(foreign), 'opened', num(opened))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
@@ -229,7 +214,7 @@ if entry ~= '' then
 end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
-        num(shift), num(opened), num(opened - now), entry, num(scale)}
+        num(shift), num(opened), num(opened - now), entry}
 """.replace("STARTS_KEPT", str(STARTS_KEPT))
 )
 
