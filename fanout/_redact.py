@@ -39,20 +39,24 @@ def _names(names: Iterable[str]) -> str:
 # ("Authorization: Basic ...", or a JSON pair '"x-api-key": "..."').
 #
 # Free text is often JSON (every error answer is), so no value replaced may
-# reach across its string: none takes a backslash (the escape of a quote that
-# follows), and a header's value is never a word that a quote and a colon
-# follow, which is the next key ('"message":"...Cookie","started":true' once
-# lost its field "started" to a cookie's value).
+# reach across its string: a backslash is taken only with what it escapes,
+# never before a quote (that quote would then end the string), and a
+# header's value is never a word that a quote and a colon follow, which is
+# the next key ('"message":"...Cookie","started":true' once lost its field
+# "started" to a cookie's value). Userinfo ends at its "@", so it needs
+# neither.
+_PARAM_VALUE = r"(?:[^&\s\"'<>\\]|\\[^\s\"'])+"
+_HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
 _SHAPES = (
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
     (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=)[^&\s\"'<>\\]+"), rf"\1{REDACTED}"),
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>\\]*@"), rf"\1{REDACTED}@"),
+    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=){_PARAM_VALUE}"), rf"\1{REDACTED}"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
     (
         re.compile(
             rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
             r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
-            r"(?![^\s\"',;\]}\\]*[\"']\s*:)[^\s\"',;\]}\\]+"
+            rf"(?!{_HEADER_VALUE}[\"']\s*:){_HEADER_VALUE}"
         ),
         rf"\1{REDACTED}",
     ),

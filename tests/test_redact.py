@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fanout import Kind, Registry, Runner, ToolCall, ToolResult
 from fanout._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
-from fanout._redact import _redact_shapes, _replace_shapes, redact_url
+from fanout._redact import _redact_shapes, _replace_shapes, redact_text, redact_url
 
 
 @pytest.mark.parametrize(
@@ -111,3 +111,18 @@ def test_an_error_answer_keeps_its_fields_whatever_its_message_says(pieces: list
     assert body["started"] is True
     assert (body["status"], body["tool"]) == ("error", "fail")
     assert body["message"].startswith("ValueError")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # A backslash in a credential is taken with what it escapes: none of it shows.
+        ("http://DOMAIN\\user:pw-123@host/x", "http://REDACTED@host/x"),
+        ("see ?api_key=abc\\def end", "see ?api_key=REDACTED end"),
+        # ... but never with a quote it escapes, which would end a JSON string.
+        ('{"m":"cookie=abc\\"x","started":true}', '{"m":"cookie=REDACTED\\"x","started":true}'),
+    ],
+)
+def test_a_backslash_neither_hides_a_credential_nor_ends_a_string(text: str, shown: str) -> None:
+    """Userinfo with a Windows domain, a key with a backslash, an escaped quote after one."""
+    assert redact_text(text) == shown
