@@ -233,6 +233,8 @@ def _ends_late_however_quick(scopes: Sequence[ScopeLike], budget: Budget) -> Sho
     has seen (not the usual one: answers a few ms quicker than usual would
     lose calls that fit), it is answered at once, and its tokens go back.
     """
+    if not math.isfinite(budget.deadline):
+        return None  # nothing ends late: no need to scan the scopes' calls
     for scope in scopes:
         quickest = scope.quickest_call()
         if quickest is not None and budget.ends_late(quickest):

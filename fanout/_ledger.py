@@ -55,7 +55,7 @@ class Ledger:
             self.latency = seconds
 
     def finished(self) -> int:
-        """How many recent call durations are kept (up to the last 32)."""
+        """How many recent call durations are kept (the last ``_SAMPLES`` at most)."""
         return len(self._samples)
 
     def fastest(self) -> float:
