@@ -722,6 +722,14 @@ class ScopeFront:
             and (self._learner is None or sent > self._first_answer_at)
         ):  # fmt: skip
             self._window_open_until = None  # one vote per reported window
+            # The server's own wait, where it gives one, is when it takes a request
+            # again: a window's ends with the window, but a bucket whose Reset means
+            # "until full" reports a window that ends once it is full. Tried then, it
+            # passed for a window (20/s with a burst of 30, its Reset 2 s: 15/s). A
+            # second at least, as a congestion event holds (`RateLearner`): tried at
+            # a wait of 0.4 s, a next-token bucket drew a 429 each half second.
+            if wait is not None and wait > 0:
+                opened = min(opened, now + max(wait, 1.0))
             blocked_for = max(blocked_for, opened - now)
             if self._could_be_windows(now):
                 self._window_votes += 1

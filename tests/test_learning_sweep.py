@@ -244,6 +244,27 @@ def test_a_bucket_whose_reset_is_its_next_token_is_tried_before_it_is_taken_for_
     assert makespan == pytest.approx(10.25)  # the minimum is 10.05
 
 
+@pytest.mark.parametrize(
+    ("rate", "burst", "calls"),
+    [(20, 30, 100), (5, 6, 30)],
+    ids=["20-per-s-burst-30", "5-per-s-burst-6"],
+)
+def test_a_bucket_whose_reset_is_until_full_is_tried_when_the_server_says_retry(
+    rate: float, burst: int, calls: int
+) -> None:
+    """A burst worth more than a second of rate: ``Reset`` (until full, rounded up) says
+    2 s when the bucket is spent, ``Retry-After`` 1 s. The 429 came inside the window the
+    answers reported spent, and the scope waited those 2 s, tried the server as it was
+    full again, and took it for a window of a burst per 2 s: 15/s against 20/s (1.76x),
+    3/s against 5/s (1.75x). Tried when the server said to retry, the bucket has refilled
+    only a second's worth, and stays a bucket."""
+    server = Server("bucket", rate, burst, 0.05, 0.0, None, "draft", "seconds", calls)
+    throttling, turn, makespan = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refused(throttling) == 1
+    assert makespan <= 1.1 * fastest(server)
+
+
 def test_a_window_tried_one_request_at_a_time_counts_each_of_them() -> None:
     """A sliding log of 16 a second at 250 ms: four requests go, one at a time, before the
     trial's answer shows the window; the log then holds all four, not only the trial."""
