@@ -941,7 +941,7 @@ class ScopeFront:
                 self._forget_refused(sent)  # no admission either, as a 429's is not
         if self._learner is not None:
             await self._count_others()
-        self._adopt_stated(info, sent)
+        self._adopt_stated(info, sent, refused=refused)
         if not refused:
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival
@@ -992,7 +992,7 @@ class ScopeFront:
         else:
             await trio.lowlevel.checkpoint()
 
-    def _adopt_stated(self, info: RateLimitInfo, sent: float) -> None:
+    def _adopt_stated(self, info: RateLimitInfo, sent: float, *, refused: bool = False) -> None:
         if self._learner is not None:
             first = self._limits[0] is None
             # Sent with it: up to ``TOGETHER`` before it, or as much as a request may
@@ -1014,10 +1014,16 @@ class ScopeFront:
             alongside = max(0.0, started - before - 1.0, left - 1.0)
             now = trio.current_time()
             after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)
+            # A refused request took no token: its count is the server's after those
+            # before it. Counted as admitted, a 429's Remaining: 0 measured a refill of
+            # 10.6/s against 10/s (burst 2), the bound the next decrease lands on.
+            own = 1.0 if refused else 0.0
+            departed = self._left_by(sent)
+            departed = None if departed is None else departed - own
             if self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
-                at=sent, started=started, alongside=alongside, after=max(0.0, after), now=now,
-                left=self._left_by(sent), left_with=max(0.0, left - 1.0), late=late,
+                at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
+                now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

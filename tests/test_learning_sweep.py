@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import random
+import unittest.mock
+from typing import Any
 
 import attrs
 import pytest
@@ -197,6 +199,30 @@ def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Se
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) <= _REFUSED
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(server=servers())
+def test_a_refill_bound_never_exceeds_the_server_s_rate(server: Server) -> None:
+    """Any token bucket that states its counts: every rate the scope takes as proven by
+    how ``Remaining`` refilled is at most the server's. A bound is a floor the rate
+    never goes below and a 429 lands under, so one above the server's rate is a
+    promise to send faster than allowed. A 429's own ``Remaining`` was counted as an
+    admission (the request took no token): 6.5/s proven against 5/s, burst 2, and up
+    to 1.42 times the server's rate across 150 drawn servers."""
+    assume(server.model == "bucket" and server.headers != "none" and server.calls > 2)
+    proven: list[float] = []
+    take_in = fanout._learning.RateLearner.from_headers
+
+    def recording(learner: fanout._learning.RateLearner, *args: Any, **kwargs: Any) -> bool:
+        changed = take_in(learner, *args, **kwargs)
+        if learner.measured is not None:
+            proven.append(learner.measured)
+        return changed
+
+    with unittest.mock.patch.object(fanout._learning.RateLearner, "from_headers", recording):
+        run(server)
+    assert max(proven, default=0.0) <= server.rate
 
 
 @pytest.mark.xfail(
