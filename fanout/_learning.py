@@ -68,6 +68,7 @@ __all__ = ["TOGETHER", "RateLearner"]
 
 _DECREASE = 0.5  # multiplicative decrease on a 429 when the server gave no numbers
 _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
+_BELOW_MEASURED = 0.9  # a 429 lands this far below the refill measured before it
 _MIN_RATE = 0.1  # requests a second: never learn a rate of zero
 _STEP = 0.05  # additive increase per success, as a share of the reference rate
 _BASELINE = 0.5  # seconds: the shortest span a refill is measured over
@@ -326,8 +327,17 @@ class RateLearner:
         current = max(current, _MIN_RATE)
         self._reference = self.ceiling or current
         factor = _DECREASE if self.ceiling is None else _DECREASE_KNOWN
-        self.rate = max(_MIN_RATE, current * factor)
-        # The measured bound was too high (429s it did not count): start over.
+        decreased, proven = current * factor, self.measured
+        if proven is not None and proven < current:
+            # The refill measured below the pace refused is evidence, where a blind
+            # half is not: against 10/s with a burst of 2, the half of 12/s was
+            # 5/s, kept for the rest of the turn (a refill bound cannot rise above
+            # the pace that keeps the bucket full). Less a margin: a bound over
+            # floored counts ended a few thousandths above the server's rate.
+            decreased = max(decreased, proven * _BELOW_MEASURED)
+        self.rate = max(_MIN_RATE, decreased)
+        # The answers after the 429 measure afresh (the bound may have been a little
+        # high): until they do, the rate is not evidence, and a wait refills it little.
         self.measured, self._anchor = None, None
         self._exact.clear()
 

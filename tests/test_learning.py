@@ -204,6 +204,33 @@ def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     assert counts_before.measured == pytest.approx((2 - 5 + 6 - 1) / 1.5)  # floored, from -1
 
 
+def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
+    """Unit level: the server's refill measured 10/s (a floored count of 1 of 2 at 0 s,
+    1 at 0.5 s with 5 admitted between); a 429 to a pace of 12/s lands at 9/s, a
+    tenth below the bound (floored counts end a little above the server's rate), not
+    at the blind half, 6/s. Against 10/s with a burst of 2 the half was kept for the
+    rest of the turn, as a refill bound never rises above the pace that keeps the
+    bucket full. A bound at or above the pace refused (8/s) proves nothing: the half."""
+    learner = RateLearner()
+    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
+    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
+    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
+    assert learner.measured == pytest.approx(10.0, rel=0.02)
+    proven = learner.measured
+    learner.rate = 12.0  # grown past the bound, as while the bucket shows headroom
+    learner.on_throttled(12.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
+    assert learner.rate == pytest.approx(0.9 * proven)
+    assert learner.measured is None  # the answers after it measure afresh
+
+    unproven = RateLearner()
+    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
+    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
+    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
+    unproven.rate = 12.0
+    unproven.on_throttled(8.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
+    assert unproven.rate == pytest.approx(4.0)
+
+
 def test_a_refill_bound_s_span_is_widened_by_the_spread_of_arrivals() -> None:
     """Unit level: a floored count of 18 of 20 at 0.0 s, 15 at 0.5 s with 29 of ours
     admitted in between: 25 tokens came in half a second, 50/s, if each request reached
