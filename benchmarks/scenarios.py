@@ -304,6 +304,12 @@ FULL: tuple[Scenario, ...] = (
         why="Envoy's local limiter: X-RateLimit-Reset is the time to the next refill.",
     ),
     Scenario(
+        "bucket-deep", "token bucket, burst of 1.5 s (Reset 2 s)", calls=100, rate=20, burst=30,
+        latency=0.05,
+        why="A burst worth more than a second of rate: Reset (until full) says 2 s when the "
+        "bucket is spent while Retry-After says 1 s; a window it is not.",
+    ),
+    Scenario(
         "fixed", "fixed window, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
         model="fixed",
         why="Kong, express-rate-limit: 10 per window of 1 s from the first request; "
