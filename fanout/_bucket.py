@@ -106,7 +106,8 @@ class ServerCount:
     arrival, or up by a refill the server may not have had, would move every
     start by that guess at each answer (later without end, or into a 429).
     ``proven`` and ``crossing`` raise a learned bucket by a refill it could
-    not count (``refilled_at_least``).
+    not count (``refilled_at_least``). ``as_of`` is when ``started_since`` was
+    counted, on trio's clock (None: when the bucket takes the count in).
     """
 
     remaining: float
@@ -116,6 +117,7 @@ class ServerCount:
     late: float = 0.0
     proven: float | None = None
     crossing: float = 0.0
+    as_of: float | None = None
 
     def estimate(self, rate: float, burst: float) -> float:
         """The server's tokens now, refilled since the latest the request may have arrived."""
@@ -372,9 +374,15 @@ class TokenBucket:
         # so does the bucket here; a void hands back the tokens of those whose
         # holders have not woken yet. (One due before it was sent, the count does
         # not take off: handed back too, its token was counted twice, and drew a
-        # 429.) The count is as of now: taken earlier, a booking that fell due in
-        # between was handed back without having been taken off.
-        kept, due = self._unstarted_tokens(now, taken_since=now - count.elapsed)
+        # 429.) The count is as of when it was counted: in real time the clock
+        # moves on before the bucket takes it in, and a booking that fell due in
+        # between, in neither, was handed back as taken off (a 429 in one run of
+        # twenty of the deadline row; taken earlier still, it was handed back
+        # without having been taken off).
+        counted = now if count.as_of is None else min(now, count.as_of)
+        kept, due = self._unstarted_tokens(
+            now, taken_since=counted - count.elapsed, counted=counted
+        )
         present = min(self.burst, self._tokens(now) + kept)
         if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
@@ -506,13 +514,16 @@ class TokenBucket:
         """Whether a booking is still to come (one that voiding could move sooner or later)."""
         return any(start > now for start, _ in self._pending)
 
-    def _unstarted_tokens(self, now: float, *, taken_since: float) -> tuple[float, float]:
+    def _unstarted_tokens(
+        self, now: float, *, taken_since: float, counted: float | None = None
+    ) -> tuple[float, float]:
         """Tokens of bookings not started yet, in one pass: those a server's count of a
         request sent at ``taken_since`` did not take as started, and those due since,
-        which it did."""
+        up to when it was ``counted`` (now, unless told), which it did."""
+        upto = now if counted is None else counted
         kept = taken = 0.0
         for (start, cost), n in self._unstarted(now).items():
-            if taken_since < start <= now:
+            if taken_since < start <= upto:
                 taken += cost * n
             else:
                 kept += cost * n

@@ -987,6 +987,7 @@ class ScopeFront:
                 late=late,
                 proven=self._proven(),
                 crossing=self._crossing(sent, late),
+                as_of=now,
             )
             await self._backend.sync(count)
         else:

@@ -312,6 +312,31 @@ async def test_a_learned_bucket_makes_up_what_a_proven_rate_refilled(
     assert bucket.wait_for() == pytest.approx(0.02)
 
 
+async def test_a_booking_that_fell_due_after_a_count_was_counted_is_not_taken_off(
+    autojump_clock: Any,
+) -> None:
+    """In real time the clock moves on between counting what started since a request
+    (``started_since``, as of ``as_of``) and the bucket taking the count in. A booking
+    that fell due in between is in neither: taken off as started, its token came
+    back twice (once as due, once to its holder booking again), and the deadline
+    row drew a 429 in about one run of twenty. Handed back like one not yet due, its
+    holder books again against the server's count: three left, then two."""
+    bucket = TokenBucket(rate=10, burst=5)
+    assert bucket.sync(ServerCount(0.0))  # empty
+    booking = bucket.reserve()
+    assert booking is not None
+    assert booking.start == pytest.approx(0.1)
+    await trio.sleep(0.1 + 1e-4)  # due, its holder not awake yet
+    counted = trio.current_time() - 2e-4  # before it fell due
+    assert bucket.sync(ServerCount(3.0, elapsed=0.05, as_of=counted))
+    assert not bucket.confirm(booking)  # void: its holder books again
+    again = bucket.reserve()
+    assert again is not None
+    assert again.wait == 0
+    assert bucket.confirm(again)
+    assert bucket.statistics().tokens == pytest.approx(2.0)
+
+
 def test_a_slower_rate_keeps_the_refill_pause_of_a_burst_booked_in_a_block() -> None:
     """Found by the model below: 4/s, burst 2, slack 0.05. A 429 drains the bucket and
     blocks it for a second; two calls book for its end (a burst: the refill pauses for
