@@ -37,13 +37,26 @@ import trio
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Booking", "BucketStatistics", "Epochs", "ServerCount", "TokenBucket", "check_cost"]
+__all__ = [
+    "SURPLUS",
+    "Booking",
+    "BucketStatistics",
+    "Epochs",
+    "ServerCount",
+    "TokenBucket",
+    "check_cost",
+]
 
 _HOLES = 64  # refunded slots kept for reuse; more are forfeited (never over-admits)
 # A booking its holder has not confirmed this long after its start is taken as
 # started (a holder that never confirms is outside the contract): its token is
 # spent, which errs slow, never fast.
 _UNCONFIRMED = 1.0
+# The least surplus a server's count adds to the bucket: a token, less what a guessed
+# rate refills in the few ms between two answers. At a whole token, the probe's
+# second answer (3 sure, against 2 held and 0.003 refilled at a guessed 5/s) was
+# not taken in, and the turn's first wave after the probe went one short.
+SURPLUS = 0.95
 
 
 @attrs.frozen
@@ -396,7 +409,7 @@ class TokenBucket:
             # its sending) is made up as soon as a proven rate shows it, not a
             # token at a time.
             adopt = max(adopt, refilled)
-        elif adopt < present + 1.0:
+        elif adopt < present + SURPLUS:
             return False
         # The bucket could not see the server refill: bookings ahead may
         # start sooner, so they are void and book again (``voided`` wakes them).

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 import trio
 
-from ._bucket import Booking, BucketStatistics, TokenBucket
+from ._bucket import SURPLUS, Booking, BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError, LimiterUnavailableError, UsageError
 from ._front import ScopeFront
 from ._ledger import Ledger
@@ -456,7 +456,7 @@ class RedisBackend:
                 return  # a window was learned meanwhile: its log has nothing to adopt
             adopt = count.at_least(self.burst)
             ahead = self._own_ahead()
-            if adopt >= self._projected()[0] + ahead + 1.0:  # as last seen: worth asking
+            if adopt >= self._projected()[0] + ahead + SURPLUS:  # as last seen: worth asking
                 await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
 
     async def others_started(self) -> list[tuple[float, float]]:

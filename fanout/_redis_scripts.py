@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 from coredis.exceptions import RedisError
 
+from ._bucket import SURPLUS
 from ._exceptions import LimiterUnavailableError
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
 #   adopt    the server holds at least ARGV[5] tokens now, by the counts of the
 #            process ARGV[10], which has ARGV[11] tokens booked ahead: adopt
-#            ARGV[5], new epoch, if that is a token or more above the bucket,
+#            ARGV[5], new epoch, if that is a token (``SURPLUS``) or more above the bucket,
 #            and only if that process is the sole booker since ARGV[7] s ago
 #            (``owner`` booked last; ``foreign`` is when everything anyone else
 #            booked had started, at the latest): a surplus others' starts could
@@ -185,7 +186,7 @@ elseif op == 'rescale' then
 elseif op == 'adopt' then
   local present = tokens_now() + tonumber(ARGV[11])
   local sole = owner == me and foreign <= now - tonumber(ARGV[7])
-  if rate > 0 and sole and extra >= present + 1 then
+  if rate > 0 and sole and extra >= present + SURPLUS then
     epoch, full, void = epoch + 1, now + (burst - math.min(extra, burst)) / rate, true
   else
     write = false
@@ -215,7 +216,7 @@ end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
         num(shift), num(opened), num(opened - now), entry}
-""".replace("STARTS_KEPT", str(STARTS_KEPT))
+""".replace("STARTS_KEPT", str(STARTS_KEPT)).replace("SURPLUS", repr(SURPLUS))
 )
 
 # The starts logged in KEYS[1] by ``BUCKET`` after ARGV[1] (server time), at most
