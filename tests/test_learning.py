@@ -204,6 +204,25 @@ def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     assert counts_before.measured == pytest.approx((2 - 5 + 6 - 1) / 1.5)  # floored, from -1
 
 
+def test_an_exact_count_measures_over_a_round_trip_ten_spreads_long() -> None:
+    """Unit level: the probe's answer found the bucket of 5 full (Remaining 4) at
+    0.0 s; the first answer of the wave sent at 0.2185 s, 4 of ours admitted
+    since, finds it drawn down (Remaining 2): 2 tokens came in 0.2185 s, less
+    twice the 12 ms spread of latencies, 8.25/s. Over a span short of half a
+    second this counts only if it is many spreads long; at twenty (0.24 s) the
+    deadline row's learner waited another round trip at its guess, 5/s, and the
+    bucket it did not use filled up (20 or 21 of 23 calls in real time; ten
+    spreads: 22 in 30 of 32 runs)."""
+    learner = RateLearner()
+    learner.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    learner.from_headers(5, None, remaining=2, reset_after=1.0, at=0.2185, started=5, late=0.012)
+    assert learner.measured == pytest.approx(2 / (0.2185 + 2 * 0.012))
+    noisy = RateLearner()  # spreads of 25 ms: 0.25 s needed
+    noisy.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    noisy.from_headers(5, None, remaining=2, reset_after=1.0, at=0.2185, started=5, late=0.025)
+    assert noisy.measured is None
+
+
 def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
     """Unit level: the server's refill measured 10/s (a floored count of 1 of 2 at 0 s,
     1 at 0.5 s with 5 admitted between); a 429 to a pace of 12/s lands at 9/s, a
