@@ -330,12 +330,16 @@ class RateLearner:
         self._reference = self.ceiling or current
         factor = _DECREASE if self.ceiling is None else _DECREASE_KNOWN
         decreased, proven = current * factor, self.measured
-        if proven is not None and proven < current:
+        pace = current if self.rate is None else max(current, self.rate)
+        if proven is not None and proven < pace:
             # The refill measured below the pace refused is evidence, where a blind
             # half is not: against 10/s with a burst of 2, the half of 12/s was
             # 5/s, kept for the rest of the turn (a refill bound cannot rise above
             # the pace that keeps the bucket full). Less a margin: a bound over
-            # floored counts ended a few thousandths above the server's rate.
+            # floored counts ended a few thousandths above the server's rate. The
+            # pace is the rate refused, where the second before it averaged slower
+            # (a slow start refused at 32/s had sent 10 in that second: 5/s, where
+            # 11/s was measured, against 20/s).
             decreased = max(decreased, proven * _BELOW_MEASURED)
         self.rate = max(_MIN_RATE, decreased)
         # The answers after the 429 measure afresh (the bound may have been a little

@@ -229,7 +229,7 @@ def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
     tenth below the bound (floored counts end a little above the server's rate), not
     at the blind half, 6/s. Against 10/s with a burst of 2 the half was kept for the
     rest of the turn, as a refill bound never rises above the pace that keeps the
-    bucket full. A bound at or above the pace refused (8/s) proves nothing: the half."""
+    bucket full. A bound at or above the pace refused (9/s) proves nothing: the half."""
     learner = RateLearner()
     learner.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
     learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
@@ -245,9 +245,19 @@ def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
     unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
     unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
     unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
-    unproven.rate = 12.0
+    unproven.rate = 9.0
     unproven.on_throttled(8.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
     assert unproven.rate == pytest.approx(4.0)
+
+    # Refused at 32/s by a slow start that sent 10 in the second before: the pace
+    # is the rate refused, above the bound, not the second's average, below it.
+    ramped = RateLearner()
+    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
+    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
+    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
+    ramped.rate = 32.0
+    ramped.on_throttled(8.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
+    assert ramped.rate == pytest.approx(0.9 * proven)
 
 
 def test_a_refill_bound_s_span_is_widened_by_the_spread_of_arrivals() -> None:
