@@ -223,39 +223,37 @@ def test_an_exact_count_measures_over_a_round_trip_ten_spreads_long() -> None:
     assert noisy.measured is None
 
 
-def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
-    """Unit level: the server's refill measured 10/s (a floored count of 1 of 2 at 0 s,
-    1 at 0.5 s with 5 admitted between); a 429 to a pace of 12/s lands at 9/s, a
-    tenth below the bound (floored counts end a little above the server's rate), not
-    at the blind half, 6/s. Against 10/s with a burst of 2 the half was kept for the
-    rest of the turn, as a refill bound never rises above the pace that keeps the
-    bucket full. A bound at or above the pace refused (9/s) proves nothing: the half."""
+def _measured_10_per_s(rate: float) -> RateLearner:
+    """A learner whose refill bound reads 10/s (a floored count of 1 of 2 at 0 s, 1 at
+    0.5 s with 5 admitted between), pacing at ``rate``."""
     learner = RateLearner()
     learner.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
     learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
     learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
-    assert learner.measured == pytest.approx(10.0, rel=0.02)
+    learner.rate = rate
+    return learner
+
+
+def test_a_429_lands_below_the_refill_measured_not_on_a_blind_half() -> None:
+    """Unit level: the server's refill measured 10/s; a 429 to a pace of 12/s lands at
+    9/s, a tenth below the bound (floored counts end a little above the server's
+    rate), not at the blind half, 6/s. Against 10/s with a burst of 2 the half was
+    kept for the rest of the turn, as a refill bound never rises above the pace that
+    keeps the bucket full. A bound at or above the pace refused (9/s) proves nothing:
+    the half. Refused at 32/s by a slow start that sent 8 in the second before, the
+    pace is the rate refused, above the bound, not the second's average, below it."""
+    learner = _measured_10_per_s(12.0)  # grown past the bound, while the bucket showed room
     proven = learner.measured
-    learner.rate = 12.0  # grown past the bound, as while the bucket shows headroom
+    assert proven == pytest.approx(10.0, rel=0.02)
     learner.on_throttled(12.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
     assert learner.rate == pytest.approx(0.9 * proven)
     assert learner.measured is None  # the answers after it measure afresh
 
-    unproven = RateLearner()
-    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
-    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
-    unproven.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
-    unproven.rate = 9.0
+    unproven = _measured_10_per_s(9.0)
     unproven.on_throttled(8.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
     assert unproven.rate == pytest.approx(4.0)
 
-    # Refused at 32/s by a slow start that sent 10 in the second before: the pace
-    # is the rate refused, above the bound, not the second's average, below it.
-    ramped = RateLearner()
-    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
-    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
-    ramped.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
-    ramped.rate = 32.0
+    ramped = _measured_10_per_s(32.0)
     ramped.on_throttled(8.0, now=0.6, wait=1.0, sent_at=0.6, started=6)
     assert ramped.rate == pytest.approx(0.9 * proven)
 
