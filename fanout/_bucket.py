@@ -132,6 +132,10 @@ class ServerCount:
     crossing: float = 0.0
     as_of: float | None = None
 
+    def counted_by(self, now: float) -> float:
+        """When ``started_since`` was counted: ``as_of``, never later than ``now``."""
+        return now if self.as_of is None else min(now, self.as_of)
+
     def estimate(self, rate: float, burst: float) -> float:
         """The server's tokens now, refilled since the latest the request may have arrived."""
         refilled = max(0.0, self.elapsed - self.late) * rate
@@ -392,10 +396,8 @@ class TokenBucket:
         # between, in neither, was handed back as taken off (a 429 in one run of
         # twenty of the deadline row; taken earlier still, it was handed back
         # without having been taken off).
-        counted = now if count.as_of is None else min(now, count.as_of)
-        kept, due = self._unstarted_tokens(
-            now, taken_since=counted - count.elapsed, counted=counted
-        )
+        counted = count.counted_by(now)
+        kept, due = self._unstarted_tokens(now, taken_since=counted - count.elapsed, upto=counted)
         present = min(self.burst, self._tokens(now) + kept)
         if present > count.at_most(self.rate, self.burst) + 1e-9:
             self._void()
@@ -528,12 +530,11 @@ class TokenBucket:
         return any(start > now for start, _ in self._pending)
 
     def _unstarted_tokens(
-        self, now: float, *, taken_since: float, counted: float | None = None
+        self, now: float, *, taken_since: float, upto: float
     ) -> tuple[float, float]:
         """Tokens of bookings not started yet, in one pass: those a server's count of a
         request sent at ``taken_since`` did not take as started, and those due since,
-        up to when it was ``counted`` (now, unless told), which it did."""
-        upto = now if counted is None else counted
+        up to when it was counted (``upto``), which it did."""
         kept = taken = 0.0
         for (start, cost), n in self._unstarted(now).items():
             if taken_since < start <= upto:
@@ -544,7 +545,7 @@ class TokenBucket:
 
     def _present(self, now: float) -> float:
         """Tokens now as if no booking not started yet existed (never more than exactly)."""
-        kept, _ = self._unstarted_tokens(now, taken_since=math.inf)
+        kept, _ = self._unstarted_tokens(now, taken_since=math.inf, upto=now)
         return min(self.burst, self._tokens(now) + kept)
 
     def _check_cost(self, cost: float) -> None:

@@ -269,9 +269,8 @@ class SlidingLog:
         if not math.isfinite(remaining):
             return False
         now = trio.current_time()
-        counted = now if count.as_of is None else min(now, count.as_of)  # the clock moved on
-        # ``counted - elapsed`` can fall a rounding error short of the request's own start.
-        sent = counted - max(0.0, elapsed) + _EPS
+        # ``counted_by - elapsed`` can fall a rounding error short of the request's start.
+        sent = count.counted_by(now) - max(0.0, elapsed) + _EPS
         ours = sum(entry[1] for entry in self._live(sent))
         return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
 
