@@ -70,7 +70,8 @@ _COUNTS_KEPT = 64
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
-# whose burst is one answers the others 429, three at most, the most learning allows.
+# whose burst is one answers the others 429, three at most, one congestion event
+# that spends one of the 429s learning may (`fanout._learning`).
 _PROBE_WIDTH = 4
 # Calls a scope told nothing probes with (`fanout._probe`): one alone lost the
 # refill of the server's full bucket while it was answered. A server whose burst or
@@ -740,6 +741,7 @@ class ScopeFront:
         await self._backend.drain(blocked_for)
         self._cap.throttled()
         self._late_first_arrival()
+        self._first_answer_at = min(self._first_answer_at, now)  # a tool's 429 has no headers
         if self._learner is not None:
             await self._count_others()
             self._forget_refused(sent)
@@ -757,6 +759,7 @@ class ScopeFront:
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
                 started=self._started_by(sent), pending=self._out_before(sent),
+                blind=sent <= self._first_answer_at,
             )  # fmt: skip
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
@@ -1069,6 +1072,7 @@ class ScopeFront:
         duration is the server's latency, without a connection's set-up.
         """
         self._probe.finished()
+        self._first_answer_at = min(self._first_answer_at, trio.current_time())
         if not ok:
             self._ledger.observe_cut_short(seconds)
             return

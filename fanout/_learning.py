@@ -88,7 +88,7 @@ _FIT_SHARE = 0.3  # where between the slowest and fastest rate that fit to settl
 _FLOORED_SHARE = 0.5  # of the fastest rate that fits, when no slower rate is ruled out
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
 _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
-_REFUSALS = 3  # 429s learning may spend per scope; once spent, the rate grows only on proof
+_REFUSALS = 3  # 429s learning may spend (the probe's count once); then it grows only on proof
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
@@ -133,6 +133,7 @@ class RateLearner:
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
+    _spent: int = attrs.field(default=0, alias="_spent")  # of them, learning's (`on_throttled`)
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
     _wave: float = attrs.field(default=1.0, alias="_wave")  # the probe's width, all admitted
@@ -308,14 +309,24 @@ class RateLearner:
         sent_at: float,
         started: float,
         pending: Sequence[float] = (),
+        blind: bool = False,
     ) -> None:
         """A 429: decrease, once per congestion event.
 
         ``sending_rate`` is what we sent in the last second; ``sent_at`` is
         when the refused request was sent, ``started`` how many requests of
         ours were booked to start up to then and not refused; ``pending``
-        when those of them still unanswered were sent.
+        when those of them still unanswered were sent. ``blind``: the request
+        was sent before any answer came (a probe's).
+
+        The probe's 429s are one event and spend one of the three learning
+        may: counted one each, four probes against a burst of one spent all
+        three, and the rate grew no faster than admissions proved, which a
+        bucket of one never proves past the pace it was sent at (2/s against
+        40/s: 35.6 s for what takes 1.9 s).
         """
+        if not (blind and self._refused):
+            self._spent += 1
         self._refused += 1
         if not self._stated:
             self._throttled_blind(now, sent_at, started, pending)
@@ -379,7 +390,7 @@ class RateLearner:
             # rate must fit every request, so those out count as admitted (left
             # out, no bucket explained a 429 after a quiet round trip, the rate
             # stayed at the halved guess, and drew a fourth).
-            spent = self._refused >= _REFUSALS
+            spent = self._spent >= _REFUSALS
             self._settle(pending if spent else ())
         self._quiet_until = now + 1.0 / self.rate
 
@@ -402,7 +413,7 @@ class RateLearner:
             self._admitted_blind(began, latency, wave)
             return
         paced, self._paced = self._paced, None
-        if self.rate is None or not self._headroom or self._refused >= _REFUSALS:
+        if self.rate is None or not self._headroom or self._spent >= _REFUSALS:
             return
         if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
             return  # too soon for the refill to have shown: the guess stands until it could
@@ -469,7 +480,7 @@ class RateLearner:
                 self._quiet_until = self._event_at + 1.0 / self.rate
             # Grow e-fold in ``_growth`` seconds (successes come at the rate);
             # a request sent before the last event says nothing of the new rate.
-            grown = self.rate + 1.0 / self._growth if self._refused < _REFUSALS else self.rate
+            grown = self.rate + 1.0 / self._growth if self._spent < _REFUSALS else self.rate
             self.rate = max(min(grown, self._cap), self.floor)
 
     def _settle(self, pending: Sequence[float] = ()) -> None:
@@ -502,8 +513,8 @@ class RateLearner:
                 # below it (growing slowly from half of it had crawled at 1.6/s
                 # against 10/s for 15 s), then, once spent, growth is slow.
                 self._cap = high
-                self._growth = _SETTLED if self._refused >= _REFUSALS else _GROWTH
-        elif fit.bounded and self._refused >= _REFUSALS:
+                self._growth = _SETTLED if self._spent >= _REFUSALS else _GROWTH
+        elif fit.bounded and self._spent >= _REFUSALS:
             # The answers bound the rate from both sides and the 429s learning may
             # spend are spent: the slowest rate they fit (leaning towards the
             # fastest rate refused drew a fourth). An unbounded fit's slowest

@@ -239,19 +239,25 @@ def test_once_three_429s_are_spent_the_rate_is_only_what_the_answers_prove() -> 
     assert learner.rate <= 20.0
 
 
-async def test_a_wide_probe_that_spends_three_429s_does_not_slow_the_scope_to_a_crawl(
+async def test_a_wide_probe_that_draws_three_429s_does_not_slow_the_scope_to_a_crawl(
     autojump_clock: Any,
 ) -> None:
     """Told a cap of 15, learning probes four wide into a 40/s server with a burst of one:
     three 429s at once. The first answers fit rates down to 0.09/s but bound nothing; taken
     as the rate, that slowed the scope to one request in 10 s and shed 14 of 72 calls as
-    past their deadline. Every call is answered ok, and no more 429s are drawn."""
+    past their deadline. The three are one congestion event: counted as three, they spent
+    all learning may, and the rate grew no further than admissions proved: 35.6 s for
+    what takes 1.9 s. Counted once, every call is answered ok within three times that,
+    and learning spends at most its other two."""
     config = ServerConfig(
         rate=39.95, burst=1, latency=0.07, headers="x", retry_after="ms", max_in_flight=15
     )
+    began = trio.current_time()
     server, turn = await learn(config, 72, Scope("api", max_concurrency=15))
     assert all(r.status is Status.OK for r in turn.results)
-    assert server.count(status=429) == 3
+    assert server.count(status=429) <= 3 + 2
+    fastest = 71 / 39.95 + 0.07
+    assert trio.current_time() - began <= 3 * fastest
 
 
 @pytest.mark.parametrize("phase", [k / 10 for k in range(10)])

@@ -169,6 +169,14 @@ def refused(throttling: ThrottlingServer) -> int:
     return throttling.count(status=429) + throttling.count(status=503)
 
 
+def spent(throttling: ThrottlingServer) -> int:
+    """The refusals learning spent: those of requests that reached the server before
+    it answered any are one congestion event, the probe's, and count once."""
+    first_answer = min((r.end for r in throttling.records), default=0.0)
+    blind = sum(r.start <= first_answer for r in throttling.records if r.status in (429, 503))
+    return refused(throttling) - max(0, blind - 1)
+
+
 def refusals(throttling: ThrottlingServer) -> list[float]:
     return [round(r.start, 9) for r in throttling.records if r.status in (429, 503)]
 
@@ -184,7 +192,7 @@ def assert_learned(server: Server, *, refused_at: list[float], makespan: float) 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(server=servers())
 def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Server) -> None:
-    """Any server: every call ok, and at most three 429s and 503s in all.
+    """Any server: every call ok, and at most three 429s and 503s, the probe's counted once.
 
     The same 60 servers each run, so that CI is repeatable; the pinned
     servers below are what a wider seeded search (thousands of servers) found.
@@ -198,7 +206,7 @@ def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Se
            or server.retry_after != "absent")  # fmt: skip
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
-    assert refused(throttling) <= _REFUSED
+    assert spent(throttling) <= _REFUSED
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -311,15 +319,15 @@ def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
     assert_learned(server, refused_at=[0.0, 2.672407458], makespan=5.617139217726801)
 
 
-def test_a_wide_probe_against_a_bucket_of_one_spends_the_three_429s_and_no_more() -> None:
+def test_a_wide_probe_against_a_bucket_of_one_spends_one_429_of_learning_s_three() -> None:
     """Four probes, a burst of one: three refused at once. They are not retried at once
-    (the bucket the learned rate starts from is the empty one they showed), and with the
-    three spent the rate grows only as far as admissions prove, so no fourth follows
-    (there were five: one retry at t=0, one later)."""
+    (the bucket the learned rate starts from is the empty one they showed), and they are
+    one congestion event: counted as three, they spent all learning may, the rate could
+    grow only as far as admissions proved, and a burst of one proves nothing beyond the
+    pace it was sent at: 2/s against 20/s, 29.6 s (the minimum is 3.0 s). Counted once,
+    one more 429 finds the rate."""
     server = Server("bucket", 20, 1, 0.05, 0.0, 4, "none", "absent", 60)
-    throttling, turn, _ = run(server)
-    assert all(r.status is Status.OK for r in turn.results)
-    assert refusals(throttling) == [0.0, 0.0, 0.0]
+    assert_learned(server, refused_at=[0.0, 0.0, 0.0, 1.656387085], makespan=4.810265276870035)
 
 
 def test_requests_sent_together_are_left_out_of_a_refill_bound() -> None:
