@@ -870,14 +870,15 @@ class ScopeFront:
             return
         self._window_trial = None
         # A sliding log of ``burst`` per ``length`` has room for all but what we
-        # sent in the last ``length``, and never took more than ``burst`` in it;
+        # sent in the last ``length`` (and no more: a deep bucket, 5/s with a burst
+        # of 30, showed 4 after 31 in 6 s, its refill), never more than ``burst`` in it;
         # a fixed window that reopened has room for all but what went since. A
         # bucket shows only its refill. (When the guessed length reaches back
         # over a first burst, the sum alone passed any bucket for a log.)
         burst = self._learner.burst
         within = self._started_by(sent) - self._started_by(sent - length)
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
-        sliding = within <= burst + 1.0 and remaining + within >= burst
+        sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
             self._count_in_windows(length)
             # The new log holds what went after the trial, one at a time, while it

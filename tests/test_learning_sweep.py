@@ -309,6 +309,17 @@ def test_a_window_tried_one_request_at_a_time_counts_each_of_them() -> None:
     assert makespan <= _WITHIN * fastest(server, blind=True)
 
 
+def test_a_deep_bucket_whose_trial_shows_its_refill_is_no_sliding_log() -> None:
+    """5/s with a burst of 30: spent, its ``Reset`` (until full) says 6 s, and a 429 inside
+    that is tried at the server's wait. The trial's answer shows 4 left after 31 sent
+    within 6 s: a log of 30 per 6 s would have refused the 31st, and shows room for
+    the burst less what went, no more; this bucket showed its refill. Read as room
+    enough for a log, it was taken for one, and the last 5 calls waited 6 s (7.09 s; the
+    minimum is 2.02 s)."""
+    server = Server("bucket", 5, 30, 0.02, 0.0, None, "draft", "seconds", 40)
+    assert_learned(server, refused_at=[0.053333333, 1.14], makespan=2.180000000000002)
+
+
 def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
     """A burst of one says nothing in ``Remaining`` (0 after every request): learned as a
     server that states nothing, 20/s is found in two 429s, where the stated path crept
