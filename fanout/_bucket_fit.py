@@ -9,6 +9,12 @@ refused. Rates are tried from the slowest proven up, 10% apart, then the
 ends of the slowest run of two or more that fit (a lone rate may fit by
 rounding alone) are found 2% apart.
 
+A server that states its burst is replayed with that burst alone. A burst
+of one admits a request only a whole token's refill after the one before,
+and refuses it sooner, so every two answers bound the rate: after two 429s
+against 5/s, 3.3-5.4/s, where any burst fitted 0.9-5.3/s and proved
+nothing of the slowest.
+
 The replay starts full at the first request (the server's bucket starts
 full at a key's first arrival), or, once the log is long and has started
 over at a 429, with the less than one token a 429 proves. A request reaches
@@ -70,10 +76,19 @@ class AnswerLog:
             del answers[:start]
             self._from_429 = True
 
-    def fit(self, *, slowest: float, fastest: float, pending: Sequence[float] = ()) -> Fit | None:
+    def fit(
+        self,
+        *,
+        slowest: float,
+        fastest: float,
+        pending: Sequence[float] = (),
+        burst: float | None = None,
+    ) -> Fit | None:
         """The rates from ``slowest`` up that explain every answer, or None if none does.
 
         ``fastest`` is a rate we were refused at: no bucket twice as fast fits.
+        ``burst``: the server's, where it states it (else the smallest that
+        admits every admitted request, for each rate).
         ``pending``: when requests still unanswered were sent, taken as
         admitted (a refusal comes back at once, an admission after the
         server's latency). Left out, the requests of the last round trip
@@ -91,8 +106,10 @@ class AnswerLog:
         high = 2 * max((admitted + 1) / span, fastest)
 
         def fits(rate: float) -> bool:
-            burst = self._smallest_burst(answers, rate, admitted + 1.0)
-            return burst is not None and self._replay(answers, rate, burst)[1]
+            if burst is not None:
+                return self._replay(answers, rate, burst) == (True, True)
+            smallest = self._smallest_burst(answers, rate, admitted + 1.0)
+            return smallest is not None and self._replay(answers, rate, smallest)[1]
 
         coarse = _rates(slowest, high, _COARSE)
         runs: list[list[float]] = [[]]

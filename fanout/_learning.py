@@ -133,6 +133,8 @@ class RateLearner:
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
+    # A stated limit of one: True while a bucket of one explains the answers.
+    _one_token: bool | None = attrs.field(default=None, alias="_one_token")
     _spent: int = attrs.field(default=0, alias="_spent")  # of them, learning's (`on_throttled`)
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
@@ -188,6 +190,8 @@ class RateLearner:
         leaving (the spread of the scope's latencies).
         """
         changed = False
+        if limit == 1 and self._one_token is None:
+            self._one_token = True
         # A bucket of one says nothing in Remaining (0 after every request, whatever
         # the rate): it is learned as a server that states nothing, from its 429s.
         tells = (limit is not None and limit >= 2) or (remaining is not None and remaining >= 1)
@@ -487,7 +491,15 @@ class RateLearner:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`), with
         the requests ``pending`` (sent then, not yet answered) as admitted."""
         slowest = max(self.floor, _MIN_RATE)
-        fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending)
+        fit = None
+        if self._one_token:
+            # A stated burst of one bounds the rate from both sides (`fanout._bucket_fit`);
+            # once no bucket of one explains the answers (a fixed window of one admits
+            # two at its edge), any burst is fitted from then on.
+            fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending, burst=1.0)
+            self._one_token = fit is not None
+        if fit is None:
+            fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending)
         if fit is None:
             if self._events > 1:
                 # No bucket explains the answers (a window that states nothing

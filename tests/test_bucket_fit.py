@@ -83,3 +83,19 @@ def test_requests_still_out_count_as_admitted_when_asked() -> None:
     assert blind is not None
     assert told is not None
     assert blind.high < 20.0 <= told.high
+
+
+def test_a_stated_burst_of_one_bounds_the_rate_from_below_too() -> None:
+    """5/s, burst 1, paced ever faster into two 429s. Any burst explains the answers down
+    to the slowest rate tried (a bigger bucket spent slowly): the fit proves nothing
+    from below. A bucket of one admits a request only once a token refilled since the
+    one before, so the admissions 0.23 s apart prove nearly 4/s."""
+    paces = [2 * 1.3**k for k in range(9)]
+    log = log_of(answers(5.0, 1.0, paces))
+    free = log.fit(slowest=0.1, fastest=max(paces))
+    one = log.fit(slowest=0.1, fastest=max(paces), burst=1.0)
+    assert free is not None
+    assert one is not None
+    assert free.floored
+    assert not one.floored
+    assert 3.9 <= one.low <= 5.0 <= one.high == free.high

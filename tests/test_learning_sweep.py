@@ -320,6 +320,15 @@ def test_a_deep_bucket_whose_trial_shows_its_refill_is_no_sliding_log() -> None:
     assert_learned(server, refused_at=[0.053333333, 1.14], makespan=2.180000000000002)
 
 
+def test_a_stated_bucket_of_one_is_fitted_as_one() -> None:
+    """2/s, ``Limit: 1``: after the second 429, any burst explained the answers down to
+    the slowest rate tried, and the rate settled near it (31.0 s for 40 calls; the
+    minimum is 19.6 s). Fitted as the bucket of one the server states, the admissions
+    bound it from below too: 24.6 s, with the same two 429s."""
+    server = Server("bucket", 2, 1, 0.1, 0.0, None, "draft", "http-date", 40, seed=1)
+    assert_learned(server, refused_at=[0.0, 1.4], makespan=24.605775220166592)
+
+
 def test_a_stated_bucket_of_one_is_learned_from_its_429s() -> None:
     """A burst of one says nothing in ``Remaining`` (0 after every request): learned as a
     server that states nothing, 20/s is found in two 429s, where the stated path crept
