@@ -1,9 +1,10 @@
 """Learning against any server: generated servers, not the rows we thought of.
 
 Issue 13's target for a scope told no rate and no burst (the benchmarks'
-``fanout_learned``): at most three refused requests (429 and 503), every
-call answered ok, and a makespan within 1.20 times the fastest any client
-could finish, on every server model. Here the server is drawn: its model,
+``fanout_learned``): at most three refused requests (429 and 503; a
+probe's, sent before any answer, count once), every call answered ok, and
+a makespan within 1.20 times the fastest any client could finish, on every
+server model. Here the server is drawn: its model,
 numbers, latency, jitter, in-flight cap, header style and Retry-After format,
 and client and server run in one ``trio.run`` on a MockClock, so a
 counterexample is exact and replays as it was found.
