@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
@@ -595,3 +597,46 @@ async def test_a_floored_count_does_not_move_every_learned_start_by_the_calls_ow
     config = ServerConfig(rate=10, burst=10, latency=0.1, jitter=0.003, headers="draft", seed=seed)
     server, turn = await lagging_turn(config, lags.__getitem__)
     assert_28_in_time(server, turn)
+
+
+# What the header parser hands on (`fanout._headers`): finite, non-negative, of any size.
+_HEADER = st.none() | st.floats(0, 1e308) | st.sampled_from([0.0, 1.0, 2.0, 1e-300, 1e308])
+_POSITIVE = st.none() | st.floats(1e-300, 1e308) | st.sampled_from([1.0, 2.0, 1e308])
+_TIME = st.floats(0, 1e4)
+_COUNT = st.floats(0, 1e5)
+_LEARNER_CALLS = st.one_of(
+    st.tuples(
+        st.just("headers"), _POSITIVE, _POSITIVE, _HEADER, _HEADER,
+        _TIME, _COUNT, _COUNT, _TIME, st.floats(0, 10),
+    ),
+    st.tuples(st.just("429"), _COUNT, _TIME, st.floats(0, 1e5), _TIME, _COUNT, st.booleans()),
+    st.tuples(st.just("ok"), st.none() | _TIME, st.none() | st.floats(1e-6, 1e3), st.floats(1, 16)),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(calls=st.lists(_LEARNER_CALLS, max_size=40), fills=st.booleans())
+def test_any_headers_in_any_order_leave_a_usable_rate(
+    calls: list[tuple[Any, ...]], fills: bool
+) -> None:
+    """Whatever a server states (a limit of one or of 1e308, a reset of 1e-300, a window
+    of any length), and however answers, 429s (a probe's or not) and successes
+    interleave: the learner raises nothing, and its rate is unknown or a finite rate
+    above zero, never NaN, infinite or zero (which the bucket could not pace at)."""
+    learner = RateLearner(probe_fills_cap=fills)
+    for call in calls:
+        if call[0] == "headers":
+            _, limit, window, remaining, reset, at, started, alongside, now, late = call
+            learner.from_headers(
+                limit, window, remaining, reset,
+                at=at, started=started, alongside=alongside, now=now, late=late,
+            )  # fmt: skip
+        elif call[0] == "429":
+            _, sending, now, wait, sent_at, started, blind = call
+            learner.on_throttled(
+                sending, now=now, wait=wait, sent_at=sent_at, started=started, blind=blind
+            )
+        else:
+            _, began, latency, wave = call
+            learner.on_success(began=began, latency=latency, wave=wave)
+        assert learner.rate is None or (math.isfinite(learner.rate) and learner.rate > 0)
