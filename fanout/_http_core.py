@@ -334,7 +334,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             # longer still: 198 s for what takes 8.5 (`ScopeFront._measured_slack`).
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-            opened = _watch_connections(request, context)
+            watch = _watch_connections(request, context)
             held_before = context.held
             sent_at = trio.current_time()
             if first:  # its token was taken at admission: how late it leaves is the scope's slack
@@ -347,6 +347,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 raise self._failed(
                     context, exc, sent=not isinstance(exc, self._seam.not_sent)
                 ) from None
+            finally:
+                watch.back()
             answered = True
         finally:
             if not answered:
@@ -361,7 +363,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
         overloaded = context.refused = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
-                info, sent_at=sent_at, refused=response.status_code in (429, 503), opened=opened(),
+                info, sent_at=sent_at, refused=response.status_code in (429, 503),
+                opened=watch.opened,
                 overloaded_with=place.leaving[id(scope)] if overloaded else None,
             )  # fmt: skip
         if context.recorder.active:
@@ -436,7 +439,33 @@ def server_scope(name: str | None, secrets: Iterable[str]) -> str | None:
     return name if redact_text(name, secrets) == name else REDACTED
 
 
-def _watch_connections(request: _Request, context: CallContext) -> Callable[[], bool | None]:
+@attrs.define(eq=False)
+class _Watch:
+    """What the connection pool said of one request (`_watch_connections`).
+
+    ``opened``: True if it opened a connection, False if it went over one
+    already open, None if the pool said nothing (a window's log judges its
+    arrival by that, `fanout._window.Arrivals`). The scopes it left over a
+    reused connection for hear when it is back: until then, the server is
+    taking at least that long (`ScopeFront.warm_request_left`).
+    """
+
+    opened: bool | None = None
+    _told: tuple[ScopeLike, ...] = ()
+
+    def left_warm(self, scopes: tuple[ScopeLike, ...]) -> None:
+        for scope in scopes:
+            scope.warm_request_left()
+        self._told = scopes
+
+    def back(self) -> None:
+        """Its answer came, or it failed on the wire."""
+        for scope in self._told:
+            scope.warm_request_back()
+        self._told = ()
+
+
+def _watch_connections(request: _Request, context: CallContext) -> _Watch:
     """Have the connection pool say whether ``request`` opens a new connection.
 
     httpcore (and httpcore2, under httpx2) report each step of a request to
@@ -452,39 +481,34 @@ def _watch_connections(request: _Request, context: CallContext) -> Callable[[], 
     server out of step (`ScopeFront.observe_write_lag`). A ``trace`` the
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
-
-    Returns what the pool said of this request once it has left: True if it
-    opened a connection, False if it went over one already open, None if
-    the pool said nothing (a window's log judges its arrival by that,
-    `fanout._window.Arrivals`).
     """
+    watch = _Watch()
     extensions = getattr(request, "extensions", None)
     if not isinstance(extensions, dict):
-        return lambda: None
+        return watch
     theirs = extensions.get("trace")
-    opened: bool | None = None
     handed_on = trio.current_time()
 
     async def trace(event: str, info: dict[str, Any]) -> None:
-        nonlocal opened
         if event.startswith("connection.connect_") and event.endswith(".started"):
-            opened = context.opened_connection = True
+            watch.opened = context.opened_connection = True
         elif event.endswith(".send_request_headers.started"):
             # Nothing later is ours to hear: the caller's trace alone hears the rest.
             _restore(extensions, theirs)
-            if not opened:
-                opened = False
+            if not watch.opened:
+                watch.opened = False
                 for scope in context.scopes:
                     scope.observe_write_lag(trio.current_time() - handed_on)
                 hold = _warm_hold(context)
                 if hold > 0:
                     context.held += hold
                     await trio.sleep(hold)
+                watch.left_warm(context.scopes)
         if theirs is not None:
             await theirs(event, info)
 
     extensions["trace"] = trace
-    return lambda: opened
+    return watch
 
 
 def _restore(extensions: dict[str, Any], theirs: Any) -> None:

@@ -303,15 +303,12 @@ def test_a_429_before_any_warm_answer_shows_the_first_arrival_was_late() -> None
     assert outcome.makespan <= 1.05 * fastest(s) + _first_answer(s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: before the first warm answer, a told scope holds each request over a "
-    "reused connection for the worst case again, and the holds add up to more than one "
-    "first answer (0.921 s against 0.920 s allowed)",
-)
-def test_a_random_search_finds_holds_that_cost_more_than_one_first_answer() -> None:
-    """34 calls, 49.3/s, burst 12, 220 ms, no cap: a random search found it (the sweep
-    drew random servers then, and CI could fail on it)."""
+def test_holds_before_the_first_warm_answer_cost_less_than_one_first_answer() -> None:
+    """34 calls, 49.3/s, burst 12, 220 ms, no cap: a random search found it. Before the
+    first warm answer each request over a reused connection was held for the whole worst
+    case, a second time at 0.44 s (0.921 s against 0.920 s allowed), while requests sent
+    unheld since 0.28 s were still unanswered: a server slow to answer them is no server
+    that read the burst late. Now a hold shrinks as that wait grows."""
     s = Scenario(
         name="drawn", title="", calls=34, rate=49.3, burst=12, latency=0.22, headers="draft",
     )  # fmt: skip
@@ -344,14 +341,15 @@ def test_requests_held_together_count_each_others_tokens() -> None:
     a server whose arrivals were not late would have filled up and lost two tokens, and
     the request at 1.2 s drew a 429 (and 1.67x the fastest). Now each counts the others
     held with it, only what the bucket can spare is held, and the run is the fastest
-    possible."""
+    possible. (The one at 0.4 s waits to 0.6 s: the request that left unheld at 0.3 s,
+    still unanswered, shows 0.1 s of the worst case was none, and the rest is spared.)"""
     s = Scenario(
         name="repro", title="", calls=16, rate=10, burst=4, latency=0.3, max_in_flight=4,
         headers="none",
     )  # fmt: skip
     outcome = run(s)
     assert outcome.server.count(status=429) == 0
-    starts = [0.0] * 4 + [0.3, 0.3, 0.4, 0.6, 0.6, 0.6, 0.7, 0.9, 0.9, 1.0, 1.1, 1.2]
+    starts = [0.0] * 4 + [0.3, 0.3, 0.6, 0.6, 0.6, 0.6, 0.9, 0.9, 0.9, 1.0, 1.2, 1.2]
     assert [round(start, 9) for start in outcome.server.starts()] == starts
     assert outcome.makespan == pytest.approx(fastest(s), abs=_EPS)
 
