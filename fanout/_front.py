@@ -43,6 +43,7 @@ from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
+from ._starts import Starts
 from ._validate import (
     flag,
     one_of,
@@ -223,9 +224,7 @@ class ScopeFront:
     _learner: RateLearner | None = attrs.field(init=False, default=None, repr=False)
     _probe: Probe = attrs.field(init=False, factory=lambda: Probe(done=True), repr=False)
     _limits: tuple[float | None, float] = attrs.field(init=False, default=(None, 1.0), repr=False)
-    _recent: collections.deque[tuple[float, float]] = attrs.field(
-        init=False, factory=lambda: collections.deque(maxlen=_RECENT), repr=False
-    )
+    _recent: Starts = attrs.field(init=False, factory=lambda: Starts(_RECENT), repr=False)
     _started: float = attrs.field(init=False, default=0.0, repr=False)
     # (sent, Remaining) of the latest counts read (`_counted_before`).
     _counts: collections.deque[tuple[float, float]] = attrs.field(
@@ -447,9 +446,7 @@ class ScopeFront:
 
     async def refund(self, booking: Booking) -> None:
         """Hand back a booking whose call gave up before starting."""
-        entry = (booking.start, booking.cost)
-        if entry in self._recent:
-            self._recent.remove(entry)
+        if self._recent.discard(booking.start, booking.cost):
             self._started -= booking.cost
         await self._backend.refund(booking)
 
@@ -462,10 +459,8 @@ class ScopeFront:
         """
         held = await self._backend.confirm(booking)
         now = trio.current_time()
-        entry = (booking.start, booking.cost)
-        if held and now != booking.start and entry in self._recent:
-            self._recent.remove(entry)
-            self._recent.append((now, booking.cost))
+        if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
+            self._recent.add(now, booking.cost)
         return held
 
     def voided(self) -> trio.Event | None:
@@ -480,10 +475,8 @@ class ScopeFront:
 
     def _remember(self, start: float, cost: float) -> None:
         self._started += cost
-        self._recent.append((start, cost))
-        horizon = trio.current_time() - _RECENT_FOR
-        while self._recent and self._recent[0][0] < horizon:
-            self._recent.popleft()
+        self._recent.add(start, cost)
+        self._recent.forget_before(trio.current_time() - _RECENT_FOR)
 
     async def _count_others(self) -> None:
         """Count what other processes sharing the bucket started, as if started here.
@@ -510,7 +503,7 @@ class ScopeFront:
         Counted, a wave of 429s would read as requests the server's refill
         paid for, and "proves" a rate many times the true one.
         """
-        entry = self._take_latest(sent)
+        entry = self._recent.take_latest(sent)
         if entry is not None:
             self._started -= entry[1]
         # Nor among the requests that left (kept a second; counted only before that).
@@ -520,19 +513,9 @@ class ScopeFront:
         elif self._left_total and sent <= trio.current_time() - 1.0:
             self._left_total -= 1
 
-    def _take_latest(self, by: float) -> tuple[float, float] | None:
-        """Take out the latest booking remembered as started by ``by`` (None if none)."""
-        latest = max(
-            (entry for entry in self._recent if entry[0] <= by),
-            key=lambda entry: entry[0], default=None,
-        )  # fmt: skip
-        if latest is not None:
-            self._recent.remove(latest)
-        return latest
-
     def _started_by(self, when: float) -> float:
         """The running total of tokens booked to start at or before ``when``."""
-        return self._started - sum(cost for start, cost in self._recent if start > when)
+        return self._started - self._recent.cost_after(when)
 
     def _started_between(self, since: float, now: float) -> float:
         """Tokens of bookings that started after the request sent at ``since``, up to ``now``.
@@ -546,7 +529,7 @@ class ScopeFront:
         read as booked before it, a count at 0.81 s took three of them for
         tokens still in the bucket (a 429 against 10/s, burst 5).
         """
-        booked = sum(cost for start, cost in self._recent if since < start <= now)
+        booked = self._recent.cost_within(math.nextafter(since, math.inf), now)
         return max(booked, self._left_within(math.nextafter(since, math.inf), now))
 
     def _counted_before(self, sent: float, remaining: float, rate: float, late: float) -> int:
@@ -598,11 +581,11 @@ class ScopeFront:
         start: the latest bookings before it, as many as are out, less those that
         left after it (a request's answer comes about in the order sent)."""
         now = trio.current_time()
-        after = sum(1 for start, _ in self._recent if sent < start <= now)
+        after = self._recent.count_within(math.nextafter(sent, math.inf), now)
         out = self._cap.on_the_wire - after
         if out <= 0:
             return []
-        return sorted(start for start, _ in self._recent if start < sent)[-out:]
+        return self._recent.latest_before(sent, out)
 
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
@@ -615,7 +598,7 @@ class ScopeFront:
 
     def _sent_within(self, since: float, sent: float) -> float:
         """Tokens of bookings that started from ``since`` to ``sent``, both included."""
-        return sum(cost for start, cost in self._recent if since <= start <= sent)
+        return self._recent.cost_within(since, sent)
 
     def _left_within(self, since: float, until: float) -> float:
         """Requests that left from ``since`` to ``until``, both included, as far as the
@@ -650,9 +633,9 @@ class ScopeFront:
         response's request was sent counts it from now (as ``confirm`` does a
         booking confirmed late). Counted from its admission, 17 calls admitted at
         once and sent six at a time measured a refill of 20/s against 2/s."""
-        entry = self._take_latest(admitted_at)
+        entry = self._recent.take_latest(admitted_at)
         if entry is not None:
-            self._recent.append((now, entry[1]))
+            self._recent.add(now, entry[1])
 
     def _left_by(self, when: float) -> float | None:
         """The running total of requests that left by ``when``, where the HTTP layer
@@ -845,7 +828,7 @@ class ScopeFront:
         requests it refused.
         """
         window, burst = self._window_guess()
-        started = sum(cost for start, cost in self._recent if now - window < start <= now)
+        started = self._recent.cost_within(math.nextafter(now - window, math.inf), now)
         return started <= 1.5 * burst
 
     def _count_in_windows(self, length: float | None = None) -> None:
