@@ -37,6 +37,7 @@ from . import report
 from .bench_deadline import measure_deadlines, measure_scale, scale_markdown
 from .bench_http import http_markdown, measure_http
 from .bench_overhead import measure_overhead
+from .bench_reading import measure_reading, reading_markdown
 from .bench_replan import measure_replan, replan_markdown
 from .bench_strategies import measure_ceiling, run_scenario
 from .harness import machine
@@ -214,6 +215,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )  # fmt: skip
         http_table = http_markdown(rows)
+        _say("http: what reading each answer costs a scope, as its bookings grow")
+        reading = trio.run(
+            functools.partial(
+                measure_reading, sizes=(50, 200) if args.quick else (1_000, 4_000),
+                repeats=1 if args.quick else 3, progress=lambda line: _say(f"  {line}"),
+            )
+        )  # fmt: skip
+        http_table += "\n### Reading the answers\n\n" + reading_markdown(reading)
         (out / "http.md").write_text("# The HTTP layer's throughput\n\n" + http_table)
     replan_table: str | None = None
     if "replan" in args.parts:
