@@ -529,8 +529,8 @@ class ScopeFront:
         read as booked before it, a count at 0.81 s took three of them for
         tokens still in the bucket (a 429 against 10/s, burst 5).
         """
-        booked = self._recent.cost_within(math.nextafter(since, math.inf), now)
-        return max(booked, self._left_within(math.nextafter(since, math.inf), now))
+        after = math.nextafter(since, math.inf)  # ``since`` itself is the request's own
+        return max(self._recent.cost_within(after, now), self._left_within(after, now))
 
     def _counted_before(self, sent: float, remaining: float, rate: float, late: float) -> int:
         """How many requests sent after the one sent at ``sent`` the server surely counted
