@@ -551,6 +551,30 @@ class ScopeFront:
             if other > sent and counted >= remaining + rate * (other - sent + late)
         )
 
+    def _may_have_overtaken(
+        self, sent: float, now: float, remaining: float, rate: float, late: float
+    ) -> float:
+        """Tokens of requests that left after the one sent at ``sent``, so soon after it
+        (within how much later one request may reach the server than another) that the
+        server may have counted them first, and whose answers, read already, do not say.
+
+        An answer says it was counted first as in ``_counted_before``; and counted
+        after, by a count lower by at least the refill over ``late``: one counted
+        first left the server a token more than its own refilled to this one's
+        counting, which came at most ``late`` later, and counts are floored.
+        """
+        until = min(now, sent + max(TOGETHER, late))
+        shown = sum(
+            1
+            for other, counted in self._counts
+            if sent < other <= until
+            and (
+                counted >= remaining + rate * (other - sent + late)
+                or remaining >= counted + rate * late
+            )
+        )
+        return max(0.0, self._started_between(sent, until) - shown)
+
     def _proven(self) -> float | None:
         """The rate the server's refill was shown to reach, when learning from its
         counts (`ServerCount.refilled_at_least`), never above the rate used.
@@ -954,6 +978,9 @@ class ScopeFront:
             late = self._ledger.spread()
             first = self._counted_before(sent, remaining, rate, late)
             surely = max(0.0, self._started_between(sent, now) - first)
+            # Those that left within how much later one request may arrive than
+            # another may have been counted first; their own answers will tell.
+            soon = self._may_have_overtaken(sent, now, remaining, rate, late)
             self._counts.append((sent, remaining))
             # Anything that started within the slowest latency seen before this
             # request was sent may have reached the server after it; before any
@@ -978,6 +1005,7 @@ class ScopeFront:
                 proven=self._proven(),
                 crossing=self._crossing(sent, late),
                 as_of=now,
+                overtaking=min(surely, soon),
             )
             await self._backend.sync(count)
         else:

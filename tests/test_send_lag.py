@@ -11,6 +11,7 @@ import trio
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, serve_throttled
 
 
@@ -141,17 +142,20 @@ async def test_requests_reaching_the_server_out_of_step_draw_no_429(
     assert max(r.end for r in server.records) < 3.7 + 0.1
 
 
-class _OneLateOnTheWayIn(httpx.AsyncBaseTransport):
-    """The request for item ``late`` reaches the server ``delay`` s after it leaves."""
+class _LateOnTheWay(httpx.AsyncBaseTransport):
+    """The request for item ``n`` reaches the server ``inbound[n]`` s after it leaves, and
+    its answer the client ``outbound[n]`` s after the server sends it."""
 
-    def __init__(self, late: int, delay: float) -> None:
+    def __init__(self, inbound: dict[int, float], outbound: dict[int, float]) -> None:
         self._inner = httpx.AsyncHTTPTransport()
-        self._late, self._delay = late, delay
+        self._inbound, self._outbound = inbound, outbound
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == f"/items/{self._late}":
-            await trio.sleep(self._delay)
-        return await self._inner.handle_async_request(request)
+        n = int(request.url.path.rsplit("/", 1)[1])
+        await trio.sleep(self._inbound.get(n, 0.0))
+        response = await self._inner.handle_async_request(request)
+        await trio.sleep(self._outbound.get(n, 0.0))
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -169,7 +173,7 @@ async def test_a_request_counted_before_one_that_left_earlier_is_not_taken_for_u
     own by more than the refill between them."""
     async with (
         serve_throttled(ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")) as server,
-        fanout.http_client(_OneLateOnTheWayIn(2, 0.001), base_url=server.url) as client,
+        fanout.http_client(_LateOnTheWay({2: 0.001}, {}), base_url=server.url) as client,
     ):
         reg = Registry()
         leaves = {3: 0.0004, 4: 0.0008}  # after the first of the three
@@ -187,3 +191,47 @@ async def test_a_request_counted_before_one_that_left_earlier_is_not_taken_for_u
     starts = [round(t - began, 9) for t in server.starts()]
     assert starts[2:5] == [0.0504, 0.0508, 0.051]  # counted as 2, 1 and 0 left
     assert starts[5] == pytest.approx(0.2508)  # its token at 0.2, and the first burst's slack
+
+
+@pytest.mark.parametrize(
+    ("told", "next_token"), [(True, 0.2), (False, 0.25)], ids=["told", "learned"]
+)
+async def test_a_count_is_not_synced_down_by_a_request_that_may_have_been_counted_first(
+    autojump_clock: Any, told: bool, next_token: float
+) -> None:
+    """5/s, burst 5: two at 0, then three that leave 1.4 and 1.1 ms apart from 0.06 s, and
+    reach the server out of step: the second first (2 left), then the first (1 left).
+    The first's answer is read before the second's, so nothing yet shows that the second
+    was counted before it. Taken for one started since, it synced the bucket a token under
+    the server's (the most the server could have, 0.33, was less than the bucket's 0.63):
+    the next token came at 0.46 s for 0.2 s (learning: 0.25 s, the probe's round trip not
+    yet a proven refill). In real time, eight calls against a learned 5/s: the sixth went
+    at 0.48 s for 0.27 s, one full benchmark run in four. It left within how much later one
+    request may reach the server than another, so it may have been counted first, and it
+    is not taken off the most the server can have."""
+    scope = Scope("api", rate=5, burst=5, slack=0.0) if told else Scope("api")
+    began = trio.current_time()
+    for _ in range(2):
+        booking = await scope.reserve(1, 10)
+        assert booking is not None
+        assert await scope.confirm(booking)
+    if not told:  # learned from the probe's answers: 5 a second, 4 and 3 left
+        await trio.sleep(0.05)
+        for remaining in (4, 3):
+            info = RateLimitInfo(limit=5, remaining=remaining, reset_after=1)
+            await scope.observe_headers(info, sent_at=began)
+        await trio.sleep(0.01)
+    else:
+        await trio.sleep(0.06)
+    first = trio.current_time()
+    for gap in (0.0, 0.0014, 0.0011):
+        await trio.sleep(gap)
+        booking = await scope.reserve(1, 10)
+        assert booking is not None
+        assert booking.wait == 0
+        assert await scope.confirm(booking)
+    await trio.sleep(0.0654)
+    await scope.observe_headers(RateLimitInfo(limit=5, remaining=1, reset_after=1), sent_at=first)
+    booking = await scope.reserve(1, 10)
+    assert booking is not None
+    assert booking.start - began == pytest.approx(next_token)
