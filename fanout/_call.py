@@ -238,11 +238,16 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
         )  # fmt: skip
+        for scope in plan.scopes:
+            scope.attempt_began(context.admitted_at)
         return await _run_tool(state, spec, context, within.settings)
     finally:
         if context is not None:
             for give_back in context.places:  # a body the tool never closed (`fanout._slots`)
                 give_back()
+            if not context.requests:  # else its first request told the scopes
+                for scope in context.scopes:
+                    scope.attempt_ended(context.admitted_at)
         for scope in reversed(held):
             await scope.release_slot(holder)
 

@@ -28,6 +28,7 @@ makes ``Remaining: 0`` wait for the reset.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from typing import TYPE_CHECKING, Literal, Protocol, get_args
@@ -236,6 +237,9 @@ class ScopeFront:
     )
     # When the calls of the requests waiting for a place on the wire took their tokens.
     _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
+    # When the calls took their tokens whose first request has not reached the HTTP
+    # layer yet (their tool's own set-up, `attempt_began`).
+    _setting_up: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When this process's requests of the scope left, over the last second (`request_leaving`).
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
     _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
@@ -635,6 +639,7 @@ class ScopeFront:
         """A request of this scope is about to be sent: wait while a cap 503s showed is
         full (`_slots`), then count it on the wire; how many others were.
         ``admitted_at``: when its call took its token (`_parked`)."""
+        first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
         self._parked.append(admitted_at)
         try:
             leaving = await self._cap.sending()
@@ -643,7 +648,7 @@ class ScopeFront:
         if leaving.overruled:  # it does not leave on this place (`request_back`)
             return leaving
         now = trio.current_time()
-        if leaving.under_cap and now > admitted_at + TOGETHER:
+        if (leaving.under_cap or first) and now > admitted_at + TOGETHER:
             self._left_late(admitted_at, now)
         if self._learner is not None:  # only learning reads when requests left
             self._left.append(now)
@@ -653,10 +658,12 @@ class ScopeFront:
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a
-        wait for a place under a learned cap: what counts what started since a
-        response's request was sent counts it from now (as ``confirm`` does a
-        booking confirmed late). Counted from its admission, 17 calls admitted at
-        once and sent six at a time measured a refill of 20/s against 2/s."""
+        wait for a place under a learned cap, or its tool's own set-up: what counts
+        what started since a response's request was sent counts it from now (as
+        ``confirm`` does a booking confirmed late). Counted from its admission, 17
+        calls admitted at once and sent six at a time measured a refill of 20/s
+        against 2/s; and a sibling's count, read as including a request that left
+        70 ms after its admission, raised a told bucket over the server's."""
         entry = self._recent.take_latest(admitted_at)
         if entry is not None:
             self._recent.add(now, entry[1])
@@ -669,9 +676,38 @@ class ScopeFront:
             return None
         return float(self._left_total - sum(1 for t in self._left if t > when))
 
+    def attempt_began(self, admitted_at: float) -> None:
+        """A call admitted at ``admitted_at`` runs its tool: until its first request
+        reaches the HTTP layer (`request_leaving`), its token is taken and the server
+        has not counted it. A count read meanwhile leaves it out (`_parked_by`): read
+        as the server's own, a sibling's ``Remaining`` raised a told 5/s bucket a token
+        over it while a tool's set-up held its request back 70 ms, and drew a 429.
+        Kept sorted: thousands of calls may be setting up at once."""
+        bisect.insort(self._setting_up, admitted_at)
+
+    def attempt_ended(self, admitted_at: float) -> None:
+        """The attempt `attempt_began` told of is over without sending a request through
+        the HTTP layer: it is counted no longer."""
+        self._set_up(admitted_at)
+
+    def _set_up(self, admitted_at: float) -> bool:
+        """One call admitted at ``admitted_at`` is done setting up, if one was: True then.
+
+        Calls admitted at one instant are alike here; a later request of one,
+        while another is still setting up, is taken for the other's first
+        (which then counts as sent at once): no worse than before they were told.
+        """
+        i = bisect.bisect_left(self._setting_up, admitted_at)
+        if i < len(self._setting_up) and self._setting_up[i] == admitted_at:
+            del self._setting_up[i]
+            return True
+        return False
+
     def _parked_by(self, when: float) -> float:
-        """Requests waiting for a place on the wire whose calls took tokens by ``when``."""
-        return float(sum(1 for admitted in self._parked if admitted <= when))
+        """Requests whose calls took tokens by ``when`` and that have not left: waiting for
+        a place on the wire, or not yet sent by their tool (`attempt_began`)."""
+        parked = sum(1 for admitted in self._parked if admitted <= when)
+        return float(parked + bisect.bisect_right(self._setting_up, when))
 
     def _sent_lately(self) -> int:
         """Requests of this process that left in the last second, as far as the HTTP
