@@ -338,17 +338,10 @@ def test_a_count_bounds_the_server_from_both_sides_in_any_order(
         assert s.count.at_most(s.rate, s.burst) >= has - 1e-9
 
 
-async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
-    autojump_clock: Any,
-) -> None:
-    """5/s, burst 2, told: of the burst's two calls, one sends at 0.02 s and one at 0.07 s
-    (its tool's own set-up). The first's answer, read at 0.07 s, says 1 left: the
-    server has not counted the second yet. Read as the server's own, it raised the
-    bucket a token over the server's, a third call went at once and was refused, and
-    waited out a second (1.07 s). The second is taken off (``attempt_began``), and,
-    leaving after the first was sent, counted as started since (``_left_late``): the
-    third goes at its token, 0.2 s, and the slack the burst's late request showed."""
-    leaves = {0: 0.07, 1: 0.02}
+async def _four_calls_told_5_per_s(leaves: dict[int, float]) -> tuple[list[float], int]:
+    """Four calls through a scope told 5/s, burst 2, the tool of call ``n`` sending its
+    request ``leaves[n]`` s after it starts: when the server took each, and its 429s.
+    Every call is answered ok (a refused one is retried)."""
     async with (
         serve_throttled(ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")) as server,
         fanout.http_client(base_url=server.url) as client,
@@ -363,8 +356,22 @@ async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
         runner = Runner(reg, scopes=[Scope("api", rate=5, burst=2)], inline_wait=None)
         turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(4)])
     assert all(r.status is fanout.Status.OK for r in turn.results)
-    assert server.count(status=429) == 0
-    assert [round(t, 9) for t in server.starts()] == [0.02, 0.07, 0.27, 0.47]
+    return [round(t, 9) for t in server.starts()], server.count(status=429)
+
+
+async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
+    autojump_clock: Any,
+) -> None:
+    """5/s, burst 2, told: of the burst's two calls, one sends at 0.02 s and one at 0.07 s
+    (its tool's own set-up). The first's answer, read at 0.07 s, says 1 left: the
+    server has not counted the second yet. Read as the server's own, it raised the
+    bucket a token over the server's, a third call went at once and was refused, and
+    waited out a second (1.07 s). The second is taken off (``attempt_began``), and,
+    leaving after the first was sent, counted as started since (``_left_late``): the
+    third goes at its token, 0.2 s, and the slack the burst's late request showed."""
+    starts, refused = await _four_calls_told_5_per_s({0: 0.07, 1: 0.02})
+    assert refused == 0
+    assert starts == [0.02, 0.07, 0.27, 0.47]
 
 
 @pytest.mark.xfail(
@@ -381,19 +388,5 @@ async def test_a_tool_that_sends_long_after_its_admission_draws_no_429(
     At 0.3 s the two arrive to 1.5 tokens: the second is refused, and waits out a whole
     second. The scope counted their tokens as taken at 0, and refilled from then; the
     server's bucket was full, and lost that refill, until the first request arrived."""
-    leaves = {0: 0.3, 1: 0.3}
-    async with (
-        serve_throttled(ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")) as server,
-        fanout.http_client(base_url=server.url) as client,
-    ):
-        reg = Registry()
-
-        @reg.tool(kind=Kind.READS, scopes=["api"])
-        async def fetch(n: int) -> str:
-            await trio.sleep(leaves.get(n, 0.0))
-            return (await client.get(f"/items/{n}")).text
-
-        runner = Runner(reg, scopes=[Scope("api", rate=5, burst=2)], inline_wait=None)
-        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(4)])
-    assert all(r.status is fanout.Status.OK for r in turn.results)
-    assert server.count(status=429) == 0
+    _, refused = await _four_calls_told_5_per_s({0: 0.3, 1: 0.3})
+    assert refused == 0
