@@ -238,7 +238,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             recorder=recorder,
             secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
         )  # fmt: skip
-        for scope in plan.scopes:
+        for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
         return await _run_tool(state, spec, context, within.settings)
     finally:

@@ -178,6 +178,16 @@ def check_name(name: object) -> None:
         raise ConfigurationError(f"a scope needs a non-empty string name, not {name!r}")
 
 
+def _counted_first(
+    counted: float, later: float, remaining: float, rate: float, late: float
+) -> bool:
+    """Whether a request that left ``later`` s after another, and whose answer said
+    ``counted`` left, was surely counted before the other, whose answer said
+    ``remaining``: higher by more than the refill between them could make a floored
+    count (at ``rate``, over ``later`` and how much later one may arrive: ``late``)."""
+    return counted >= remaining + rate * (later + late)
+
+
 @attrs.define(eq=False)
 class ScopeFront:
     """The configuration and behaviour shared by every kind of scope.
@@ -552,7 +562,7 @@ class ScopeFront:
         return sum(
             1
             for other, counted in self._counts
-            if other > sent and counted >= remaining + rate * (other - sent + late)
+            if other > sent and _counted_first(counted, other - sent, remaining, rate, late)
         )
 
     def _may_have_overtaken(
@@ -562,7 +572,7 @@ class ScopeFront:
         (within how much later one request may reach the server than another) that the
         server may have counted them first, and whose answers, read already, do not say.
 
-        An answer says it was counted first as in ``_counted_before``; and counted
+        An answer says it was counted first (`_counted_first`); and counted
         after, by a count lower by at least the refill over ``late``: one counted
         first left the server a token more than its own refilled to this one's
         counting, which came at most ``late`` later, and counts are floored.
@@ -573,7 +583,7 @@ class ScopeFront:
             for other, counted in self._counts
             if sent < other <= until
             and (
-                counted >= remaining + rate * (other - sent + late)
+                _counted_first(counted, other - sent, remaining, rate, late)
                 or remaining >= counted + rate * late
             )
         )
