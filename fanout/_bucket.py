@@ -89,7 +89,9 @@ class Booking:
     whether this booking is still the latest and still valid. ``burst_began``
     is set on the first booking this process sees of a burst (the bucket was
     full): when that burst began, on this process's clock, which is where the
-    server's refill counts from at the earliest.
+    server's refill counts from at the earliest. ``took_full``: the bucket was
+    full at ``start`` (the server's may stay full until the request arrives,
+    and loses the refill meanwhile), whether or not a burst began there.
     """
 
     start: float
@@ -100,6 +102,8 @@ class Booking:
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
     shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
     burst_began: float | None = attrs.field(repr=False, default=None)
+    took_full: bool = attrs.field(repr=False, default=False)
+    pause: float = attrs.field(repr=False, default=0.0)  # refill it put off past its own
     entry: str = attrs.field(repr=False, default="")  # its start's name in a shared log
 
 
@@ -239,7 +243,8 @@ class TokenBucket:
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     epochs: Epochs = attrs.field(init=False, factory=Epochs)
     _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
-    _pending: Counter[tuple[float, float]] = attrs.field(init=False, factory=Counter)
+    # Bookings not started yet, by start, cost and the refill pause each added (`reserve`).
+    _pending: Counter[tuple[float, float, float]] = attrs.field(init=False, factory=Counter)
     _prune_at: int = attrs.field(init=False, default=2 * _HOLES)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
@@ -272,27 +277,39 @@ class TokenBucket:
             self._refused += 1
             return None
         self._reserved += 1
-        if self.rate is not None:
-            self._pending[start, cost] += 1
-            if len(self._pending) > self._prune_at:  # holders that never confirm
-                self._prune_at = 2 * max(_HOLES, len(self._unstarted(now)))
         if hole is not None:
             self._fill(hole, cost)
+            self._pend(start, cost, 0.0, now)
             return Booking(start, start - now, cost, self.epochs.current)
         before = (self._full_at, self._paused_until)
-        idle = False
+        idle = full = False
+        pause = 0.0
         if self.rate is not None:
-            idle = self._full_at < start
+            idle, full = self._full_at < start, self._full_at <= start
             self._full_at = max(self._full_at, start) + cost / self.rate
-            if idle and self.slack:
-                # A burst begins: the server starts refilling when this request
-                # arrives, so this bucket counts its refill from slack later.
+            if full and self.slack:
+                # The server refills from when this request arrives, so this bucket
+                # counts its refill from slack later: where a burst begins, and where
+                # the bucket has just filled again (a burst of one, paced: every
+                # request late by a ms, and the next on time, drew a 429 at 50/s).
                 self._full_at += self.slack
-                self._paused_until = start + self.slack
-        began = start if idle else None
+                if idle:  # until then it holds what the burst's start left
+                    self._paused_until = start + self.slack
+                else:  # the pause is in the schedule: a void gives it back (`_present`)
+                    pause = self.slack
+        self._pend(start, cost, pause, now)
         return Booking(
-            start, start - now, cost, self.epochs.current, before, self._full_at, burst_began=began
-        )
+            start, start - now, cost, self.epochs.current, before, self._full_at,
+            burst_began=start if idle else None, took_full=full, pause=pause,
+        )  # fmt: skip
+
+    def _pend(self, start: float, cost: float, pause: float, now: float) -> None:
+        """Count a booking as not started yet, until it is confirmed or refunded."""
+        if self.rate is None:
+            return
+        self._pending[start, cost, pause] += 1
+        if len(self._pending) > self._prune_at:  # holders that never confirm
+            self._prune_at = 2 * max(_HOLES, len(self._unstarted(now)))
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: it was not voided since it was made.
@@ -520,13 +537,13 @@ class TokenBucket:
         self._pending.clear()
 
     def _forget(self, booking: Booking) -> None:
-        entry = (booking.start, booking.cost)
+        entry = (booking.start, booking.cost, booking.pause)
         if self._pending[entry] > 1:
             self._pending[entry] -= 1
         else:
             self._pending.pop(entry, None)
 
-    def _unstarted(self, now: float) -> Counter[tuple[float, float]]:
+    def _unstarted(self, now: float) -> Counter[tuple[float, float, float]]:
         """Bookings not started yet: pending, and not stale (``_UNCONFIRMED``)."""
         stale = [entry for entry in self._pending if entry[0] < now - _UNCONFIRMED]
         for entry in stale:
@@ -535,20 +552,22 @@ class TokenBucket:
 
     def _ahead_of(self, now: float) -> bool:
         """Whether a booking is still to come (one that voiding could move sooner or later)."""
-        return any(start > now for start, _ in self._pending)
+        return any(start > now for start, _, _ in self._pending)
 
     def _unstarted_tokens(
         self, now: float, *, taken_since: float, upto: float
     ) -> tuple[float, float]:
         """Tokens of bookings not started yet, in one pass: those a server's count of a
         request sent at ``taken_since`` did not take as started, and those due since,
-        up to when it was counted (``upto``), which it did."""
+        up to when it was counted (``upto``), which it did. A kept booking's refill
+        pause (`reserve`) is kept too: voided, it gives back the time it put off."""
         kept = taken = 0.0
-        for (start, cost), n in self._unstarted(now).items():
+        rate = self.rate or 0.0
+        for (start, cost, pause), n in self._unstarted(now).items():
             if taken_since < start <= upto:
                 taken += cost * n
             else:
-                kept += cost * n
+                kept += (cost + pause * rate) * n
         return kept, taken
 
     def _present(self, now: float) -> float:

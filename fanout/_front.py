@@ -70,6 +70,7 @@ _RECENT_FOR = 60.0  # seconds a booking is remembered
 # overtake one on the way in are answered about when it is, among the latest answers.
 _COUNTS_KEPT = 64
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
+_TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
@@ -254,6 +255,11 @@ class ScopeFront:
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
     _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `_observe_wake_lag`
+    # Bookings that took a full bucket, confirmed and not yet sent: (confirmed, start, cost).
+    _took_full: collections.deque[tuple[float, float, float]] = attrs.field(
+        init=False, factory=collections.deque, repr=False
+    )
     # The least and most time requests over open connections took to reach their headers.
     _write_lags: tuple[float, float] = attrs.field(
         init=False, default=(math.inf, -math.inf), repr=False
@@ -475,7 +481,58 @@ class ScopeFront:
         now = trio.current_time()
         if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
             self._recent.add(now, booking.cost)
+        if held and booking.took_full:
+            self._observe_wake_lag(now - booking.start)
+            while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
+                self._took_full.popleft()  # their calls never sent (or no trace told)
+            self._took_full.append((now, booking.start, booking.cost))
         return held
+
+    def headers_left(self, admitted_at: float) -> None:
+        """The first request of a call admitted at ``admitted_at`` is leaving now.
+
+        If its token emptied a full bucket (`TokenBucket.reserve`), the
+        server's bucket stayed full until this request reached it, and lost
+        the refill meanwhile. The slack is the margin the schedule kept for
+        that; a request later than that (a new connection's handshake, a
+        busy process) owes the rest, up to its own cost (later still, the
+        booking after it took the server's full bucket first), and what is
+        booked after it books again. Against a burst of one at 20/s in real
+        time, a request that opened a connection reached the server 3 ms
+        late, the next one over a warm connection came 50 ms after it by the
+        client's clock, 49.5 by the server's: a 429 and a second's wait.
+        A scope that learns its rate owes nothing: its bucket is a guess
+        (a guessed burst of one, and calls held under a learned cap, would
+        owe tokens the server never had).
+        """
+        rate, _ = self._limits
+        found = None
+        while self._took_full and self._took_full[0][0] <= admitted_at:
+            found = self._took_full.popleft()  # earlier ones' calls never sent
+        if found is None or rate is None or self._learner is not None:
+            return
+        _, start, cost = found
+        margin = self.slack if self.slack is not None else self._measured_slack()
+        late = trio.current_time() - start - margin
+        if late > 0.0:
+            self._backend.owe(min(late * rate, cost))
+
+    def _observe_wake_lag(self, seconds: float) -> None:
+        """A booking that took a full bucket was confirmed ``seconds`` after its start.
+
+        The server's bucket stays full until that request arrives, and loses
+        its refill meanwhile. A call's own way from admission to the wire is
+        its send lag (`observe_send_lag`); this is the part before it, the
+        process waking the call late (a busy loop wakes sleepers a ms or two
+        after their time). Paced against a burst of one at 50/s in real time,
+        requests woke 0.9-2.3 ms late, and every one that woke early after
+        one that woke late drew a 429 and a second's wait.
+        """
+        if self.slack is not None or not (0.0 < seconds < _MAX_LAG):
+            return
+        if seconds > self._wake_lag:
+            self._wake_lag = seconds
+            self._backend.set_slack(self._measured_slack())
 
     def voided(self) -> trio.Event | None:
         """An event set when bookings made until now are void, or None if this
@@ -1286,7 +1343,8 @@ class ScopeFront:
 
     def _measured_slack(self) -> float:
         """The margin measured so far: the later of the two signs of a late first arrival,
-        or how much the requests' way out varies (`observe_write_lag`).
+        or how much the requests' way out varies (`observe_write_lag`). A call woken
+        late (`_observe_wake_lag`) also sends late: the two lags add up.
 
         A window gives back every token of its last window, not only a
         burst's first: its margin is also how much call durations vary. A
@@ -1300,7 +1358,7 @@ class ScopeFront:
         `fanout._window.Arrivals`).
         """
         lowest, highest = self._write_lags
-        slack = max(self._send_lag, self._arrival_lag, highest - lowest)
+        slack = max(self._wake_lag + self._send_lag, self._arrival_lag, highest - lowest)
         if self._window_length is not None:
             slack = max(slack, self._ledger.spread())
         return slack

@@ -334,7 +334,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             # longer still: 198 s for what takes 8.5 (`ScopeFront._measured_slack`).
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-            watch = _watch_connections(request, context)
+            watch = _watch_connections(request, context, first=first)
             held_before = context.held
             sent_at = trio.current_time()
             if first:  # its token was taken at admission: how late it leaves is the scope's slack
@@ -465,7 +465,7 @@ class _Watch:
         self._told = ()
 
 
-def _watch_connections(request: _Request, context: CallContext) -> _Watch:
+def _watch_connections(request: _Request, context: CallContext, *, first: bool) -> _Watch:
     """Have the connection pool say whether ``request`` opens a new connection.
 
     httpcore (and httpcore2, under httpx2) report each step of a request to
@@ -481,6 +481,7 @@ def _watch_connections(request: _Request, context: CallContext) -> _Watch:
     server out of step (`ScopeFront.observe_write_lag`). A ``trace`` the
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
+    A call's ``first`` request tells its scopes when its headers leave.
     """
     watch = _Watch()
     extensions = getattr(request, "extensions", None)
@@ -495,11 +496,14 @@ def _watch_connections(request: _Request, context: CallContext) -> _Watch:
         elif event.endswith(".send_request_headers.started"):
             # Nothing later is ours to hear: the caller's trace alone hears the rest.
             _restore(extensions, theirs)
+            if first:  # its call's token: how late it leaves (`ScopeFront.headers_left`)
+                for scope in context.scopes:
+                    scope.headers_left(context.admitted_at)
             if not watch.opened:
                 watch.opened = False
                 for scope in context.scopes:
                     scope.observe_write_lag(trio.current_time() - handed_on)
-                hold = _warm_hold(context)
+                hold = _warm_hold(context)  # what it costs is owed there
                 if hold > 0:
                     context.held += hold
                     await trio.sleep(hold)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import unittest.mock
 from typing import Any
@@ -390,3 +391,94 @@ async def test_a_tool_that_sends_long_after_its_admission_draws_no_429(
     server's bucket was full, and lost that refill, until the first request arrived."""
     _, refused = await _four_calls_told_5_per_s({0: 0.3, 1: 0.3})
     assert refused == 0
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    rate=st.sampled_from([2.0, 5.0, 10.0, 20.0, 50.0]),
+    latency=st.sampled_from([0.005, 0.02, 0.05, 0.12]),
+    calls=st.integers(4, 14),
+    leaves=st.lists(st.sampled_from([0.0, 0.0003, 0.001, 0.002, 0.004, 0.009]), min_size=14),
+)
+def test_a_paced_burst_of_one_whose_requests_leave_late_draws_no_429(
+    rate: float, latency: float, calls: int, leaves: list[float]
+) -> None:
+    """A told burst of one: every call takes the bucket just as it fills again, so each
+    request that leaves late (its tool's own set-up, a process slow to wake it) costs
+    the server that much refill, and a request after it that leaves on time reaches an
+    empty bucket. Each call here sends its request its own few ms after admission. In
+    real time, against 50/s, such requests (woken 0.9-2.3 ms late) drew a 429, and a
+    second's wait, every three or four requests. Each booking that takes a full bucket
+    now keeps the slack after it, and a request later than that owes the rest
+    (`ScopeFront.headers_left`): no 429, and no request sooner than a token after the
+    one before it."""
+
+    async def main() -> None:
+        config = ServerConfig(rate=rate, burst=1, latency=latency, headers="draft")
+        async with (
+            serve_throttled(config) as server,
+            fanout.http_client(base_url=server.url) as client,
+        ):
+            reg = Registry()
+
+            @reg.tool(kind=Kind.READS, scopes=["api"])
+            async def fetch(n: int) -> str:
+                await trio.sleep(leaves[n])
+                return (await client.get(f"/items/{n}")).text
+
+            runner = Runner(reg, scopes=[Scope("api", rate=rate, burst=1)], inline_wait=None)
+            calls_ = [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
+            turn = await runner.run_turn(calls_)
+        assert all(r.status is fanout.Status.OK for r in turn.results)
+        assert server.count(status=429) == 0
+        starts = server.starts()
+        assert all(b - a >= 1 / rate - 1e-9 for a, b in itertools.pairwise(starts))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_booking_woken_late_widens_the_slack(autojump_clock: Any) -> None:
+    """A burst of one: the second call's token is due at 0.25 s and its holder is woken
+    10 ms later (a busy loop). The server's bucket, full from 0.25 s, loses that refill:
+    the slack takes it at once, and the next token comes 10 ms later too."""
+    scope = Scope("api", rate=4, burst=1)
+    first = await scope.reserve(1.0, 10.0)
+    assert first is not None
+    assert await scope.confirm(first)
+    second = await scope.reserve(1.0, 10.0)
+    assert second is not None
+    assert second.start == 0.25
+    await trio.sleep(0.26)
+    assert await scope.confirm(second)
+    assert scope.statistics().slack == pytest.approx(0.01)
+    third = await scope.reserve(1.0, 10.0)
+    assert third is not None
+    assert third.start == pytest.approx(0.51)
+
+
+async def test_a_request_that_leaves_past_its_slack_owes_the_rest(autojump_clock: Any) -> None:
+    """A burst of one, told 4/s: a call whose request reaches the wire 50 ms after its token
+    (a connection's handshake) owes the server's lost refill, up to its own token, and the
+    booking after it moves back by as much. One that leaves on time owes nothing."""
+    scope = Scope("api", rate=4, burst=1, slack=0.0)
+    first = await scope.reserve(1.0, 10.0)
+    assert first is not None
+    assert await scope.confirm(first)
+    admitted = trio.current_time()
+    second = await scope.reserve(1.0, 10.0)
+    assert second is not None
+    assert second.start == 0.25
+    scope.headers_left(admitted)  # on time
+    assert await scope.wait_for(1.0) == 0.5
+    await trio.sleep(0.25)
+    assert await scope.confirm(second)
+    await trio.sleep(0.05)
+    scope.headers_left(0.25)
+    assert await scope.wait_for(1.0) == pytest.approx(0.25)  # due at 0.55, not 0.5
+    await trio.sleep(1.0)
+    third = await scope.reserve(1.0, 10.0)
+    assert third is not None
+    assert await scope.confirm(third)
+    await trio.sleep(2.0)  # 2 s late: owes one token, its own, not eight
+    scope.headers_left(1.3)
+    assert await scope.wait_for(1.0) == pytest.approx(0.25)
