@@ -351,7 +351,7 @@ class TokenBucket:
             if self._ahead_of(now):
                 present = self._present(now)
                 self._void()
-                self._set_balance(now, present)
+                self._keep_balance(now, present)
         self.slack = slack
 
     # -- what the server said ----------------------------------------------
@@ -461,7 +461,7 @@ class TokenBucket:
         now = trio.current_time()
         present = self._present(now)
         self._void()
-        self._set_balance(now, present - tokens)
+        self._keep_balance(now, present - tokens)
 
     def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset), without draining.
@@ -526,6 +526,16 @@ class TokenBucket:
         assert self.rate is not None
         self._full_at = now + (self.burst - tokens) / self.rate
         self._paused_until = -math.inf
+
+    def _keep_balance(self, now: float, tokens: float) -> None:
+        """Hold ``tokens`` (what ``_present`` said, less any owed), and a refill pause
+        under way: it counts from the pause's end, as ``_present`` did. (Set from now,
+        the send lag measured on a burst's first request ended the burst's pause at
+        once, and the first token after the burst came a slack early: a told 429.)"""
+        paused = self._paused_until
+        self._set_balance(max(now, paused), tokens)
+        if paused > now:
+            self._paused_until = paused
 
     def voided(self) -> trio.Event:
         """An event set when bookings made until now are void (wake and book again)."""

@@ -568,3 +568,19 @@ def test_a_rate_changed_during_a_block_keeps_the_schedule_in_time(
     wait, until = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert math.isfinite(wait)
     assert until - 1e-9 <= wait <= until + 2.0 / new + until * 1e-12 + 1e-9
+
+
+async def test_a_wider_slack_during_a_bursts_pause_keeps_the_pause(autojump_clock: Any) -> None:
+    """8/s, burst 2, slack 62.5 ms: the burst's refill waits until 62.5 ms. Widened to
+    125 ms at 31.25 ms (the burst's first request left that late), the call booked after
+    the burst books again at 0.25 s, the pause's end and a token. Rebooked from now
+    instead, it went at 0.15625 s, 94 ms early: the server, whose refill began when the
+    burst's first request arrived, could refuse it."""
+    bucket = TokenBucket(rate=8, burst=2, slack=0.0625)
+    booked = [bucket.reserve() for _ in range(3)]
+    assert waits(booked) == [0, 0, 0.1875]
+    await trio.sleep(0.03125)
+    assert all(bucket.confirm(b) for b in booked[:2] if b is not None)
+    bucket.set_slack(0.125)
+    assert not any(bucket.confirm(b) for b in booked[2:] if b is not None)
+    assert waits([bucket.reserve()]) == [0.125 + 0.125 - 0.03125]
