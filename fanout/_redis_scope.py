@@ -296,7 +296,13 @@ class RedisBackend:
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
             burst_began=self._burst_began(reply, asked), entry=reply.entry,
+            took_full=self._took_full(reply),
         )  # fmt: skip
+
+    def _took_full(self, reply: BucketReply) -> bool:
+        """Whether this booking took a full shared bucket: it opened the latest burst
+        (the script marks where a booking found the bucket full, ``opened``)."""
+        return self.window is None and reply.opened > 0 and reply.opened_in == reply.wait
 
     def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
         """When the shared burst this booking belongs to began, the first time this
@@ -616,8 +622,17 @@ class RedisBackend:
         return min(self.burst, refilled), blocked_until
 
     def owe(self, tokens: float) -> None:
-        """Never called: a shared bucket cannot say what it holds, so nothing is held for it."""
-        del tokens
+        """The server lost ``tokens`` (`ScopeFront.headers_left`): the shared schedule
+        moves that much later, each booking ahead with it (``confirm``), as a wider
+        slack moves it (``widen``)."""
+        if isinstance(self._fallback_bucket, TokenBucket):
+            self._fallback_bucket.owe(tokens)
+        if self.nursery is not None and self.window is None and self.rate is not None:
+            self.nursery.start_soon(self._owe, tokens)
+
+    async def _owe(self, tokens: float) -> None:
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("owe", extra=tokens)
 
     def share_exhaustion(self, until: float) -> None:
         """Tell every process the quota is spent (a marker key with a TTL)."""

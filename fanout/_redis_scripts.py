@@ -93,6 +93,9 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            with the shift it was booked at). ``slack`` keeps the widest
 #            applied, so processes that each measure it add it once, not once each;
 #            a burst opens with the widest, whoever books first.
+#   owe      the server lost ARGV[5] tokens (a request that took a full bucket left
+#            late): a busy bucket's whole schedule moves ARGV[5] / rate later, as
+#            ``widen`` moves it; a full one holds that much less
 # A missing hash is a full, unblocked bucket, so the key expires once it
 # would refill and unblock: idle scopes leave nothing behind.
 # Every booking's start is also logged in the sorted set KEYS[3] (member
@@ -174,6 +177,17 @@ elseif op == 'block' then
 elseif op == 'widen' then
   if rate > 0 and full > now and extra > applied then
     full, shift, applied = full + extra - applied, shift + extra - applied, extra
+  else
+    write = false
+  end
+elseif op == 'owe' then
+  if rate > 0 and extra > 0 then
+    local move = extra / rate
+    if full > now then
+      full, shift = full + move, shift + move
+    else
+      full = now + move
+    end
   else
     write = false
   end

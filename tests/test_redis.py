@@ -288,6 +288,46 @@ async def test_a_wider_slack_moves_the_shared_schedule_once_keeping_its_order(
         assert trio.current_time() - confirmed_from >= 0.3
 
 
+async def test_a_shared_booking_that_took_a_full_bucket_owes_what_its_late_request_lost(
+    redis_url: str, prefix: str
+) -> None:
+    """10/s, burst 1, told, no slack: every booking takes the bucket just as it fills again.
+    The second's request reaches the wire 50 ms past its token (a handshake): the server,
+    full meanwhile, lost half a token's refill, and the shared schedule moves 50 ms later
+    for every process, the booking ahead of it keeping its place."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": prefix, "rate": 10, "burst": 1, "slack": 0.0, "learn": False,
+    }  # fmt: skip
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        first = await one.reserve(1, math.inf)
+        second = await one.reserve(1, math.inf)
+        third = await one.reserve(1, math.inf)
+        assert first is not None
+        assert second is not None
+        assert third is not None
+        assert first.took_full
+        assert second.took_full
+        assert await one.confirm(first)
+        await trio.sleep_until(second.start)
+        assert await one.confirm(second)
+        admitted = trio.current_time()
+        before, asked = await other.wait_for(1), trio.current_time()
+        await trio.sleep(0.05)
+        late = trio.current_time() - second.start
+        one.headers_left(admitted)
+        await trio.sleep(0.02)  # the schedule moves in the scope's own nursery
+        # That much later than before, for the other process too (less the time slept).
+        after = await other.wait_for(1) + trio.current_time() - asked
+        assert after == pytest.approx(before + late, abs=0.01)
+        await trio.sleep_until(third.start)
+        confirmed_from = trio.current_time()
+        assert await one.confirm(third)
+        assert trio.current_time() - confirmed_from >= 0.05 - 0.01
+
+
 async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_bursts_start(
     redis_url: str, prefix: str
 ) -> None:
