@@ -310,6 +310,13 @@ FULL: tuple[Scenario, ...] = (
         "bucket is spent while Retry-After says 1 s; a window it is not.",
     ),
     Scenario(
+        "bucket-one", "token bucket, burst of one, 20/s", calls=30, rate=20, burst=1,
+        latency=0.05,
+        why="A bucket that holds one request: each token is taken as the bucket fills, so "
+        "a request that leaves a ms late costs the server that ms of refill, and the next "
+        "one, on time, arrives early.",
+    ),
+    Scenario(
         "fixed", "fixed window, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
         model="fixed",
         why="Kong, express-rate-limit: 10 per window of 1 s from the first request; "
