@@ -232,12 +232,15 @@ class TokenBucket:
     ``slack`` allows for the network. A server's bucket starts refilling when
     the first request of a burst *arrives*, and that one is often the slowest
     to arrive (it opens the connection). So when a burst starts from a full
-    bucket, refilling is counted from ``slack`` seconds later.
+    bucket, refilling is counted from ``slack`` seconds later; and, with
+    ``every_fill``, after every booking that takes the bucket just as it has
+    filled again (a burst of one, paced).
     """
 
     rate: float | None
     burst: float = attrs.field(default=1.0)
     slack: float = attrs.field(default=0.0)
+    every_fill: bool = attrs.field(default=True, kw_only=True)
     _full_at: float = attrs.field(init=False, default=-math.inf)
     _paused_until: float = attrs.field(init=False, default=-math.inf)  # refill starts then
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
@@ -285,7 +288,8 @@ class TokenBucket:
         idle = full = False
         pause = 0.0
         if self.rate is not None:
-            idle, full = self._full_at < start, self._full_at <= start
+            idle = self._full_at < start
+            full = idle or (self.every_fill and self._full_at == start)
             self._full_at = max(self._full_at, start) + cost / self.rate
             if full and self.slack:
                 # The server refills from when this request arrives, so this bucket
