@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import unittest.mock
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
 from fanout.http import RateLimitInfo
-from fanout.testing import RequestRecord, ServerConfig, serve_throttled
+from fanout.testing import RequestRecord, ServerConfig, ThrottlingServer, serve_throttled
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 async def test_a_late_first_request_widens_the_slack_before_any_answer(
@@ -56,6 +59,38 @@ async def test_a_configured_slack_is_kept() -> None:
     assert scope.statistics().slack == 0.0
 
 
+@attrs.frozen
+class _LateRun:
+    """A turn whose tools each sent their one request late, and what the server saw."""
+
+    server: ThrottlingServer
+    turn: fanout.Turn
+    began: float  # when the turn was run
+
+
+async def _late_turn(
+    config: ServerConfig, scope: Scope, calls: int, leave: Callable[[int], float]
+) -> _LateRun:
+    """``calls`` calls through ``scope`` against a throttling server of ``config``, the
+    tool of call ``n`` sending its one request ``leave(n)`` s after it starts (its own
+    set-up)."""
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url) as client,
+    ):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=[scope.name])
+        async def fetch(n: int) -> str:
+            await trio.sleep(leave(n))
+            return (await client.get(f"/items/{n}")).text
+
+        runner = Runner(reg, scopes=[scope], inline_wait=None)
+        began = trio.current_time()
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
+    return _LateRun(server, turn, began)
+
+
 async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
     autojump_clock: Any,
 ) -> None:
@@ -67,26 +102,14 @@ async def test_calls_admitted_after_the_probe_answered_count_their_own_lag(
     allowed after a probe of one, three started at once and one an answer later.
     (Each probe's count is read with the other as maybe not yet counted: read alone,
     the first's "4 left" let a fourth out, and it was refused.)"""
-    async with (
-        serve_throttled(ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")) as server,
-        fanout.http_client(base_url=server.url) as client,
-    ):
-        reg = Registry()
-
-        @reg.tool(kind=Kind.READS, scopes=["api"])
-        async def fetch(n: int) -> str:
-            await trio.sleep(0.005)  # the tool's own set-up before its request
-            return (await client.get(f"/items/{n}")).text
-
-        scope = Scope("api")
-        began = trio.current_time()
-        runner = Runner(reg, scopes=[scope], inline_wait=None)
-        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(8)])
-    assert [r.status for r in turn.results] == [fanout.Status.OK] * 8
+    config = ServerConfig(rate=5, burst=5, latency=0.05, headers="draft")
+    scope = Scope("api")
+    run = await _late_turn(config, scope, 8, lambda _: 0.005)  # the tool's own set-up
+    assert [r.status for r in run.turn.results] == [fanout.Status.OK] * 8
     assert scope.statistics().slack == pytest.approx(0.005)
-    starts = [round(t - began, 9) for t in server.starts()]
+    starts = [round(t - run.began, 9) for t in run.server.starts()]
     assert starts[:5] == [0.005] * 2 + [0.005 + 0.05 + 0.005] * 3  # the probe, then three
-    assert server.count(status=429) == 0
+    assert run.server.count(status=429) == 0
 
 
 class _SlowOnTheWayIn(httpx.AsyncBaseTransport):
@@ -343,21 +366,10 @@ async def _four_calls_told_5_per_s(leaves: dict[int, float]) -> tuple[list[float
     """Four calls through a scope told 5/s, burst 2, the tool of call ``n`` sending its
     request ``leaves[n]`` s after it starts: when the server took each, and its 429s.
     Every call is answered ok (a refused one is retried)."""
-    async with (
-        serve_throttled(ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")) as server,
-        fanout.http_client(base_url=server.url) as client,
-    ):
-        reg = Registry()
-
-        @reg.tool(kind=Kind.READS, scopes=["api"])
-        async def fetch(n: int) -> str:
-            await trio.sleep(leaves.get(n, 0.0))
-            return (await client.get(f"/items/{n}")).text
-
-        runner = Runner(reg, scopes=[Scope("api", rate=5, burst=2)], inline_wait=None)
-        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(4)])
-    assert all(r.status is fanout.Status.OK for r in turn.results)
-    return [round(t, 9) for t in server.starts()], server.count(status=429)
+    config = ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")
+    run = await _late_turn(config, Scope("api", rate=5, burst=2), 4, lambda n: leaves.get(n, 0.0))
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    return [round(t, 9) for t in run.server.starts()], run.server.count(status=429)
 
 
 async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
@@ -415,23 +427,10 @@ def test_a_paced_burst_of_one_whose_requests_leave_late_draws_no_429(
 
     async def main() -> None:
         config = ServerConfig(rate=rate, burst=1, latency=latency, headers="draft")
-        async with (
-            serve_throttled(config) as server,
-            fanout.http_client(base_url=server.url) as client,
-        ):
-            reg = Registry()
-
-            @reg.tool(kind=Kind.READS, scopes=["api"])
-            async def fetch(n: int) -> str:
-                await trio.sleep(leaves[n])
-                return (await client.get(f"/items/{n}")).text
-
-            runner = Runner(reg, scopes=[Scope("api", rate=rate, burst=1)], inline_wait=None)
-            calls_ = [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
-            turn = await runner.run_turn(calls_)
-        assert all(r.status is fanout.Status.OK for r in turn.results)
-        assert server.count(status=429) == 0
-        starts = server.starts()
+        run = await _late_turn(config, Scope("api", rate=rate, burst=1), calls, leaves.__getitem__)
+        assert all(r.status is fanout.Status.OK for r in run.turn.results)
+        assert run.server.count(status=429) == 0
+        starts = run.server.starts()
         assert all(b - a >= 1 / rate - 1e-9 for a, b in itertools.pairwise(starts))
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
