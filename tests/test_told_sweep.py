@@ -303,6 +303,32 @@ def test_a_429_before_any_warm_answer_shows_the_first_arrival_was_late() -> None
     assert outcome.makespan <= 1.05 * fastest(s) + _first_answer(s)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: before any warm answer, a request over a reused connection waits out "
+    "a possibly late first arrival only where that costs a server that was on time less "
+    "than a token; here it would cost more, so it leaves at once and arrives 20 ms early",
+)
+def test_a_slow_first_connection_whose_worst_case_costs_a_token_draws_no_429() -> None:
+    """10/s, burst 3, 300 ms, and the server reads each connection's first request 20 ms
+    late: the burst and the three paced calls after it go over new connections and arrive
+    20 ms late, the seventh over a reused one on time, 20 ms ahead of the refill the late
+    arrivals count from. Refused, it waits out a whole second (1.54x the fastest). The same
+    draws a 429 in real time, every run. Holding it for the worst case (the burst's 0.32 s
+    to its first answer, all of it possibly a late arrival) would cost a server that was
+    on time three tokens. Cut to what loses half a token instead, the hold avoided this
+    429, and drawn servers with slow first connections drew one in 68 runs of 600 where
+    they had in 81; but servers that were on time paid for every hold: 1.35x the fastest
+    where the code before took 1.09x (48.6/s, burst 12, 215 ms), and it was taken back.
+    A warm answer, a round trip later, tells the truth."""
+    s = Scenario(
+        name="repro", title="", calls=20, rate=10, burst=3, latency=0.3, connect_delay=0.02,
+        headers="x", retry_after="http-date",
+    )  # fmt: skip
+    outcome = run(s)
+    assert outcome.server.count(status=429) == 0
+
+
 def test_holds_before_the_first_warm_answer_cost_less_than_one_first_answer() -> None:
     """34 calls, 49.3/s, burst 12, 220 ms, no cap: a random search found it. Before the
     first warm answer each request over a reused connection was held for the whole worst
