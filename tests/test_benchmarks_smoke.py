@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import attrs
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks import bench_sweep
 from benchmarks.__main__ import main
 from benchmarks.scenarios import FULL, QUICK, earliest_starts, max_ok_by, min_makespan
 from benchmarks.strategies import STRATEGIES
@@ -32,6 +35,30 @@ def test_quick_run_writes_tables_timelines_and_raw_results(tmp_path: Path) -> No
     assert all(run["all_answered"] for run in raw["runs"])
     assert raw["overhead"]["timings"]
     assert raw["deadline"]["results"]
+
+
+def test_a_sweep_draws_the_same_servers_from_a_seed_and_tables_each_run() -> None:
+    """`python -m benchmarks.bench_sweep` draws its servers from the seed alone, every
+    one slow to read a new connection when asked, and reports each run in a row. Two
+    small servers run for real here (the drawn ones take up to a minute each)."""
+    drawn = bench_sweep.draw_servers(30, seed=5, connect_delay=False)
+    assert drawn == bench_sweep.draw_servers(30, seed=5, connect_delay=False)
+    assert drawn != bench_sweep.draw_servers(30, seed=6, connect_delay=False)
+    assert {s.model for s in drawn} == {"bucket", "fixed", "sliding"}
+    assert all(
+        s.connect_delay > 0 for s in bench_sweep.draw_servers(30, seed=5, connect_delay=True)
+    )
+    small = [
+        attrs.evolve(s, calls=6, rate=20.0, latency=0.01, retry_after_precise=True)
+        for s in drawn[:2]
+    ]
+    told = next(s for s in STRATEGIES if s.name == "fanout_configured")
+    results = trio.run(bench_sweep.sweep, small, told)
+    assert [r.scenario for r in results] == [s.name for s in small]
+    assert all(r.all_answered for r in results)
+    table = bench_sweep.sweep_markdown(small, results)
+    assert table.startswith("2 drawn servers; runs that drew a refusal beyond the targets: ")
+    assert len(table.strip().splitlines()) == 4 + len(small)
 
 
 @pytest.mark.parametrize(
