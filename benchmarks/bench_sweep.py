@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
@@ -60,25 +60,31 @@ def draw_servers(count: int, *, seed: int, connect_delay: bool) -> list[Scenario
             rate = burst / rng.choice([1, 2])  # the policy states a whole-second window
         latency = rng.choice([0.01, 0.05, 0.1, 0.3])
         late = rng.choice([0.01, 0.02, 0.05]) if connect_delay else rng.choice([0.0, 0.0, 0.02])
+        calls = rng.choice([20, 50, 120])
+        cap = rng.choice([None, None, 4, 16])
+        retry_after: Literal["seconds", "http-date", "ms"] = rng.choice(
+            ["seconds", "http-date", "ms"]
+        )
+        # A bucket's Reset: until full or until the next token (the IETF policy's is full).
+        next_token = model == "bucket" and headers != "ietf" and rng.random() < 0.5
         servers.append(
             Scenario(
                 name=f"drawn-{i}",
                 title=f"drawn server {i}",
-                calls=rng.choice([20, 50, 120]),
+                calls=calls,
                 rate=rate,
                 burst=burst,
                 latency=latency,
-                max_in_flight=rng.choice([None, None, 4, 16]),
-                retry_after=rng.choice(["seconds", "http-date", "ms"]),
+                max_in_flight=cap,
+                retry_after=retry_after,
                 model=model,
-                reset="next" if model == "bucket" and headers != "ietf" and rng.random() < 0.5
-                else "full",
+                reset="next" if next_token else "full",
                 headers=headers,
                 jitter=rng.choice([0.0, 0.0, 0.3 * latency]),
                 connect_delay=late,
                 seed=i,
             )
-        )  # fmt: skip
+        )
     return servers
 
 
@@ -124,17 +130,26 @@ def sweep_markdown(servers: Sequence[Scenario], results: Sequence[RunResult]) ->
     return "\n".join(lines) + "\n"
 
 
+def _positive(text: str) -> int:
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"at least one server, not {count}")
+    return count
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_sweep")
-    parser.add_argument("--servers", type=int, default=40)
+    parser.add_argument("--servers", type=_positive, default=40)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--strategy", default="fanout_configured")
+    parser.add_argument(
+        "--strategy", default="fanout_configured", choices=[s.name for s in STRATEGIES]
+    )
     parser.add_argument("--connect-delay", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     strategy = next(s for s in STRATEGIES if s.name == args.strategy)
     servers = draw_servers(args.servers, seed=args.seed, connect_delay=args.connect_delay)
-    results: list[Any] = trio.run(sweep, servers, strategy)
+    results = trio.run(sweep, servers, strategy)
     kind = "every one slow to read a new connection" if args.connect_delay else "any"
     text = (
         f"# {strategy.label} against drawn servers\n\n"
