@@ -512,8 +512,7 @@ class ScopeFront:
         if found is None or rate is None or self._learner is not None:
             return
         _, start, cost = found
-        margin = self.slack if self.slack is not None else self._measured_slack()
-        late = trio.current_time() - start - margin
+        late = trio.current_time() - start - self._margin()
         if late > 0.0:
             self._backend.owe(min(late * rate, cost))
 
@@ -1343,6 +1342,10 @@ class ScopeFront:
             return 0.0
         return max(0.0, now - self._warm_since - self._ledger.spread())
 
+    def _margin(self) -> float:
+        """The slack in force: the one the user set, else the one measured."""
+        return self.slack if self.slack is not None else self._measured_slack()
+
     def _measured_slack(self) -> float:
         """The margin measured so far: the later of the two signs of a late first arrival,
         or how much the requests' way out varies (`observe_write_lag`). A call woken
@@ -1504,6 +1507,6 @@ class ScopeFront:
             exhausted_until=self.exhausted_until(), latency=self._ledger.latency,
             shed=self._ledger.shed, requests=budget.requests, retries=budget.retries,
             retries_refused=budget.refused,
-            slack=self.slack if self.slack is not None else self._measured_slack(),
+            slack=self._margin(),
             on_the_wire=self._cap.on_the_wire,
         )  # fmt: skip
