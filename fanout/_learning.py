@@ -160,6 +160,11 @@ class RateLearner:
         """429s (and 503s) so far."""
         return self._refused
 
+    @property
+    def spent_refusals(self) -> bool:
+        """Whether learning has spent the 429s it may (the probe's count once)."""
+        return self._spent >= _REFUSALS
+
     def from_headers(
         self,
         limit: float | None,
@@ -396,7 +401,7 @@ class RateLearner:
             # rate must fit every request, so those out count as admitted (left
             # out, no bucket explained a 429 after a quiet round trip, the rate
             # stayed at the halved guess, and drew a fourth).
-            spent = self._spent >= _REFUSALS
+            spent = self.spent_refusals
             self._settle(pending if spent else ())
         self._quiet_until = now + 1.0 / self.rate
 
@@ -419,7 +424,7 @@ class RateLearner:
             self._admitted_blind(began, latency, wave)
             return
         paced, self._paced = self._paced, None
-        if self.rate is None or self._spent >= _REFUSALS:
+        if self.rate is None or self.spent_refusals:
             return
         if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
             return  # too soon for the refill to have shown: the guess stands until it could

@@ -566,3 +566,34 @@ def test_the_third_429_is_the_last_when_a_round_trip_is_still_out(server: Server
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) == 3
+
+
+@pytest.mark.parametrize(
+    ("server", "refused_at", "makespan"),
+    [
+        (
+            Server("sliding", 20, 3, 0.01, 0.0, 4, "draft", "seconds", 120, seed=35),
+            [0.0, 1.6875, 3.398055556],
+            19.02,
+        ),
+        (
+            Server("fixed", 20, 3, 0.05, 0.0, None, "x", "http-date", 120, seed=46),
+            [0.895277778, 3.113529945, 4.77862971],
+            16.97,
+        ),
+    ],
+    ids=["sliding-log", "fixed-window"],
+)
+def test_once_its_429s_are_spent_learning_sends_no_burst_a_window_refuses(
+    server: Server, refused_at: list[float], makespan: float
+) -> None:
+    """3 per 150 ms, in a sliding log and in fixed windows, whose ``Reset`` (rounded up to
+    a second) hid the window: learned as a bucket of 3 at the rate its refill showed, the
+    scope sent 3 at once and the next as soon as a token was back, about 100 ms on, where
+    the window took it only 150 ms on. Every cycle drew a 429: ten and eight in a turn. From
+    the third 429 on, one at a time: three, and a turn a fifth longer (2.71x to 3.25x and
+    2.54x to 2.88x the fastest; it was 15.9 s and 15.0 s)."""
+    throttling, turn, took = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == refused_at
+    assert took == pytest.approx(makespan, abs=0.01)
