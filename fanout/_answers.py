@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._budget import usable_wait
-from ._canonical import canonical_json, clean_text, truncate
+from ._canonical import canonical_json, clean_text, safe_text, truncate
 from ._output import cut_json, defuse, encode_parts, is_parts
+from ._redact import redact_text
 from ._values import Kind, Status, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._secrets import Secret
 
 __all__ = ["failure", "milliseconds", "success"]
 
@@ -35,24 +41,29 @@ _UNKNOWN_EFFECT = (
 _MAX_MESSAGE = 500
 
 
-def success(call: ToolCall, value: Any, *, limit: int) -> ToolResult:
+def success(
+    call: ToolCall, value: Any, *, limit: int, secrets: Iterable[str | Secret] = ()
+) -> ToolResult:
     """An ``ok`` answer; non-text output is serialised canonically, then capped.
 
-    Output that cannot be serialised at all (a structure containing itself,
-    or nested past all use) is an ``error`` answer that says so, never a
-    crashed turn.
+    Credentials (``secrets``, and any by shape) are taken out before the cap,
+    not after: a short value replaced by ``REDACTED`` grew a capped answer
+    past the cap (100 characters became 180), and a cap falling inside a
+    key left its first part to be read. Output that cannot be serialised at
+    all (a structure containing itself, or nested past all use) is an
+    ``error`` answer that says so, never a crashed turn.
     """
     if isinstance(value, str):
-        text = defuse(clean_text(str.__str__(value)))
+        text = redact_text(defuse(clean_text(str.__str__(value))), secrets)
         return ToolResult(call.id, Status.OK, truncate(text, limit))
     if is_parts(value):
         return ToolResult(call.id, Status.OK, encode_parts(value, limit=limit))
     try:
         text = canonical_json(value)
-    except ValueError as exc:
-        message = f"the tool returned output that cannot be written as JSON ({exc})"
+    except Exception as exc:  # a value that contains itself, or that raised as it was read
+        message = f"the tool returned output that cannot be written as JSON ({safe_text(exc)})"
         return failure(call, Status.ERROR, message, started=True, kind=Kind.PURE)
-    return ToolResult(call.id, Status.OK, cut_json(text, limit))
+    return ToolResult(call.id, Status.OK, cut_json(redact_text(text, secrets), limit))
 
 
 def failure(

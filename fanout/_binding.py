@@ -89,10 +89,25 @@ def _strict_float(value: Any, _: Any) -> float | int:
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, str | int | float):
-        text = repr(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-    return ""
+    """A short spelling of a scalar the model sent, for a message; "" for anything else.
+
+    Never raises: an int longer than Python will print (``{10**5000: 1}`` as a
+    key) is named by its size, and a subclass's ``__repr__`` is not called.
+    """
+    if isinstance(value, bool):
+        return repr(bool(value))
+    if isinstance(value, int):
+        try:
+            text = repr(int.__int__(value))
+        except ValueError:
+            return f"an integer of {int.bit_length(value)} bits"
+    elif isinstance(value, float):
+        text = repr(float.__float__(value))
+    elif isinstance(value, str):
+        text = repr(str.__str__(value))
+    else:
+        return ""
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_array(hint: Any) -> bool:

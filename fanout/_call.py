@@ -304,7 +304,7 @@ async def _run_tool(
         # A write whose request broke mid-answer has an unknown effect, even
         # when the tool swallowed the error: its answer is not kept for replay.
         state.answered_by_tool = not context.effect_unknown
-        return success(call, value, limit=settings.max_output_chars)
+        return success(call, value, limit=settings.max_output_chars, secrets=state.secrets)
     except IdleTimeoutError as idle:
         return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
     except ToolSignal as signal:
@@ -354,9 +354,11 @@ async def _invoke(
 ) -> Any:
     """Call the tool; anything it raises that is not a cancellation becomes an ``Exception``.
 
-    A tool may raise a ``BaseException`` (``SystemExit``, a group mixing a
-    cancellation with an error). Cancellation and ``KeyboardInterrupt``
-    propagate, as trio requires; the rest is the tool's error, not the turn's.
+    A tool may raise a ``BaseException`` (``SystemExit``, ``GeneratorExit``, a
+    group mixing a cancellation with an error). Cancellation and
+    ``KeyboardInterrupt`` propagate, as trio requires; the rest is the tool's
+    error, not the turn's. (Re-raised, a tool's ``GeneratorExit`` crashed the
+    turn, and its siblings were answered as fanout's failure.)
     """
     token = set_current_call(context)
     try:
@@ -375,9 +377,18 @@ async def _invoke(
             raise passing from None
         assert rest is not None  # a group is never empty
         raise _ToolRaised(describe(rest)) from None
-    except (trio.Cancelled, KeyboardInterrupt, GeneratorExit):
+    except trio.Cancelled:
+        if trio.current_effective_deadline() == -math.inf:
+            raise  # a scope around the call was cancelled: the cancellation is trio's
+        # Nothing around it was cancelled: the tool raised a ``Cancelled`` it had kept
+        # (a retry helper re-raising its last error). Let through, it read as the caller
+        # cancelling the turn, for every call.
+        raise _ToolRaised(
+            "Cancelled: the tool raised a cancellation when nothing had cancelled it"
+        ) from None
+    except KeyboardInterrupt:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # ``SystemExit``, ``GeneratorExit``, its own kinds
         raise _ToolRaised(describe(exc)) from None
     finally:
         reset_current_call(token)

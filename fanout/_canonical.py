@@ -69,9 +69,9 @@ def _plain(value: Any, path: set[int], depth: int) -> Any:
     if isinstance(value, str):
         return clean_text(str.__str__(value))
     if isinstance(value, int):
-        return int(value)
+        return _integer(value)
     if isinstance(value, float):
-        number = float(value)
+        number = float.__float__(value)  # a subclass's own ``__float__`` may raise
         if math.isfinite(number):
             return number
         return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
@@ -90,10 +90,47 @@ def _plain(value: Any, path: set[int], depth: int) -> Any:
         if isinstance(value, set | frozenset):
             items = [_plain(item, path, depth + 1) for item in value]
             return sorted(items, key=_spelling)
+    except NotSerialisableError:
+        raise
+    except Exception:
+        # A container that cannot be read (a mapping whose ``items`` raises, a list
+        # whose ``__iter__`` does) is written by its text, as any other object.
+        pass
     finally:
         if container:
             path.discard(id(value))
     return safe_text(value)
+
+
+_DIGITS_AT_ONCE = 1000  # digits of a long int turned into text per step
+_LONGEST_INT = 1_000_000  # digits; a longer int is written by its size alone
+
+
+def _integer(value: int) -> int | str:
+    """An int as JSON data: itself; or, past the digits Python turns into text at once
+    (``sys.get_int_max_str_digits``, 4300 by default), the string of its digits.
+
+    Past that limit ``json`` refuses it. A power-of-ten division makes the
+    digits a thousand at a time, and the answer's size cap cuts them; an int of
+    more than a million digits is written by its size, not spelt.
+    """
+    number = int.__int__(value)  # a subclass's own ``__int__`` may raise
+    try:
+        str(number)
+    except ValueError:
+        pass
+    else:
+        return number
+    sign, rest = ("-", -number) if number < 0 else ("", number)
+    if rest.bit_length() > _LONGEST_INT * 3.33:
+        return f"{sign}<an integer of {rest.bit_length()} bits>"
+    chunks: list[int] = []
+    step = 10**_DIGITS_AT_ONCE
+    while rest:
+        rest, chunk = divmod(rest, step)
+        chunks.append(chunk)
+    head, *tail = reversed(chunks)
+    return sign + str(head) + "".join(f"{chunk:0{_DIGITS_AT_ONCE}d}" for chunk in tail)
 
 
 def _plain_mapping(value: Mapping[Any, Any], path: set[int], depth: int) -> dict[str, Any]:
@@ -113,7 +150,9 @@ def _plain_mapping(value: Mapping[Any, Any], path: set[int], depth: int) -> dict
 def _key(key: Any) -> str:
     if isinstance(key, str):
         return clean_text(str.__str__(key))
-    if key is None or isinstance(key, bool | int | float):
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(_integer(key))  # digits, as json spells an int key
+    if key is None or isinstance(key, bool | float):
         return _spelling(_plain(key, set(), 0))
     return safe_text(key)
 
@@ -155,7 +194,8 @@ def canonical_json(value: Any) -> str:
     Always valid JSON. Keys that are not strings are written as JSON would
     write them, or by their text; values JSON cannot represent are written
     as their text (a ``datetime``, an object), NaN and infinities as the
-    strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. Raises
+    strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, an int too long for
+    Python to print at once as the string of its digits. Raises
     ``ValueError`` only for a value that contains itself or nests deeper
     than ``MAX_DEPTH``.
 
@@ -165,7 +205,7 @@ def canonical_json(value: Any) -> str:
     """
     try:
         text = _encode(value)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # refused, or an object that raised as ``json`` read it
         return _spelling(_plain(value, set(), 0))
     return clean_text(text)
 

@@ -196,8 +196,11 @@ class Recorder:
         for instrument in self.instruments:
             try:
                 instrument.on_event(event)
-            except Exception:
-                # An instrument must never cost a call its answer.
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                # An instrument must never cost a call its answer, not even by
+                # raising ``SystemExit``: raised on, it left calls unanswered.
                 _log.exception("fanout instrument %r failed on %s", instrument, kind.value)
 
     def events(self) -> tuple[Event, ...]:

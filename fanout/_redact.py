@@ -33,6 +33,19 @@ def _names(names: Iterable[str]) -> str:
     return "|".join(sorted(map(re.escape, names), key=len, reverse=True))
 
 
+def _value_replaced(match: re.Match[str]) -> str:
+    """What a shape whose group 1 is the text it keeps becomes: that text and ``REDACTED``.
+
+    A value that is ``REDACTED``'s own beginning was redacted already and then
+    cut by a size cap ("&token=REDA"): replaced again, it grew the capped
+    answer past the cap.
+    """
+    kept = match.group(1)
+    if REDACTED.startswith(match.group(0)[len(kept) :]):
+        return match.group(0)
+    return kept + REDACTED
+
+
 # Credentials by shape, wherever they stand in free text, each with the text
 # it keeps: a bearer token; a vendor key (sk-..., ghp_...); a credential query
 # parameter; URL userinfo; and a credential header quoted as text
@@ -50,15 +63,17 @@ _HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
 _SHAPES = (
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
     (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=){_PARAM_VALUE}"), rf"\1{REDACTED}"),
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=){_PARAM_VALUE}"), _value_replaced),
+    # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
+    # looking for "://", and a 20,000-character message took most of a second.
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
     (
         re.compile(
             rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
             r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
             rf"(?!{_HEADER_VALUE}[\"']\s*:){_HEADER_VALUE}"
         ),
-        rf"\1{REDACTED}",
+        _value_replaced,
     ),
 )
 

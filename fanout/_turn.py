@@ -181,8 +181,9 @@ class Turn:
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
         self._counts.running += 1
-        self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
+        interrupted: KeyboardInterrupt | None = None
         try:
+            self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
             await self._run_phases()
         except (trio.Cancelled, KeyboardInterrupt):
             raise
@@ -193,11 +194,18 @@ class Turn:
             self._arrivals_cut_off()
             for state in self._states:
                 if state.result is None:
-                    self._answer(state, self._interrupted(state))
+                    try:
+                        self._answer(state, self._interrupted(state))
+                    except KeyboardInterrupt as exc:
+                        # From an instrument as the call was answered: the answer is
+                        # in, and so must the others be before it goes on up.
+                        interrupted = interrupted or exc
             self._stage = _Stage.DONE
             self._counts.running -= 1
             if self._recorder.active:  # the tally is the event's alone
                 self._recorder.emit(EventKind.TURN_FINISHED, detail=_tally(self.results))
+        if interrupted is not None:
+            raise interrupted
 
     async def _run_phases(self) -> None:
         async with trio.open_nursery() as watching:
@@ -247,10 +255,7 @@ class Turn:
 
         A cancellation that arrived with the failure still propagates.
         """
-        cancelled: BaseException | None = None
-        failed: BaseException | None = exc
-        if isinstance(exc, BaseExceptionGroup):
-            cancelled, failed = exc.split((trio.Cancelled, KeyboardInterrupt))
+        cancelled, failed = _split_cancelled(exc)
         if failed is not None:
             _log.error("fanout: a turn failed", exc_info=failed)
             self._internal = self._internal or describe(failed)
@@ -406,7 +411,9 @@ class Turn:
         """A call in the runner's nursery: whatever happens, it must not crash that nursery."""
         try:
             await self._run_one(state, task_status)
-        except Exception:
+        except (trio.Cancelled, KeyboardInterrupt):
+            raise
+        except BaseException:
             _log.exception("fanout: call %s failed after it was answered", state.call.id)
 
     async def _mutating_phase(self, writes: list[CallState]) -> None:
@@ -487,8 +494,17 @@ class Turn:
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
             self._answer(state, self._broken(state, describe(exc)))
         except BaseException as exc:
-            self._note_crash(exc)
-            raise
+            # A part the user plugged in (a scope, a store) raised a ``BaseException``
+            # of its own (``SystemExit``): this call's failure, as an ``Exception`` is.
+            # Raised on, it took every sibling with it, and under an open runner it
+            # crashed the runner's nursery into the caller's code.
+            cancelled, failed = _split_cancelled(exc)
+            if failed is None:
+                raise
+            _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=failed)
+            self._answer(state, self._broken(state, describe(failed)))
+            if cancelled is not None:
+                raise cancelled from None
 
     def _tool_run(
         self, state: CallState, budget: Budget, queued: Callable[[], None]
@@ -663,6 +679,16 @@ async def _cancel_soon(scopes: list[trio.CancelScope]) -> None:
     """Cancel ``scopes`` from a task of its own, once whoever asked has moved on."""
     await trio.lowlevel.checkpoint()
     _cancel_all(scopes)
+
+
+def _split_cancelled(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    """``exc`` as the cancellations (and ``KeyboardInterrupt``) that must go on up, and
+    the failure that is fanout's to answer; either may be None."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split((trio.Cancelled, KeyboardInterrupt))
+    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+        return exc, None
+    return None, exc
 
 
 def _only_cancelled(exc: BaseException) -> bool:
