@@ -249,7 +249,31 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
                 for scope in context.scopes:
                     scope.attempt_ended(context.admitted_at)
         for scope in reversed(held):
+            await _release(scope, holder)
+
+
+_RELEASE_GRACE = 1.0  # seconds a scope may take to give a slot back before it is left to it
+
+
+async def _release(scope: ScopeLike, holder: _SlotHolder) -> None:
+    """Give ``scope`` its slot back, once the attempt's answer is made.
+
+    A scope gives it back at once, shielded, and never raises (`ScopeFront`'s
+    backends do). One plugged in that raised there replaced the tool's answer
+    with fanout's failure, and a write that had taken effect was left to run
+    again; one that never returned kept the answer until the call's timeout.
+    Either now costs the call a log line, and at most ``_RELEASE_GRACE``.
+    """
+    try:
+        with trio.move_on_after(_RELEASE_GRACE) as bounded:
             await scope.release_slot(holder)
+    except Exception:
+        _log.exception("fanout: scope %s failed to give a slot back", scope.name)
+        return
+    if bounded.cancelled_caught:
+        _log.error(
+            "fanout: scope %s did not give a slot back within %gs", scope.name, _RELEASE_GRACE
+        )
 
 
 async def _admit(

@@ -86,7 +86,9 @@ class ToolResult:
     """
 
     tool_use_id: str
-    status: Status
+    # A status spelt as its value ("ok", from a store that keeps JSON) is the status;
+    # anything else is refused here, where it is made, not later as a turn ends.
+    status: Status = attrs.field(converter=Status)
     content: str
     retry_after_ms: int | None = None
     scope: str | None = None
