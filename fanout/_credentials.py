@@ -69,7 +69,8 @@ CREDENTIAL_PARAMS = frozenset(
 # RFC 9110 token: what a header name may be.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
-_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "key"})
+# RFC 9110 auth-scheme: a token, as a header name is.
+_SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,40}")
 _MIN_COOKIE = 8  # characters: a shorter cookie value is a preference, not a session
 
 
@@ -110,20 +111,19 @@ def credentials_in(
 ) -> set[Secret]:
     """The credentials a request carries: in ``names``' headers, query parameters and userinfo."""
     found: set[str] = set()
-    for name, value in headers:
+    for name, joined in headers:
         lowered = name.lower()
         if lowered not in names.headers:
             continue
-        found.add(value)
+        found.add(joined)
         if lowered in ("cookie", "set-cookie"):
-            found.update(_cookie_values(value))
+            found.update(_cookie_values(joined))
             continue
-        scheme, _, credential = value.strip().partition(" ")
-        credential = credential.strip()
-        if credential and scheme.lower() in _AUTH_SCHEMES:
-            found.add(credential)
-            if scheme.lower() == "basic":
-                found.update(_basic_parts(credential))
+        # A header sent twice reaches here joined ("a, b"), as httpx reads it: each
+        # value is a credential of its own, and a server quotes one line at a time.
+        for value in {joined, *(part.strip() for part in joined.split(","))}:
+            found.add(value)
+            found.update(_after_scheme(value))
     parts = urlsplit(url)
     for name, value in parse_qsl(parts.query, keep_blank_values=False) if parts.query else ():
         if name.lower() in names.params:
@@ -132,6 +132,22 @@ def credentials_in(
         password = unquote(parts.password)
         found.update({password, f"{unquote(parts.username or '')}:{password}"})
     return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+def _after_scheme(value: str) -> set[str]:
+    """The token after an authorization scheme, whatever the scheme (``Bearer``,
+    Okta's ``SSWS``, Discord's ``Bot``), and what a Basic credential encodes.
+
+    A server that refuses the key quotes the token alone; only listed
+    schemes were read, and "SSWS 00QC..." left its token to be quoted.
+    """
+    scheme, _, credential = value.strip().partition(" ")
+    credential = credential.strip()
+    if not credential or not _SCHEME.fullmatch(scheme):
+        return set()
+    if scheme.lower() == "basic":
+        return {credential, *_basic_parts(credential)}
+    return {credential}
 
 
 def _cookie_values(header: str) -> set[str]:
@@ -144,10 +160,14 @@ def _cookie_values(header: str) -> set[str]:
 
 
 def _basic_parts(credential: str) -> set[str]:
-    """``user:password`` and the password a Basic credential encodes; none if not base64."""
+    """``user:password`` and the password (with none, the user) a Basic credential encodes;
+    none if not base64."""
     try:
         decoded = base64.b64decode(credential, validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         return set()
-    _, colon, password = decoded.partition(":")
-    return {decoded, password} if colon else {decoded}
+    user, colon, password = decoded.partition(":")
+    if not colon:
+        return {decoded}
+    # With no password, the user is the key (Stripe's ``auth=(key, "")``).
+    return {decoded, password} if len(password) >= MIN_LENGTH else {decoded, user}

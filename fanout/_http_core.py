@@ -200,7 +200,9 @@ class Seam:
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
     limits: Callable[..., Any]  # the library's pool limits class
     ssl_context: Callable[..., Any]  # the library's ``create_ssl_context``
-    logger: str  # the library's own logger, which logs every request's URL
+    # The library's own loggers: its own logs every request's URL; its connection
+    # pool's (httpcore's) log the headers at DEBUG, which a server may echo a key in.
+    loggers: tuple[str, ...]
 
     @classmethod
     def of(cls, library: ModuleType, body: type[GuardedBody]) -> Seam:
@@ -212,8 +214,17 @@ class Seam:
             pool=library.AsyncHTTPTransport,
             limits=library.Limits,
             ssl_context=library.create_ssl_context,
-            logger=library.__name__,
+            loggers=(library.__name__, *_pool_loggers(library.__name__)),
         )
+
+
+def _pool_loggers(library: str) -> tuple[str, ...]:
+    """The loggers of the connection pool under ``library`` (httpcore's, named per module:
+    a filter on a parent does not see a child's records)."""
+    pool = {"httpx": "httpcore", "httpx2": "httpcore2"}.get(library)
+    if pool is None:
+        return ()
+    return tuple(f"{pool}.{part}" for part in ("connection", "http11", "http2", "proxy", "socks"))
 
 
 class TransportBase(Generic[RequestT, ResponseT]):
@@ -251,7 +262,8 @@ class TransportBase(Generic[RequestT, ResponseT]):
     ) -> None:
         if not (isinstance(pools, int) and pools >= 1):
             raise ConfigurationError(f"pools must be an int >= 1, not {pools!r}")
-        scrub_library_log(self.seam.logger)
+        for logger in self.seam.loggers:
+            scrub_library_log(logger)
         if transport is not None:
             transports: tuple[_Pool[RequestT, ResponseT], ...] = (transport,)
         else:

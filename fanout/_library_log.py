@@ -4,29 +4,33 @@ httpx (and httpx2) log every request at INFO in a logger of their own,
 ``HTTP Request: GET <url> "HTTP/1.1 200 OK"``, the query string included:
 a key passed as ``?api_key=`` reached any log handler a user had set up at
 INFO, though every answer, event and log line of fanout's was scrubbed.
-A transport puts a filter on that logger which replaces, in each record,
-the secrets this process has learned (`fanout._secrets`). It runs only for
-records the logger's level lets through, and changes nothing else.
+Their connection pools (httpcore) log every header at DEBUG, which a
+server may echo a key in. A transport puts a filter on those loggers which
+replaces, in each record, the secrets this process has learned
+(`fanout._secrets`) and credentials by their shape (`fanout._redact`): a
+key the registry had let go (it keeps 256) while its request was out was
+logged as sent. It runs only for records the logger's level lets through,
+and changes nothing else.
 """
 
 from __future__ import annotations
 
 import logging
 
-from ._secrets import scrub_secrets
+from ._redact import redact_text
 
 __all__ = ["scrub_library_log"]
 
 
 class _Scrubbed(logging.Filter):
-    """Rewrites a record whose message holds a learned secret; lets every record through."""
+    """Rewrites a record whose message holds a credential; lets every record through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a record logging cannot format: logging reports it itself
             return True
-        scrubbed = scrub_secrets(message)
+        scrubbed = redact_text(message)
         if scrubbed != message:
             record.msg, record.args = scrubbed, None
         return True

@@ -21,11 +21,12 @@ mistake; fanout refuses a URL it cannot use with ``ConfigurationError`` here.
 from __future__ import annotations
 
 from typing import Any, TypeAlias
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import coredis
 from coredis.connection import TCPLocation
 
+from ._credentials import CREDENTIAL_PARAMS
 from ._exceptions import ConfigurationError
 
 __all__ = ["RedisClient", "client_from_url"]
@@ -76,10 +77,17 @@ def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:
 
 
 def _without_password(url: str) -> str:
-    """``url`` fit for an error message: the password, if any, becomes ``***``."""
+    """``url`` fit for an error message: the password, if any, becomes ``***``, in the
+    userinfo or in the query (``?password=``, which coredis reads too)."""
     parts = urlsplit(url)
+    if parts.query:
+        query = [
+            (name, "***" if name.lower() in CREDENTIAL_PARAMS else value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        ]
+        parts = parts._replace(query=urlencode(query, safe="*"))
     if not parts.password:
-        return url
+        return parts.geturl()
     user, _, host = parts.netloc.rpartition("@")
     name = user.partition(":")[0]
     return parts._replace(netloc=f"{name}:***@{host}").geturl()

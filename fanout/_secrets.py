@@ -43,6 +43,7 @@ __all__ = [
     "register_secret",
     "scrub_cut_secrets",
     "scrub_secrets",
+    "secrets_learned",
 ]
 
 REDACTED = "REDACTED"
@@ -91,13 +92,21 @@ def _spellings(char: str) -> str:
     """One character of a secret, as any of the ways text may carry it."""
     escaped = json.dumps(char)[1:-1]
     percent = "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
-    alternatives = {re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped)}
+    # Any character may be written as a JSON \uXXXX escape, in either case: Gson
+    # writes "=" as "\u003d", and a key quoted so kept all but its "=" raw.
+    units = char.encode("utf-16-be")
+    unicode = "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+    alternatives = {
+        re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped),
+        f"(?i:{re.escape(unicode)})",
+    }  # fmt: skip
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
 
 
-# "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space.
-_EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}}
+# "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space, and a space
+# encoded as "+" (``urlencode``, httpx's own query: "abc def" was sent as "abc+def").
+_EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}, " ": {re.escape("+")}}
 
 
 class SecretRegistry:
@@ -120,6 +129,7 @@ class SecretRegistry:
         # only raw (`_plain`); rebuilt, under the lock, whenever the secrets change.
         self._plain: tuple[str, ...] = ()
         self._lock = threading.Lock()
+        self.changes = 0  # how many times a new secret was learned: text scrubbed before is stale
 
     def learn(self, secrets: Iterable[Secret]) -> None:
         with self._lock:
@@ -135,6 +145,7 @@ class SecretRegistry:
             if changed:
                 self._plain = _plain_forms(secret.reveal() for secret in self._secrets)
                 self._current = False
+                self.changes += 1
 
     def pattern(self) -> re.Pattern[str] | None:
         # Read without the lock while nothing new was learned (every answer
@@ -218,6 +229,12 @@ def register_secret(value: str | Secret) -> Secret:
     secret = value if isinstance(value, Secret) else Secret(value)
     _known.learn([secret])
     return secret
+
+
+def secrets_learned() -> int:
+    """How many times this process learned a new secret: text scrubbed and kept since
+    an earlier count may show one learned after it (`fanout.contrib._safety.BoundedLabels`)."""
+    return _known.changes
 
 
 def learn(secrets: Iterable[Secret]) -> None:

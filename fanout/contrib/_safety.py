@@ -17,8 +17,11 @@ import attrs
 
 from .._exceptions import ConfigurationError
 from .._redact import redact_text
+from .._secrets import secrets_learned
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._events import Event
 
 __all__ = ["OTHER", "BoundedLabels", "safe_event"]
@@ -47,20 +50,35 @@ def _clean(value: object) -> object:
 class BoundedLabels:
     """The values one label may take: the first ``limit`` distinct ones, scrubbed, then ``other``.
 
-    A value is scrubbed once, when first seen; after that a label costs one
-    dict lookup, so an instrument on every event stays cheap.
+    A value is scrubbed when first seen, and again whenever the process has
+    learned a secret since; otherwise a label costs one dict lookup, so an
+    instrument on every event stays cheap. (Scrubbed once only, a tool name
+    seen before it was registered as a secret went on being exported raw.)
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_stale: Callable[[set[str]], None] | None = None) -> None:
         if not (isinstance(limit, int) and limit >= 1):
             raise ConfigurationError(f"a label's value limit must be an int >= 1, not {limit!r}")
         self._limit = limit
         self._labels: dict[str, str] = {}
+        self._scrubbed_at = secrets_learned()
+        self._on_stale = on_stale
 
     def __call__(self, value: str) -> str:
+        learned = secrets_learned()
+        if learned != self._scrubbed_at:
+            self._rescrub()
+            self._scrubbed_at = learned
         label = self._labels.get(value)
         if label is None:
             if len(self._labels) >= self._limit:
                 return OTHER
             label = self._labels[value] = redact_text(value)
         return label
+
+    def _rescrub(self) -> None:
+        """Scrub every label again; tell ``on_stale`` the labels that showed a secret."""
+        before, self._labels = self._labels, {raw: redact_text(raw) for raw in self._labels}
+        stale = {label for raw, label in before.items() if self._labels[raw] != label}
+        if stale and self._on_stale is not None:
+            self._on_stale(stale)

@@ -50,19 +50,24 @@ class PrometheusInstrument:
     ) -> None:
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
-        self._tool = BoundedLabels(max_label_values)
-        self._scope = BoundedLabels(max_label_values)
-        self._reason = BoundedLabels(max_label_values)
+        self._tool = BoundedLabels(max_label_values, self._forget)
+        self._scope = BoundedLabels(max_label_values, self._forget)
+        self._reason = BoundedLabels(max_label_values, self._forget)
+        self._labelled: list[tuple[Counter | Histogram, tuple[str, ...]]] = []
         self._scopes: _ScopeCollector | None = None
         # (turn id, call id) -> when it was queued; popped when it is answered,
         # and every queued call is answered, so this holds only calls in progress.
         self._queued: dict[tuple[str | None, str | None], float] = {}
 
         def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(name, doc, labels, namespace=namespace, registry=self.registry)
+            metric = Counter(name, doc, labels, namespace=namespace, registry=self.registry)
+            self._labelled.append((metric, labels))
+            return metric
 
         def histogram(name: str, doc: str, *labels: str) -> Histogram:
-            return Histogram(name, doc, labels, namespace=namespace, registry=self.registry)
+            metric = Histogram(name, doc, labels, namespace=namespace, registry=self.registry)
+            self._labelled.append((metric, labels))
+            return metric
 
         self.calls = counter("calls", "Calls answered, by tool and status.", "tool", "status")
         self.attempts = counter("attempts", "Attempts admitted and started.", "tool")
@@ -74,6 +79,23 @@ class PrometheusInstrument:
         self.exhausted = counter("quota_exhausted", "Times a quota ran dry.", "scope")
         self.waits = histogram("wait_seconds", "Waits before a start.", "scope", "kind")
         self.durations = histogram("call_duration_seconds", "Queued to answered.", "tool")
+
+    def _forget(self, stale: set[str]) -> None:
+        """Drop every series labelled with a value now known to hold a secret.
+
+        It was exported before fanout learned the secret (a tool named after a
+        key registered later); its counts go with it, rather than the key stay
+        on every scrape.
+        """
+        for metric, names in self._labelled:
+            shown = {
+                values
+                for family in metric.collect()
+                for sample in family.samples
+                if stale & set(values := tuple(sample.labels[name] for name in names))
+            }
+            for values in shown:
+                metric.remove(*values)
 
     def observe_scopes(self, runner: Runner) -> None:
         """Export ``runner``'s per-scope in-flight and waiting counts, read at scrape time."""
