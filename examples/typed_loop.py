@@ -130,9 +130,12 @@ async def anthropic_stream_loop(
             turn = await runner.run_stream(stream, fanout.AnthropicStream())
             message = await stream.get_final_message()
         messages.append({"role": "assistant", "content": message.content})
-        if not turn.results:
+        # Given the message, every tool_use in it is answered, also those written after
+        # the turn stopped reading (its deadline, or a failed call under cancel_siblings).
+        reply = fanout.anthropic_tool_results(turn, message)
+        if not reply["content"]:
             break
-        messages.append(fanout.anthropic_tool_results(turn))
+        messages.append(reply)
     return messages
 
 
@@ -148,9 +151,10 @@ async def chat_stream_loop(
             turn = await runner.run_stream(stream, fanout.ChatCompletionsStream())
             completion = await stream.get_final_completion()
         messages.append(assistant_param(completion.choices[0].message))
-        if not turn.results:
+        replies = fanout.openai_tool_messages(turn, completion.choices[0].message)
+        if not replies:
             break
-        messages.extend(fanout.openai_tool_messages(turn))
+        messages.extend(replies)
     return messages
 
 
@@ -171,7 +175,8 @@ async def responses_stream_loop(
             turn = await runner.run_stream(stream, fanout.ResponsesStream())
             response = await stream.get_final_response()
         ids.append(previous := response.id)
-        if not turn.results:
+        outputs = fanout.responses_tool_outputs(turn, response)
+        if not outputs:
             break
-        pending = list(fanout.responses_tool_outputs(turn))
+        pending = list(outputs)
     return ids

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ._answers import failure
 from ._exceptions import InvalidTurnError
 from ._output import Document, Part, Text, render, text_of
 from ._reading import (
@@ -31,7 +32,7 @@ from ._reading import (
     shown,
     tool_name,
 )
-from ._values import ToolCall, ToolResult
+from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from anthropic.types import (
@@ -87,8 +88,13 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
     return calls
 
 
-def anthropic_tool_results(results: Any) -> UserMessageParam:
-    """The one user message that answers every ``tool_use`` block."""
+def anthropic_tool_results(results: Any, message: Any = None) -> UserMessageParam:
+    """The one user message that answers every ``tool_use`` block.
+
+    ``message``: the assistant message the results answer, where a streamed
+    turn may not have read all of it (`answering`).
+    """
+    calls = None if message is None else calls_from_anthropic(message)
     blocks: list[ToolResultBlockParam] = [
         {
             "type": "tool_result",
@@ -96,7 +102,7 @@ def anthropic_tool_results(results: Any) -> UserMessageParam:
             "content": render(result.content, _anthropic_block),
             "is_error": result.is_error,
         }
-        for result in results_of(results)
+        for result in answering(results, calls)
     ]
     return {"role": "user", "content": blocks}
 
@@ -160,15 +166,17 @@ def calls_from_openai(message: Any) -> list[ToolCall]:
     return calls
 
 
-def openai_tool_messages(results: Any) -> list[ChatCompletionToolMessageParam]:
-    """One ``role: "tool"`` message per call, in the model's order."""
+def openai_tool_messages(results: Any, message: Any = None) -> list[ChatCompletionToolMessageParam]:
+    """One ``role: "tool"`` message per call, in the model's order (``message``: the
+    assistant message they answer, where a streamed turn may not have read all of it)."""
+    calls = None if message is None else calls_from_openai(message)
     return [
         {
             "role": "tool",
             "tool_call_id": result.tool_use_id,
             "content": render(result.content, _chat_part),
         }
-        for result in results_of(results)
+        for result in answering(results, calls)
     ]
 
 
@@ -182,6 +190,34 @@ def call_id_of(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidTurnError(f"a {what} needs a non-empty string id, got {shown(value)}")
     return value
+
+
+def answering(results: Any, calls: list[ToolCall] | None) -> list[ToolResult]:
+    """The turn's results; given the calls of the message they answer, one per call, in
+    the message's order.
+
+    A streamed turn stops reading the stream when its deadline passes, or when
+    a call fails under ``on_failure="cancel_siblings"``; the model may have
+    written calls after that, which the SDK's final message holds, and the
+    API refuses a next request that leaves one unanswered. Each such call is
+    answered ``cancelled``, never run. (Results for calls the message does
+    not hold follow, as they are.)
+    """
+    listed = results_of(results)
+    if calls is None:
+        return listed
+    by_id = {result.tool_use_id: result for result in listed}
+    answered = [by_id.pop(call.id) if call.id in by_id else _never_read(call) for call in calls]
+    return answered + [result for result in listed if result.tool_use_id in by_id]
+
+
+def _never_read(call: ToolCall) -> ToolResult:
+    return failure(
+        call, Status.CANCELLED,
+        "the turn had stopped reading the message (its deadline passed, or a call failed "
+        "under cancel_siblings) before this call was complete; it was not run",
+        started=False, kind=Kind.READS,
+    )  # fmt: skip
 
 
 def results_of(results: Any) -> list[ToolResult]:

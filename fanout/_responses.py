@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._adapters import call_id_of, results_of
+from ._adapters import answering, call_id_of
 from ._exceptions import InvalidTurnError
 from ._output import Image, Part, Text, render
 from ._reading import (
@@ -63,12 +63,14 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
     return calls
 
 
-def responses_tool_outputs(results: Any) -> list[FunctionCallOutput]:
-    """One ``function_call_output`` item per call, in the model's order."""
+def responses_tool_outputs(results: Any, response: Any = None) -> list[FunctionCallOutput]:
+    """One ``function_call_output`` item per call, in the model's order (``response``:
+    the Response they answer, where a streamed turn may not have read all of it)."""
+    calls = None if response is None else calls_from_responses(response)
     return [
         {"type": "function_call_output", "call_id": result.tool_use_id,
          "output": render(result.content, _output_item)}
-        for result in results_of(results)
+        for result in answering(results, calls)
     ]  # fmt: skip
 
 

@@ -93,11 +93,13 @@ class StreamingTurn(Turn):
                     f"the stream broke off ({describe(exc)}) before this call's arguments "
                     "were complete"
                 )
-            arrived = [self._add(call) for call in self._decoded(event)]
+            arrived = [state for call in self._decoded(event) if (state := self._add(call))]
             if self._stream_error is not None:
-                return self._end("the stream was invalid before this call was complete")
+                # Those that came whole with the fault are arrivals too: left out, they
+                # were answered as if the caller had cancelled the turn.
+                return arrived + self._end("the stream was invalid before this call was complete")
             if arrived:
-                return [state for state in arrived if state is not None]
+                return arrived
 
     def _decoded(self, event: Any) -> list[ToolCall]:
         try:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from ._canonical import safe_text
 from ._reading import decode_arguments, plain, tool_name
 from ._values import ToolCall
 
@@ -90,30 +91,57 @@ class _Pending:
         return Unfinished(self.id, self.name, "".join(self.pieces))
 
 
+def _key(value: Any) -> Any:
+    """A block's index or item id as a dict key: an unhashable one (``"index": [0]``,
+    which the SDKs pass through) by its text, so that no event can raise here."""
+    try:
+        hash(value)
+    except Exception:
+        return ("unhashable", safe_text(value))
+    return value
+
+
 @attrs.define
 class _Calls:
-    """Calls in the order they began, each completed at most once."""
+    """Calls in the order they began, each completed at most once.
 
-    pending: dict[Any, _Pending] = attrs.field(factory=dict)
+    A key (a block's index, an item's id) names the call that began under it
+    last: a server that reuses one for a second call (two ``tool_use`` blocks
+    at index 0, two items with one id) begins a call of its own, and the first,
+    unless completed, is unfinished. Kept under the key alone, the second call
+    was dropped, and the next request had a call with no answer.
+    """
+
+    _order: list[_Pending] = attrs.field(factory=list)
+    _by_key: dict[Any, _Pending] = attrs.field(factory=dict)
 
     def begin(self, key: Any, call_id: Any, name: Any) -> None:
-        if key not in self.pending and isinstance(call_id, str):
-            self.pending[key] = _Pending(call_id, _text(name))
+        if not isinstance(call_id, str):
+            return
+        key = _key(key)
+        current = self._by_key.get(key)
+        if current is not None and current.id == call_id:
+            return  # told again (a Responses item as it is done)
+        self._by_key[key] = pending = _Pending(call_id, _text(name))
+        self._order.append(pending)
+
+    def streaming(self, key: Any) -> _Pending | None:
+        return self._by_key.get(_key(key))
 
     def add(self, key: Any, piece: Any) -> None:
-        pending = self.pending.get(key)
+        pending = self.streaming(key)
         if pending is not None and not pending.done and isinstance(piece, str):
             pending.pieces.append(piece)
 
     def complete(self, key: Any, arguments: Any = None) -> list[ToolCall]:
-        pending = self.pending.get(key)
+        pending = self.streaming(key)
         if pending is None or pending.done:
             return []
         pending.done = True
         return [pending.call(arguments)]
 
     def unfinished(self) -> list[Unfinished]:
-        return [p.unfinished() for p in self.pending.values() if not p.done]
+        return [p.unfinished() for p in self._order if not p.done]
 
 
 @attrs.define
@@ -133,9 +161,14 @@ class AnthropicStream:
             if _field(delta, "type") == "input_json_delta":
                 self._calls.add(index, _field(delta, "partial_json"))
         elif kind == "content_block_stop":
-            # The SDK's helper stream attaches the finished block, input parsed.
+            # The SDK's helper stream attaches the finished block, its input parsed; but
+            # parsed leniently: a block cut off by max_tokens ({"n": 12 of {"n": 120})
+            # reads as whole. The pieces received are the truth where there are any.
             block = _field(event, "content_block")
             whole = _field(block, "input") if _field(block, "type") == "tool_use" else None
+            streaming = self._calls.streaming(index)
+            if streaming is not None and streaming.pieces:
+                whole = None
             return self._calls.complete(index, whole if isinstance(whole, Mapping) else None)
         return []
 
@@ -180,7 +213,7 @@ class ChatCompletionsStream:
     def _begins_a_call(self, index: Any, call_id: Any) -> bool:
         if self._current is None or index != self._index:
             return True
-        streaming = self._calls.pending.get(self._current)
+        streaming = self._calls.streaming(self._current)
         return isinstance(call_id, str) and (streaming is None or call_id != streaming.id)
 
     def unfinished(self) -> list[Unfinished]:
