@@ -12,16 +12,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 
 from ._exceptions import ConfigurationError
 from ._secrets import MIN_LENGTH, Secret
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 __all__ = ["CREDENTIAL_HEADERS", "CREDENTIAL_PARAMS", "CredentialNames", "credentials_in"]
 
@@ -98,6 +95,10 @@ class CredentialNames:
 def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> frozenset[str]:
     if isinstance(names, str):
         raise ConfigurationError(f"credential {what} names must be a collection, not one string")
+    if not isinstance(names, Iterable):
+        raise ConfigurationError(
+            f"credential {what} names must be a collection, not {type(names).__name__}"
+        )
     checked = set()
     for name in names:
         if not isinstance(name, str) or not pattern.fullmatch(name):

@@ -1490,7 +1490,9 @@ class ScopeFront:
         """
         learner = self._learner
         assert learner is not None
-        if learner.rate is None:
+        if learner.rate is None or not math.isfinite(learner.rate):
+            # A cost of 1e308 a call "proved" an infinite rate: nothing a bucket can
+            # pace at, and set, it failed a call that had finished.
             return
         single = self._window_trial is not None or (
             learner.spent_refusals and self._window_length is None

@@ -57,6 +57,7 @@ from ._scope import ScopeLike, quota_horizon, scopes_named
 from ._secrets import learn
 from ._server_clock import ServerClock
 from ._slots import Leaving
+from ._validate import require_at_least
 from ._values import Kind, Status
 
 if TYPE_CHECKING:
@@ -260,8 +261,9 @@ class TransportBase(Generic[RequestT, ResponseT]):
         wall_clock: Callable[[], float] = time.time,
         **pool_options: Any,
     ) -> None:
-        if not (isinstance(pools, int) and pools >= 1):
-            raise ConfigurationError(f"pools must be an int >= 1, not {pools!r}")
+        require_at_least("pools", pools, 1)
+        if not callable(wall_clock):
+            raise ConfigurationError(f"wall_clock must be a function, not {wall_clock!r}")
         for logger in self.seam.loggers:
             scrub_library_log(logger)
         if transport is not None:

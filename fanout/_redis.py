@@ -34,6 +34,7 @@ from ._redis_scripts import (
     bounded,
     lua_number,
 )
+from ._validate import finite
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -66,7 +67,8 @@ class LocalFallback:
 
     @share.validator
     def _check_share(self, _: attrs.Attribute[float], value: float) -> None:
-        if not 0 < value <= 1:
+        share = finite(value)
+        if share is None or not 0 < share <= 1:
             raise ConfigurationError(f"a fallback share must be in (0, 1], not {value!r}")
 
 

@@ -20,7 +20,7 @@ mistake; fanout refuses a URL it cannot use with ``ConfigurationError`` here.
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import coredis
@@ -29,17 +29,43 @@ from coredis.connection import TCPLocation
 from ._credentials import CREDENTIAL_PARAMS
 from ._exceptions import ConfigurationError
 
-__all__ = ["RedisClient", "client_from_url"]
+if TYPE_CHECKING:
+    import attrs
+
+__all__ = ["RedisClient", "a_client", "a_prefix", "client_from_url"]
 
 RedisClient: TypeAlias = "coredis.Redis[Any] | coredis.RedisCluster[Any]"
 
 _SCHEMES = {False: ("redis", "rediss", "unix"), True: ("redis", "rediss")}
 
 
+def a_client(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a coredis client (what fanout calls on one is there)."""
+    if not callable(getattr(value, "register_script", None)):
+        raise ConfigurationError(
+            f"{attribute.name} must be a coredis client, not {type(value).__name__}"
+        )
+
+
+def a_prefix(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a key prefix is text."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{attribute.name} must be a string, not {value!r}")
+
+
 def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     """A client (not yet entered) for ``url``, answering text; see the module docstring."""
+    if not isinstance(url, str):
+        raise ConfigurationError(f"a Redis URL is text, not {type(url).__name__}")
+    if not isinstance(cluster, bool):
+        raise ConfigurationError(f"cluster must be True or False, not {cluster!r}")
     what = "a Redis Cluster URL" if cluster else "a Redis URL"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ConfigurationError(
+            f"{what} that cannot be read: {_without_password(url)!r}"
+        ) from None
     shown = _without_password(url)
     if parts.scheme not in _SCHEMES[cluster]:
         schemes = ", ".join(f"{scheme}://" for scheme in _SCHEMES[cluster])
@@ -51,6 +77,9 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigurationError(f"{what} must name a host: {shown!r}")
     query = parse_qs(parts.query)
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if not all(db.isdigit() for db in (database, *query.get("db", [])) if db):
+        raise ConfigurationError(f"{what} names a database that is not a number: {shown!r}")
     if cluster and {parts.path.strip("/"), *query.get("db", [])} - {"", "0"}:
         raise ConfigurationError(f"a Redis Cluster has only database 0; got {shown!r}")
     if parts.scheme == "rediss" and "ssl_check_hostname" not in query:
@@ -79,7 +108,10 @@ def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:
 def _without_password(url: str) -> str:
     """``url`` fit for an error message: the password, if any, becomes ``***``, in the
     userinfo or in the query (``?password=``, which coredis reads too)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that cannot be read>"
     if parts.query:
         query = [
             (name, "***" if name.lower() in CREDENTIAL_PARAMS else value)

@@ -58,7 +58,7 @@ from ._redis import (
     SharedLeases,
     SharedWindow,
 )
-from ._redis_client import RedisClient, client_from_url
+from ._redis_client import RedisClient, a_client, a_prefix, client_from_url
 from ._redis_keys import scope_key_base
 from ._slots import take_slot
 from ._validate import positive
@@ -83,11 +83,6 @@ def _optional_fallback(
 ) -> None:
     if value is not None and not isinstance(value, LocalFallback):
         raise ConfigurationError(f"fallback must be a LocalFallback or None, not {value!r}")
-
-
-def _prefix(_: object, __: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str):
-        raise ConfigurationError(f"prefix must be a string, not {value!r}")
 
 
 @attrs.define(eq=False)
@@ -660,9 +655,9 @@ class RedisScope(ScopeFront):
     while it is away (None: refuse). Use it inside ``async with scope:``.
     """
 
-    client: RedisClient = attrs.field(repr=False)
+    client: RedisClient = attrs.field(repr=False, validator=a_client)
     name: str
-    prefix: str = attrs.field(default="fanout:", kw_only=True, validator=_prefix)
+    prefix: str = attrs.field(default="fanout:", kw_only=True, validator=a_prefix)
     lease_ttl: float = attrs.field(default=10.0, kw_only=True, validator=positive)
     op_timeout: float = attrs.field(default=0.25, kw_only=True, validator=positive)
     recheck_after: float = attrs.field(default=1.0, kw_only=True, validator=positive)

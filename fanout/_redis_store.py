@@ -26,8 +26,9 @@ from coredis.commands.script import Script
 
 from ._exceptions import LimiterUnavailableError
 from ._idempotency import Claim, ClaimState, StoredAnswer
-from ._redis_client import RedisClient, client_from_url
+from ._redis_client import RedisClient, a_client, a_prefix, client_from_url
 from ._redis_scripts import CLAIM, RELEASE_CLAIM, RENEW_CLAIM, bounded
+from ._validate import positive
 from ._values import Status
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ class RedisIdempotencyStore:
     ``async with store:``.
     """
 
-    client: RedisClient = attrs.field(repr=False)
-    prefix: str = "fanout:"
-    op_timeout: float = 0.25
+    client: RedisClient = attrs.field(repr=False, validator=a_client)
+    prefix: str = attrs.field(default="fanout:", validator=a_prefix)
+    op_timeout: float = attrs.field(default=0.25, validator=positive)
     _owns_client: bool = attrs.field(init=False, default=False)
     _markers: dict[str, str] = attrs.field(init=False, factory=dict)
     _scripts: dict[str, Script[Any]] = attrs.field(init=False, factory=dict)

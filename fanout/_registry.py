@@ -25,7 +25,7 @@ from ._definitions import (
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
 from ._schema import ANY_ARGUMENTS, Signature, read_signature, schema_of, summary_of
-from ._validate import non_empty_text, optional_positive, require_positive
+from ._validate import flag, non_empty_text, optional_positive, require_positive
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -39,12 +39,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 Cost = float | Callable[[Mapping[str, Any]], float]
 
 
-def _names(value: Iterable[str]) -> tuple[str, ...]:
+def _names(value: Iterable[str], what: str = "scopes") -> tuple[str, ...]:
     if isinstance(value, str):
-        raise ConfigurationError(f"scopes must be a list of names, not the string {value!r}")
+        raise ConfigurationError(f"{what} must be a list of names, not the string {value!r}")
+    if not isinstance(value, Iterable) or isinstance(value, bytes | Mapping):
+        raise ConfigurationError(f"{what} must be a list of names, not {type(value).__name__}")
     names = tuple(value)
     if not all(isinstance(name, str) and name for name in names):
-        raise ConfigurationError(f"scope names must be non-empty strings, not {names!r}")
+        raise ConfigurationError(f"{what} must be non-empty strings, not {names!r}")
     return names
 
 
@@ -59,6 +61,11 @@ def _kind(value: Kind | str) -> Kind:
 def _check_cost(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         require_positive(attribute.name, value)
+
+
+def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"{attribute.name} must be text or None, not {value!r}")
 
 
 def _check_retry(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -91,10 +98,10 @@ class ToolSpec:
     retry: RetryPolicy | None = attrs.field(default=None, validator=_check_retry)
     cost: Cost = attrs.field(default=1.0, eq=False, validator=_check_cost)
     cache_ttl: float | None = attrs.field(default=None, validator=optional_positive)
-    repeatable: bool = False
+    repeatable: bool = attrs.field(default=False, validator=flag)
     invalidates: tuple[str, ...] | None = None
     idle_timeout: float | None = attrs.field(default=None, validator=optional_positive)
-    description: str | None = None
+    description: str | None = attrs.field(default=None, validator=_optional_text)
     schema: Mapping[str, Any] | None = attrs.field(default=None, converter=checked_schema, eq=False)
 
     # Read on first use, not at registration: a hint may name a class defined
@@ -222,7 +229,7 @@ class Registry:
             cost=cost,
             cache_ttl=cache_ttl,
             repeatable=repeatable,
-            invalidates=None if invalidates is None else _names(invalidates),
+            invalidates=None if invalidates is None else _names(invalidates, "invalidates"),
             idle_timeout=idle_timeout,
             description=description,
             schema=schema,

@@ -15,6 +15,7 @@ closing a thousand hung connections) after the turn has returned, and the
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 import attrs
@@ -25,6 +26,7 @@ from ._canonical import canonical_arguments
 from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
+from ._registry import Registry
 from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
@@ -35,10 +37,9 @@ from ._values import ToolCall
 
 if TYPE_CHECKING:
     import contextlib
-    from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+    from collections.abc import AsyncIterable, Callable, Sequence
     from types import TracebackType
 
-    from ._registry import Registry
     from ._streams import StreamDecoder
 
 __all__ = ["Runner", "RunnerStatistics"]
@@ -90,6 +91,7 @@ class Runner:
         instruments: Sequence[Instrument] = (),
         trace: bool = True,
     ) -> None:
+        _check_parts(registry, scopes, instruments, rng, trace)
         if mutating not in ("one", "serial", "parallel"):
             raise ConfigurationError(
                 f"mutating must be 'one', 'serial' or 'parallel', not {mutating!r}"
@@ -116,6 +118,10 @@ class Runner:
         self._trace = trace
         self._scopes: dict[str, ScopeLike] = {}
         for scope in scopes:
+            if not isinstance(getattr(scope, "name", None), str) or not callable(
+                getattr(scope, "acquire_slot", None)
+            ):
+                raise ConfigurationError(f"scopes holds a {type(scope).__name__}, not a scope")
             if scope.name in self._scopes:
                 raise ConfigurationError(f"two scopes are named {scope.name!r}")
             self._scopes[scope.name] = scope
@@ -175,6 +181,8 @@ class Runner:
         per id: an id that is missing, empty or repeated. ``timeout``
         overrides the runner's ``turn_timeout`` for this turn.
         """
+        if not isinstance(calls, Iterable) or isinstance(calls, str | bytes | Mapping):
+            raise InvalidTurnError(f"a turn takes a list of ToolCall, not {type(calls).__name__}")
         given = list(calls)
         _validate(given)
         state_for, options = self._turn_parts(run, timeout)
@@ -207,6 +215,8 @@ class Runner:
         """What every turn is built from: how a call becomes its state, and the turn's options."""
         if timeout is not None:
             require_positive("timeout", timeout)
+        if run is not None and not isinstance(run, Run):
+            raise UsageError(f"run must be a fanout.Run (or None), not {type(run).__name__}")
         run = run if run is not None else Run()
         turn_seed = self._rng.getrandbits(64)
         self._turn_serial += 1
@@ -279,3 +289,21 @@ def _validate(calls: Sequence[ToolCall]) -> None:
         seen.add(call.id)
         if not isinstance(call.name, str) or not call.name:
             raise InvalidTurnError(f"call {call.id!r} has no tool name")
+
+
+def _check_parts(
+    registry: object, scopes: object, instruments: object, rng: object, trace: object
+) -> None:
+    """A runner's parts are what they say they are, or a ``ConfigurationError`` now:
+    taken on trust, ``Runner(object())`` or ``rng=3`` failed only as a turn ran."""
+    if not isinstance(registry, Registry):
+        raise ConfigurationError(
+            f"registry must be a fanout.Registry, not {type(registry).__name__}"
+        )
+    for name, parts in (("scopes", scopes), ("instruments", instruments)):
+        if not isinstance(parts, Iterable) or isinstance(parts, str | bytes | Mapping):
+            raise ConfigurationError(f"{name} must be a list, not {type(parts).__name__}")
+    if rng is not None and not isinstance(rng, random.Random):
+        raise ConfigurationError(f"rng must be a random.Random or None, not {type(rng).__name__}")
+    if not isinstance(trace, bool):
+        raise ConfigurationError(f"trace must be True or False, not {trace!r}")

@@ -19,6 +19,7 @@ from ._budget import QUOTA_HORIZON
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
 from ._slots import take_slot
+from ._validate import finite, shown_value
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
@@ -46,9 +47,15 @@ def concurrency_for(rate: float, latency: float) -> int:
     10 requests a second that each take 0.4 s keep 4 in flight; more slots
     only queue at the server, fewer leave rate unused.
     """
-    if not (rate > 0 and latency > 0 and math.isfinite(rate * latency)):
-        raise ConfigurationError("rate and latency must be positive and finite")
-    return max(1, math.ceil(rate * latency - 1e-9))
+    rate_, latency_ = finite(rate), finite(latency)
+    if rate_ is None or latency_ is None or not (rate_ > 0 and latency_ > 0):
+        raise ConfigurationError(
+            "rate and latency must be positive and finite, not "
+            f"{shown_value(rate)} and {shown_value(latency)}"
+        )
+    if not math.isfinite(rate_ * latency_):
+        raise ConfigurationError("rate and latency must give a finite product")
+    return max(1, math.ceil(rate_ * latency_ - 1e-9))
 
 
 def scopes_named(scopes: tuple[ScopeLike, ...], named: str | None) -> tuple[ScopeLike, ...]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "at_least",
+    "finite",
     "finite_non_negative",
     "flag",
     "non_empty_text",
@@ -34,6 +35,7 @@ __all__ = [
     "require_non_negative",
     "require_one_of",
     "require_positive",
+    "shown_value",
 ]
 
 
@@ -41,18 +43,43 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def finite(value: object) -> float | None:
+    """``value`` as a finite float, or None: not a number, NaN, infinite, or an int too
+    large for a float (``10**400 < math.inf`` holds, and ``float()`` of it raises)."""
+    if not _is_number(value):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def require_positive(name: str, value: object) -> float:
     """A finite number > 0."""
-    if not (_is_number(value) and 0 < value < math.inf):  # type: ignore[operator]
-        raise ConfigurationError(f"{name} must be a positive number, not {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    number = finite(value)
+    if number is None or not number > 0:
+        raise ConfigurationError(f"{name} must be a positive number, not {shown_value(value)}")
+    return number
 
 
 def require_non_negative(name: str, value: object) -> float:
     """A finite number >= 0."""
-    if not (_is_number(value) and 0 <= value < math.inf):  # type: ignore[operator]
-        raise ConfigurationError(f"{name} must be a finite number >= 0, not {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    number = finite(value)
+    if number is None or not number >= 0:
+        raise ConfigurationError(f"{name} must be a finite number >= 0, not {shown_value(value)}")
+    return number
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)`` for a message, short: an int of 400 digits is named by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and int.bit_length(value) > 64:
+        return f"an integer of {int.bit_length(value)} bits"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def require_at_least(name: str, value: object, least: int) -> int:
@@ -81,8 +108,13 @@ def optional_positive(_: object, attribute: attrs.Attribute[Any], value: object)
 
 def optional_count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """None, or a finite number >= 1 (a burst, a window's limit: fractions allowed)."""
-    if value is not None and not (_is_number(value) and 1 <= value < math.inf):  # type: ignore[operator]
-        raise ConfigurationError(f"{attribute.name} must be a finite number >= 1, not {value!r}")
+    if value is None:
+        return
+    number = finite(value)
+    if number is None or not number >= 1:
+        raise ConfigurationError(
+            f"{attribute.name} must be a finite number >= 1, not {shown_value(value)}"
+        )
 
 
 def optional_non_negative(_: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ._exceptions import UsageError
 from ._output import Part, parts_of
 
 __all__ = ["Kind", "RateLimitInfo", "Status", "ToolCall", "ToolResult"]
@@ -45,8 +46,15 @@ class Kind(enum.Enum):
 
 def _frozen_mapping(value: Mapping[str, Any] | str) -> Mapping[str, Any] | str:
     # A dict handed in stays the caller's; the call keeps its own copy so a
-    # later mutation by the caller cannot change what ran.
-    return dict(value) if isinstance(value, Mapping) else value
+    # later mutation by the caller cannot change what ran. A mapping that
+    # cannot be read (its ``keys()`` raises) is kept as text, and its call is
+    # answered ``error`` for arguments that are not a JSON object.
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return dict(value)
+    except Exception:
+        return f"<arguments that could not be read: a {type(value).__name__}>"
 
 
 @attrs.frozen
@@ -73,6 +81,19 @@ class ToolCall:
         return isinstance(self.arguments, dict)
 
 
+def _status(value: object) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        statuses = ", ".join(status.value for status in Status)
+        raise UsageError(f"a result's status is one of {statuses}, not {value!r}") from None
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise UsageError(f"a result's {attribute.name} must be text, not {type(value).__name__}")
+
+
 @attrs.frozen
 class ToolResult:
     """The one answer a tool call gets.
@@ -88,8 +109,8 @@ class ToolResult:
     tool_use_id: str
     # A status spelt as its value ("ok", from a store that keeps JSON) is the status;
     # anything else is refused here, where it is made, not later as a turn ends.
-    status: Status = attrs.field(converter=Status)
-    content: str
+    status: Status = attrs.field(converter=_status)
+    content: str = attrs.field(validator=_text)
     retry_after_ms: int | None = None
     scope: str | None = None
 

@@ -57,7 +57,7 @@ class BoundedLabels:
     """
 
     def __init__(self, limit: int, on_stale: Callable[[set[str]], None] | None = None) -> None:
-        if not (isinstance(limit, int) and limit >= 1):
+        if not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
             raise ConfigurationError(f"a label's value limit must be an int >= 1, not {limit!r}")
         self._limit = limit
         self._labels: dict[str, str] = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .._exceptions import ConfigurationError
 from ._records import event_fields, severity
 from ._safety import safe_event
 
@@ -32,6 +33,8 @@ class LoggingInstrument:
     """Log every event to ``logger`` (default: the ``fanout`` logger)."""
 
     def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+        if not (isinstance(level, int) and not isinstance(level, bool)):
+            raise ConfigurationError(f"level must be a logging level (an int), not {level!r}")
         self.logger = logger if logger is not None else logging.getLogger("fanout")
         self.level = level
 

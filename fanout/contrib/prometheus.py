@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .._events import Event, EventKind
+from .._exceptions import ConfigurationError
 from .._redact import redact_text
 from ._safety import BoundedLabels
 
@@ -48,6 +49,8 @@ class PrometheusInstrument:
         *,
         max_label_values: int = 100,
     ) -> None:
+        if not isinstance(namespace, str):
+            raise ConfigurationError(f"namespace must be text, not {namespace!r}")
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
         self._tool = BoundedLabels(max_label_values, self._forget)
