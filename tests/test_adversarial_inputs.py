@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 import fanout
 from fanout.http import parse_rate_limit_headers
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
+from tests.test_headers import HEADER_NAMES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -445,27 +446,7 @@ def test_concurrency_for_refuses_bad_numbers_by_type() -> None:
 
 # --- rate-limit headers -------------------------------------------------------------
 
-_HEADER_NAMES = [
-    "retry-after",
-    "retry-after-ms",
-    "date",
-    "ratelimit-policy",
-    "ratelimit",
-    "ratelimit-limit",
-    "ratelimit-remaining",
-    "ratelimit-reset",
-    "x-ratelimit-limit",
-    "x-ratelimit-remaining",
-    "x-ratelimit-reset",
-    "anthropic-ratelimit-requests-limit",
-    "anthropic-ratelimit-requests-remaining",
-    "anthropic-ratelimit-requests-reset",
-    "x-ratelimit-limit-requests",
-    "x-ratelimit-remaining-requests",
-    "x-ratelimit-reset-requests",
-    "x-ratelimit-scope",
-    "x-should-retry",
-]
+_HEADER_NAMES = HEADER_NAMES  # every name fanout reads (tests/test_headers.py)
 _FRAGMENTS = st.sampled_from(
     [
         "",
