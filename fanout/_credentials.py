@@ -63,11 +63,9 @@ CREDENTIAL_PARAMS = frozenset(
 )
 """Query parameters whose value is a credential (names compared case-insensitively)."""
 
-# RFC 9110 token: what a header name may be.
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+# RFC 9110 token: what a header name, or an authorization scheme, may be.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _PARAM_NAME = re.compile(r"[\x21-\x7e]{1,100}")
-# RFC 9110 auth-scheme: a token, as a header name is.
-_SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,40}")
 _MIN_COOKIE = 8  # characters: a shorter cookie value is a preference, not a session
 
 
@@ -87,7 +85,7 @@ class CredentialNames:
     @classmethod
     def adding(cls, headers: Iterable[str] = (), params: Iterable[str] = ()) -> CredentialNames:
         """The defaults plus ``headers`` and ``params``."""
-        extra_headers = _validated(headers, _HEADER_NAME, "header")
+        extra_headers = _validated(headers, _TOKEN, "header")
         extra_params = _validated(params, _PARAM_NAME, "query parameter")
         return cls(CREDENTIAL_HEADERS | extra_headers, CREDENTIAL_PARAMS | extra_params)
 
@@ -144,7 +142,7 @@ def _after_scheme(value: str) -> set[str]:
     """
     scheme, _, credential = value.strip().partition(" ")
     credential = credential.strip()
-    if not credential or not _SCHEME.fullmatch(scheme):
+    if not credential or not _TOKEN.fullmatch(scheme):
         return set()
     if scheme.lower() == "basic":
         return {credential, *_basic_parts(credential)}

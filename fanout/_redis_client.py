@@ -60,13 +60,11 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     if not isinstance(cluster, bool):
         raise ConfigurationError(f"cluster must be True or False, not {cluster!r}")
     what = "a Redis Cluster URL" if cluster else "a Redis URL"
+    shown = _without_password(url)
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise ConfigurationError(
-            f"{what} that cannot be read: {_without_password(url)!r}"
-        ) from None
-    shown = _without_password(url)
+        raise ConfigurationError(f"{what} cannot be read: {shown!r}") from None
     if parts.scheme not in _SCHEMES[cluster]:
         schemes = ", ".join(f"{scheme}://" for scheme in _SCHEMES[cluster])
         raise ConfigurationError(f"{what} must start with {schemes}; got {shown!r}")
@@ -77,10 +75,11 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigurationError(f"{what} must name a host: {shown!r}")
     query = parse_qs(parts.query)
-    database = parts.path.strip("/") if parts.scheme != "unix" else ""
-    if not all(db.isdigit() for db in (database, *query.get("db", [])) if db):
+    # A unix URL's path is its socket; its database comes in the query alone.
+    databases = {"" if parts.scheme == "unix" else parts.path.strip("/"), *query.get("db", [])}
+    if not all(db.isdigit() for db in databases - {""}):
         raise ConfigurationError(f"{what} names a database that is not a number: {shown!r}")
-    if cluster and {parts.path.strip("/"), *query.get("db", [])} - {"", "0"}:
+    if cluster and databases - {"", "0"}:
         raise ConfigurationError(f"a Redis Cluster has only database 0; got {shown!r}")
     if parts.scheme == "rediss" and "ssl_check_hostname" not in query:
         url = _checking_hostname(url, query)

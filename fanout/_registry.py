@@ -25,7 +25,7 @@ from ._definitions import (
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
 from ._schema import ANY_ARGUMENTS, Signature, read_signature, schema_of, summary_of
-from ._validate import flag, non_empty_text, optional_positive, require_positive
+from ._validate import flag, member_of, non_empty_text, optional_positive, require_positive
 from ._values import Kind
 
 if TYPE_CHECKING:
@@ -51,11 +51,7 @@ def _names(value: Iterable[str], what: str = "scopes") -> tuple[str, ...]:
 
 
 def _kind(value: Kind | str) -> Kind:
-    try:
-        return Kind(value)
-    except ValueError:
-        kinds = ", ".join(kind.value for kind in Kind)
-        raise ConfigurationError(f"kind must be one of {kinds}, not {value!r}") from None
+    return member_of(Kind, value, "kind", ConfigurationError)
 
 
 def _check_cost(_: object, attribute: attrs.Attribute[Any], value: object) -> None:

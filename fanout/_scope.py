@@ -18,8 +18,9 @@ from ._bucket import TokenBucket
 from ._budget import QUOTA_HORIZON
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
+from ._reading import shown
 from ._slots import take_slot
-from ._validate import finite, shown_value
+from ._validate import finite
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
@@ -50,8 +51,7 @@ def concurrency_for(rate: float, latency: float) -> int:
     rate_, latency_ = finite(rate), finite(latency)
     if rate_ is None or latency_ is None or not (rate_ > 0 and latency_ > 0):
         raise ConfigurationError(
-            "rate and latency must be positive and finite, not "
-            f"{shown_value(rate)} and {shown_value(latency)}"
+            f"rate and latency must be positive and finite, not {shown(rate)} and {shown(latency)}"
         )
     if not math.isfinite(rate_ * latency_):
         raise ConfigurationError("rate and latency must give a finite product")

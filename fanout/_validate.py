@@ -11,19 +11,24 @@ Each check exists in two spellings: ``require_*(name, value)`` for plain
 
 from __future__ import annotations
 
+import enum
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, FanoutError
+from ._reading import shown
 
 if TYPE_CHECKING:
     import attrs
+
+E = TypeVar("E", bound=enum.Enum)
 
 __all__ = [
     "at_least",
     "finite",
     "finite_non_negative",
     "flag",
+    "member_of",
     "non_empty_text",
     "one_of",
     "optional_at_least",
@@ -35,7 +40,6 @@ __all__ = [
     "require_non_negative",
     "require_one_of",
     "require_positive",
-    "shown_value",
 ]
 
 
@@ -59,7 +63,7 @@ def require_positive(name: str, value: object) -> float:
     """A finite number > 0."""
     number = finite(value)
     if number is None or not number > 0:
-        raise ConfigurationError(f"{name} must be a positive number, not {shown_value(value)}")
+        raise ConfigurationError(f"{name} must be a positive number, not {shown(value)}")
     return number
 
 
@@ -67,19 +71,8 @@ def require_non_negative(name: str, value: object) -> float:
     """A finite number >= 0."""
     number = finite(value)
     if number is None or not number >= 0:
-        raise ConfigurationError(f"{name} must be a finite number >= 0, not {shown_value(value)}")
+        raise ConfigurationError(f"{name} must be a finite number >= 0, not {shown(value)}")
     return number
-
-
-def shown_value(value: object) -> str:
-    """``repr(value)`` for a message, short: an int of 400 digits is named by its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and int.bit_length(value) > 64:
-        return f"an integer of {int.bit_length(value)} bits"
-    try:
-        text = repr(value)
-    except Exception:
-        return f"<unprintable {type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def require_at_least(name: str, value: object, least: int) -> int:
@@ -113,7 +106,7 @@ def optional_count(_: object, attribute: attrs.Attribute[Any], value: object) ->
     number = finite(value)
     if number is None or not number >= 1:
         raise ConfigurationError(
-            f"{attribute.name} must be a finite number >= 1, not {shown_value(value)}"
+            f"{attribute.name} must be a finite number >= 1, not {shown(value)}"
         )
 
 
@@ -164,3 +157,13 @@ def non_empty_text(_: object, attribute: attrs.Attribute[Any], value: object) ->
     """A non-empty ``str``."""
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{attribute.name} must be a non-empty string, not {value!r}")
+
+
+def member_of(kind: type[E], value: object, what: str, error: type[FanoutError]) -> E:
+    """``kind(value)``: an enum member, by itself or its value (``"ok"``); else ``error``
+    naming ``what`` and the values allowed."""
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(member.value) for member in kind)
+        raise error(f"{what} must be one of {allowed}, not {shown(value)}") from None

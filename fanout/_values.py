@@ -15,6 +15,7 @@ import attrs
 
 from ._exceptions import UsageError
 from ._output import Part, parts_of
+from ._validate import member_of
 
 __all__ = ["Kind", "RateLimitInfo", "Status", "ToolCall", "ToolResult"]
 
@@ -82,11 +83,7 @@ class ToolCall:
 
 
 def _status(value: object) -> Status:
-    try:
-        return Status(value)
-    except ValueError:
-        statuses = ", ".join(status.value for status in Status)
-        raise UsageError(f"a result's status is one of {statuses}, not {value!r}") from None
+    return member_of(Status, value, "a result's status", UsageError)
 
 
 def _text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
