@@ -23,6 +23,7 @@ __all__ = [
     "idempotency_key",
     "key_of_spelled",
     "safe_text",
+    "shown",
     "truncate",
     "truncation_marker",
 ]
@@ -49,6 +50,15 @@ def safe_text(value: object) -> str:
         except Exception:
             continue
     return f"<unprintable {type(value).__name__}>"
+
+
+def shown(value: object) -> str:
+    """A short, safe rendering of a hostile value for an error message."""
+    try:
+        text = repr(value)
+    except Exception:  # a __repr__ that raises, or nesting too deep to render
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def clean_text(text: str) -> str:

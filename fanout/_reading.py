@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._canonical import MAX_DEPTH
+from ._canonical import MAX_DEPTH, shown
 from ._exceptions import InvalidTurnError
 
 __all__ = [
@@ -183,12 +183,3 @@ def _is_tool_use(block: Any) -> bool:
 
 def _name(value: Any) -> str:
     return type(value).__name__
-
-
-def shown(value: Any) -> str:
-    """A short, safe rendering of a hostile value for an error message."""
-    try:
-        text = repr(value)
-    except Exception:  # a __repr__ that raises, or nesting too deep to render
-        return f"a {_name(value)}"
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -16,9 +16,9 @@ import trio
 
 from ._bucket import TokenBucket
 from ._budget import QUOTA_HORIZON
+from ._canonical import shown
 from ._exceptions import ConfigurationError
 from ._front import ScopeFront, ScopeStatistics, SlotHolder
-from ._reading import shown
 from ._slots import take_slot
 from ._validate import finite
 from ._window import SlidingLog

@@ -15,8 +15,8 @@ import enum
 import math
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._canonical import shown
 from ._exceptions import ConfigurationError, FanoutError
-from ._reading import shown
 
 if TYPE_CHECKING:
     import attrs
