@@ -495,7 +495,9 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     server out of step (`ScopeFront.observe_write_lag`). A ``trace`` the
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
-    A call's ``first`` request tells its scopes when its headers leave.
+    A call's ``first`` request tells its scopes when its headers leave
+    (`ScopeFront.headers_left`), and again once any hold is over
+    (`ScopeFront.request_left`).
     """
     watch = _Watch()
     extensions = getattr(request, "extensions", None)
@@ -522,6 +524,9 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
                     context.held += hold
                     await trio.sleep(hold)
                 watch.left_warm(context.scopes)
+            if first:  # after its connection's set-up, or its hold
+                for scope in context.scopes:
+                    scope.request_left(context.admitted_at)
         if theirs is not None:
             await theirs(event, info)
 

@@ -419,6 +419,12 @@ class RedisBackend:
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)
 
+    def left(self, booked_by: float) -> None:
+        """Only the local log while Redis is away counts a late request from when it left;
+        the shared log counts it from its booking until its answer says when it arrived."""
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.left(booked_by)
+
     async def drain(self, blocked_for: float) -> None:
         self._counts["drained"] += 1
         if self._fallback_bucket is not None:

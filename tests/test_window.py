@@ -65,8 +65,11 @@ async def test_spread_out_starts_come_back_one_by_one(autojump_clock: Any) -> No
     assert log.statistics().tokens == 1
 
 
-async def test_slack_widens_the_window_and_voids_bookings_ahead(autojump_clock: Any) -> None:
-    """Requests that reach the server late need a wider window; bookings made before book again."""
+async def test_slack_widens_the_window_and_bookings_ahead_book_again_when_due(
+    autojump_clock: Any,
+) -> None:
+    """Requests that reach the server late need a wider window; bookings made before book
+    again when they are due. None could start sooner, so no holder is woken before then."""
     log = SlidingLog(1, 1.0)
     start_now(log, 1)
     ahead = log.reserve()
@@ -74,9 +77,12 @@ async def test_slack_widens_the_window_and_voids_bookings_ahead(autojump_clock: 
     assert ahead.wait == 1.0
     voided = log.voided()
     log.set_slack(0.1)
-    assert voided.is_set()
+    assert not voided.is_set()
+    await trio.sleep(ahead.wait)
     assert not log.confirm(ahead)
-    assert log.wait_for() == 1.1
+    again = log.reserve()
+    assert again is not None
+    assert again.start == pytest.approx(1.1)
 
 
 async def test_a_void_takes_a_booking_due_but_not_yet_confirmed(autojump_clock: Any) -> None:
@@ -519,3 +525,126 @@ async def test_a_longer_window_holds_what_started_in_it_longer(autojump_clock: A
     assert again.start == 1.5
     log.lengthen(1.2)  # never shorter
     assert log.window == 1.5
+
+
+class _SlowConnections(httpx.AsyncBaseTransport):
+    """Each request opens a connection whose set-up takes its own time, then leaves, and the
+    pool says so through the ``trace`` extension, as httpcore's does: ``left`` holds when
+    each request left."""
+
+    def __init__(self, set_ups: list[float], latency: float) -> None:
+        self._set_ups = iter(set_ups)
+        self._latency = latency
+        self.left: list[float] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        trace = request.extensions.get("trace")
+        for event, pause in [
+            ("connection.connect_tcp.started", next(self._set_ups, 0.0)),
+            ("connection.connect_tcp.complete", 0.0),
+            ("http11.send_request_headers.started", 0.0),
+        ]:
+            if trace is not None:
+                await trace(event, {})
+            await trio.sleep(pause)
+        self.left.append(trio.current_time())
+        await trio.sleep(self._latency)
+        return httpx.Response(200, json={"ok": True}, request=request)
+
+
+def _departures(limit: int, window: float, latency: float, set_ups: list[float]) -> list[float]:
+    """When each request of a turn through a scope told "``limit`` per ``window``" left,
+    each opening a connection that takes its own time, in order."""
+
+    async def main() -> list[float]:
+        transport = _SlowConnections(set_ups, latency)
+        async with httpx.AsyncClient(
+            transport=FanoutTransport(transport), base_url="http://api.test"
+        ) as client:
+            runner = Runner(
+                registry(client), scopes=[Scope("key", limit=limit, per=window)], inline_wait=None
+            )
+            turn = await runner.run_turn(calls(len(set_ups)))
+        assert all(r.status is Status.OK for r in turn.results)
+        return transport.left
+
+    return sorted(trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)))
+
+
+def _within(departures: list[float], limit: int, window: float) -> bool:
+    """No interval of ``window`` holds more than ``limit`` of ``departures``."""
+    pairs = zip(departures, departures[limit:], strict=False)
+    return all(b - a >= window - 1e-9 for a, b in pairs)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    limit=st.integers(1, 4),
+    window=st.sampled_from([0.01, 0.02, 0.05, 0.2]),
+    latency=st.sampled_from([0.0, 0.005, 0.05, 0.3]),
+    set_ups=st.lists(st.sampled_from([0.0, 0.1, 0.3, 0.7, 0.99]), min_size=1, max_size=30),
+)
+def test_requests_leave_no_faster_than_a_told_window_whatever_their_connections_take(
+    limit: int, window: float, latency: float, set_ups: list[float]
+) -> None:
+    """Told "``limit`` per ``window``", each request opening a connection that takes its own
+    share of a window: no interval of a window holds more than ``limit`` requests leaving.
+    Each token was counted from its booking: a call admitted a window after one whose
+    connection took 7 ms left on time, 7 ms inside the window the first had opened at the
+    server, as in real time against a sliding log of 2 per 20 ms (4.6 and 2.4 ms
+    set-ups, a 429 and a second's wait)."""
+    set_ups = [share * window for share in set_ups]
+    assert _within(_departures(limit, window, latency, set_ups), limit, window)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a request still opening its connection when the next booking is due is "
+    "counted from when it leaves only once it has left, and the next one may leave first",
+)
+def test_a_connection_slower_than_a_window_is_not_overtaken() -> None:
+    """One per 20 ms; the first call's connection takes 30 ms, the second's none: the second
+    leaves at its token, 20 ms, before the first has left at all."""
+    assert _within(_departures(1, 0.02, 0.0, [0.03, 0.0]), 1, 0.02)
+
+
+async def test_a_request_that_leaves_late_holds_its_token_a_window_from_then(
+    autojump_clock: Any,
+) -> None:
+    """One per second: a booking confirmed at 0 whose request leaves at 0.3 holds its token
+    until 1.3; the booking made for 1.0 is gone when it is due (no one is woken for it:
+    nothing can start sooner), and books again for 1.3."""
+    log = SlidingLog(1, 1.0)
+    first = log.reserve()
+    assert first is not None
+    assert log.confirm(first)
+    ahead = log.reserve()
+    assert ahead is not None
+    assert ahead.start == 1.0
+    voided = log.voided()
+    await trio.sleep(0.3)
+    log.left(booked_by=0.0)
+    assert not voided.is_set()
+    await trio.sleep(0.7)
+    assert not log.confirm(ahead)
+    again = log.reserve()
+    assert again is not None
+    assert again.start == pytest.approx(1.3)
+
+
+async def test_a_request_that_leaves_within_the_slack_keeps_its_booked_window(
+    autojump_clock: Any,
+) -> None:
+    """The slack is the margin kept for requests that leave a little late: one that leaves
+    within it moves nothing, and what was booked after it starts as booked."""
+    log = SlidingLog(1, 1.0, slack=0.01)
+    first = log.reserve()
+    assert first is not None
+    assert log.confirm(first)
+    ahead = log.reserve()
+    assert ahead is not None
+    await trio.sleep(0.005)
+    log.left(booked_by=0.0)
+    await trio.sleep(ahead.start - trio.current_time())
+    assert log.confirm(ahead)
+    assert ahead.start == pytest.approx(1.01)
