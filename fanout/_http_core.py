@@ -37,6 +37,7 @@ Outside a tool call the transport simply forwards the request.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -466,17 +467,37 @@ class _Watch:
 
     opened: bool | None = None
     _told: tuple[ScopeLike, ...] = ()
+    _delayed: tuple[ScopeLike, ...] = ()
+    _admitted_at: float = -math.inf
 
     def left_warm(self, scopes: tuple[ScopeLike, ...]) -> None:
         for scope in scopes:
             scope.warm_request_left()
         self._told = scopes
 
+    def delayed(self, context: CallContext) -> None:
+        """Its call's first request is on its way but not out yet: opening a connection,
+        or held back (`ScopeFront.request_delayed`)."""
+        if not self._delayed:
+            for scope in context.scopes:
+                scope.request_delayed(context.admitted_at)
+        self._delayed, self._admitted_at = context.scopes, context.admitted_at
+
+    def left(self, context: CallContext) -> None:
+        """Its call's first request left now (`ScopeFront.request_left`)."""
+        for scope in context.scopes:
+            scope.request_left(context.admitted_at)
+        self._delayed = ()
+
     def back(self) -> None:
-        """Its answer came, or it failed on the wire."""
+        """Its answer came, or it failed on the wire: one delayed that never left (its
+        connection failed, or its call was cancelled) counts as leaving now."""
         for scope in self._told:
             scope.warm_request_back()
         self._told = ()
+        for scope in self._delayed:
+            scope.request_left(self._admitted_at)
+        self._delayed = ()
 
 
 def _watch_connections(request: _Request, context: CallContext, *, first: bool) -> _Watch:
@@ -497,7 +518,8 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     custom one) leaves every call a sample and every request unheld, as before.
     A call's ``first`` request tells its scopes when its headers leave
     (`ScopeFront.headers_left`), and again once any hold is over
-    (`ScopeFront.request_left`).
+    (`ScopeFront.request_left`); while it opens a connection or is held, that
+    it is delayed (`ScopeFront.request_delayed`).
     """
     watch = _Watch()
     extensions = getattr(request, "extensions", None)
@@ -509,6 +531,8 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     async def trace(event: str, info: dict[str, Any]) -> None:
         if event.startswith("connection.connect_") and event.endswith(".started"):
             watch.opened = context.opened_connection = True
+            if first:
+                watch.delayed(context)
         elif event.endswith(".send_request_headers.started"):
             # Nothing later is ours to hear: the caller's trace alone hears the rest.
             _restore(extensions, theirs)
@@ -522,11 +546,12 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
                 hold = _warm_hold(context)  # what it costs is owed there
                 if hold > 0:
                     context.held += hold
+                    if first:
+                        watch.delayed(context)
                     await trio.sleep(hold)
                 watch.left_warm(context.scopes)
             if first:  # after its connection's set-up, or its hold
-                for scope in context.scopes:
-                    scope.request_left(context.admitted_at)
+                watch.left(context)
         if theirs is not None:
             await theirs(event, info)
 

@@ -419,6 +419,12 @@ class RedisBackend:
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)
 
+    def delayed(self, booked_by: float) -> None:
+        """As ``left``: only the local log while Redis is away holds a delayed request's
+        token until it leaves."""
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.delayed(booked_by)
+
     def left(self, booked_by: float) -> None:
         """Only the local log while Redis is away counts a late request from when it left;
         the shared log counts it from its booking until its answer says when it arrived."""

@@ -43,10 +43,11 @@ __all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
 
-_BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT = 0, 1, 2, 3, 4
+_BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT, _DELAYED = 0, 1, 2, 3, 4, 5
 # (start, cost, kind, held until at least): a booking, a booking whose answer
 # came, tokens the server counted and the log did not, a booking its holder
-# confirmed (its request went), or one whose request left late (`SlidingLog.left`).
+# confirmed (its request went), one whose request left (`SlidingLog.left`), or
+# one whose request is on its way but not out yet (`SlidingLog.delayed`).
 Entry = tuple[float, float, int, float]
 
 
@@ -212,12 +213,17 @@ class SlidingLog:
         return Booking(start, start - now, cost, self.epochs.current)
 
     def confirm(self, booking: Booking) -> bool:
-        """Whether ``booking`` may start now: nothing voided or dropped it since it was made."""
-        held = booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        """Whether ``booking`` may start now: nothing voided or dropped it since it was made,
+        and it still fits beside any request on its way (``delayed``)."""
+        now = trio.current_time()
+        held = booking.epoch == self.epochs.current and now >= self._blocked_until
         entry = (booking.start, booking.cost, _BOOKED, -math.inf)
         if not held or entry not in self._entries:
             return False
-        self._entries.remove(entry)  # started: no void takes it back now
+        self._entries.remove(entry)
+        if any(e[2] == _DELAYED for e in self._entries) and self._slot(booking.cost, now) > now:
+            return False  # a request still on its way holds its token longer than it was booked
+        # Started: no void takes it back now.
         bisect.insort(self._entries, (booking.start, booking.cost, _STARTED, -math.inf))
         return True
 
@@ -308,14 +314,30 @@ class SlidingLog:
         """
         now = trio.current_time()
         self._longest = max(self._longest, now - sent)
-        # Its own entry was confirmed; one never confirmed is taken only if none was.
-        started = [e for e in self._entries if e[2] in (_STARTED, _LEFT) and e[0] <= sent]
-        mine = started or [e for e in self._entries if e[2] == _BOOKED and e[0] <= sent]
-        if not mine:
+        # Its own entry was confirmed, and its request left; one still on its way is taken
+        # only if none was, and one never confirmed only if none is.
+        for kinds in ((_STARTED, _LEFT), (_DELAYED,), (_BOOKED,)):
+            mine = [e for e in self._entries if e[2] in kinds and e[0] <= sent]
+            if mine:
+                break
+        else:
             return
         way = self.slack if arrived_by <= sent else 0.0
         # It reached the server no sooner than it left (`left`), whatever its answer says.
         self._hold_entry(mine[-1], _ANSWERED, arrived_by + self.window + way, now)
+
+    def delayed(self, booked_by: float) -> None:
+        """The request of a booking confirmed by ``booked_by`` is on its way, not out yet:
+        opening a connection, or held back. Until it leaves (``left``), its token is
+        held at least a window from now: a booking due meanwhile is checked against
+        that when it is confirmed, and books again if it no longer fits. Counted from
+        its booking, one per 20 ms, a call admitted 20 ms after one whose connection
+        took 30 ms left first.
+        """
+        mine = [e for e in self._entries if e[2] == _STARTED and e[0] <= booked_by]
+        if mine:
+            self._entries.remove(mine[-1])
+            bisect.insort(self._entries, (*mine[-1][:2], _DELAYED, mine[-1][3]))
 
     def left(self, booked_by: float) -> None:
         """The request of a booking confirmed by ``booked_by`` left now.
@@ -332,7 +354,9 @@ class SlidingLog:
         that window is shorter than a round trip.
         """
         now = trio.current_time()
-        mine = [e for e in self._entries if e[2] == _STARTED and e[0] <= booked_by]
+        # Its own entry is the one delayed, if one was; else the latest it may be.
+        mine = [e for e in self._entries if e[2] == _DELAYED and e[0] <= booked_by]
+        mine = mine or [e for e in self._entries if e[2] == _STARTED and e[0] <= booked_by]
         if mine:
             late = now - mine[-1][0] > self.slack
             self._hold_entry(mine[-1], _LEFT, now + self._span if late else -math.inf, now)
@@ -382,15 +406,24 @@ class SlidingLog:
 
     def _slot(self, cost: float, now: float) -> float:
         keep = self.window + self._longest
-        self._entries = [e for e in self._entries if _end(e, self._span) + keep > now]
+        entries = self._as_of(now)
+        self._entries = [e for e, seen in zip(self._entries, entries, strict=True)
+                         if _end(seen, self._span) + keep > now]  # fmt: skip
         earliest = max(now, self._blocked_until)
         return earliest_start(
-            self._entries, cost, earliest=earliest, limit=self.limit, span=self._span
+            self._as_of(now), cost, earliest=earliest, limit=self.limit, span=self._span
         )
+
+    def _as_of(self, now: float) -> list[Entry]:
+        """The entries as they stand at ``now``: one whose request is still on its way
+        holds its token at least a window from now."""
+        held = now + self._span
+        return [(e[0], e[1], e[2], max(e[3], held)) if e[2] == _DELAYED else e
+                for e in self._entries]  # fmt: skip
 
     def _live(self, now: float) -> list[Entry]:
         """Entries that started and have not left yet."""
-        return [e for e in self._entries if e[0] <= now < _end(e, self._span)]
+        return [e for e in self._as_of(now) if e[0] <= now < _end(e, self._span)]
 
     def _ahead(self, now: float) -> list[Entry]:
         return [e for e in self._entries if e[0] > now]
