@@ -670,3 +670,18 @@ async def test_a_request_that_leaves_within_the_slack_keeps_its_booked_window(
     await trio.sleep(ahead.start - trio.current_time())
     assert log.confirm(ahead)
     assert ahead.start == pytest.approx(1.01)
+
+
+async def test_a_count_takes_ours_sent_just_after_it_for_ours(autojump_clock: Any) -> None:
+    """Two of ours 3 ms apart, in a log of 2 per second: the first's answer says none left,
+    because the second reached the server first (requests that close arrive in either
+    order). Both are ours: nothing is held for someone else, and a token comes back a
+    window after the first. (Held as another client's, a capped log of 5 per second sent
+    its last call a window late, in 1 real-time run of 12.)"""
+    log = SlidingLog(2, 1.0)
+    start_now(log, 1)
+    await trio.sleep(0.003)
+    start_now(log, 1)
+    await trio.sleep(0.1)
+    assert not log.sync(ServerCount(0, started_since=1, elapsed=0.103))
+    assert log.wait_for() == pytest.approx(0.897)
