@@ -37,6 +37,7 @@ The background tasks live in the scope's own nursery, opened by
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import math
@@ -65,6 +66,7 @@ from ._validate import positive
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from types import TracebackType
 
     from ._bucket import ServerCount
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisScope"]
 
 _RESCALES_KEPT = 64  # rate increases remembered, to re-time bookings made before them
+_COMMITTED_KEPT = 5.0  # seconds a booking sure to start is kept for a sync's count
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
 
@@ -83,6 +86,49 @@ def _optional_fallback(
 ) -> None:
     if value is not None and not isinstance(value, LocalFallback):
         raise ConfigurationError(f"fallback must be a LocalFallback or None, not {value!r}")
+
+
+@attrs.define
+class _Turns:
+    """This process's trips that book or confirm go together; a sync goes alone.
+
+    A sync sets the shared bucket to the server's count less what this
+    process started since it was counted. A booking Redis took between the
+    count and the sync was in neither, and its token was forgotten: learning
+    a window on Redis drew two 429s where one was due. So a sync waits for
+    the trips under way and holds new ones back until it is done, and every
+    booking it could miss is one this process has the answer to.
+    """
+
+    _under_way: int = 0
+    _idle: trio.Event = attrs.field(factory=trio.Event)
+    _alone: trio.Event | None = None
+
+    @contextlib.asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        while self._alone is not None:
+            await self._alone.wait()
+        self._under_way += 1
+        try:
+            yield
+        finally:
+            self._under_way -= 1
+            if not self._under_way:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        while self._alone is not None:
+            await self._alone.wait()
+        done = self._alone = trio.Event()
+        try:
+            while self._under_way:
+                self._idle = trio.Event()
+                await self._idle.wait()
+            yield
+        finally:
+            self._alone = None
+            done.set()
 
 
 @attrs.define(eq=False)
@@ -121,6 +167,14 @@ class RedisBackend:
     _counts: dict[str, int] = attrs.field(
         init=False, factory=lambda: dict.fromkeys(("reserved", "refused", "refunded", "drained"), 0)
     )
+    _turns: _Turns = attrs.field(init=False, factory=_Turns)
+    # This process's bookings sure to start (booked without a wait, or confirmed), by
+    # start, for a sync to take off those its count could not (``_committed_after``).
+    _committed: collections.deque[tuple[float, float]] = attrs.field(
+        init=False, factory=collections.deque
+    )
+    # What the server said remains when the limits were learned, and when (``set_limits``).
+    _told: tuple[float, float] | None = attrs.field(init=False, default=None)
 
     def open(self, nursery: trio.Nursery) -> None:
         """What needs trio running: the local gate, the fallback, the background tasks."""
@@ -273,7 +327,10 @@ class RedisBackend:
         member = self.log.new_member(cost) if self.window is not None else ""
         asked = trio.current_time()
         try:
-            reply = await self._shared("reserve", cost, max_wait, member=member)
+            if self._told is not None:
+                await self._adopt_told()
+            async with self._turns.together():
+                reply = await self._shared("reserve", cost, max_wait, member=member)
         except LimiterUnavailableError:
             local = self._fallback_bucket
             if local is None or (local.rate is not None and cost > local.burst):
@@ -287,6 +344,8 @@ class RedisBackend:
             self._own_ahead()  # those now due leave, so the heap stays as long as the queue
             heapq.heappush(self._ahead, (now + reply.wait, cost))
             self._ahead_tokens += cost
+        else:
+            self._commit(now, cost)
         before = member or reply.before  # a log's booking is named by its member
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
@@ -366,12 +425,15 @@ class RedisBackend:
         logged = self.window is not None and isinstance(booking.before, str)
         while True:
             try:
-                if logged:
-                    reply = await self._shared(
-                        "confirm", booking=(booking.epoch, 0.0, 0.0), member=str(booking.before)
-                    )
-                else:
-                    reply = await self._shared("peek")
+                async with self._turns.together():
+                    if logged:
+                        reply = await self._shared(
+                            "confirm",
+                            booking=(booking.epoch, 0.0, 0.0),
+                            member=str(booking.before),
+                        )
+                    else:
+                        reply = await self._shared("peek")
             except LimiterUnavailableError:
                 if self._fallback_bucket is None:
                     raise
@@ -383,6 +445,7 @@ class RedisBackend:
             start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
             now = trio.current_time()
             if start <= now:
+                self._commit(booking.start, booking.cost)
                 return True
             woken = self.voided()
             with trio.move_on_at(start):
@@ -451,7 +514,13 @@ class RedisBackend:
     async def sync(self, count: ServerCount) -> None:
         """Only ever lowers the shared bucket to the server's estimate, and only from
         above the most it can have (`TokenBucket.sync`): other processes' starts
-        since are unknown here, so a surplus is never added."""
+        since are unknown here, so a surplus is never added.
+
+        It goes alone (``_Turns``): this process's bookings sure to start that
+        the count could not take off (Redis took them after it was made) are
+        taken off here, and so is what the server said remained when the
+        limits were learned, if no sync has taken it in yet (``set_limits``).
+        """
         if self.window is not None:
             with contextlib.suppress(LimiterUnavailableError):
                 await self._shared("sync", extra=count.remaining, elapsed=count.elapsed)
@@ -459,18 +528,52 @@ class RedisBackend:
         if self.rate is None:
             await trio.lowlevel.checkpoint()
             return
-        estimate = count.estimate(self.rate, self.burst)
-        # As the local bucket reads it: a whole count is floored, so the bucket
-        # is lowered only from above the most the server can have.
-        most = count.at_most(self.rate, self.burst)
         with contextlib.suppress(LimiterUnavailableError):
-            before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
-            if self.window is not None:
-                return  # a window was learned meanwhile: its log has nothing to adopt
-            adopt = count.at_least(self.burst)
-            ahead = self._own_ahead()
-            if adopt >= self._projected()[0] + ahead + SURPLUS:  # as last seen: worth asking
-                await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+            async with self._turns.alone():
+                unseen = self._committed_after(count.counted_by(trio.current_time()))
+                estimate = count.estimate(self.rate, self.burst) - unseen
+                # As the local bucket reads it: a whole count is floored, so the bucket
+                # is lowered only from above the most the server can have.
+                most = count.at_most(self.rate, self.burst) - unseen
+                told = self._told_now()
+                if told is not None:
+                    estimate, most = min(estimate, told), min(most, told)
+                before = (await self._shared("sync", extra=estimate, booking=(0, most, 0.0))).epoch
+                self._told = None
+                if self.window is not None:
+                    return  # a window was learned meanwhile: its log has nothing to adopt
+                adopt = count.at_least(self.burst) - unseen
+                ahead = self._own_ahead()
+                if adopt >= self._projected()[0] + ahead + SURPLUS:  # as last seen: worth asking
+                    await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+
+    def _commit(self, start: float, cost: float) -> None:
+        """A booking of this process's is sure to start at ``start`` (a void cannot take it)."""
+        self._committed.append((start, cost))
+        horizon = trio.current_time() - _COMMITTED_KEPT
+        while self._committed and self._committed[0][0] < horizon:
+            self._committed.popleft()
+
+    def _committed_after(self, since: float) -> float:
+        """Tokens of this process's bookings sure to start, that start after ``since``."""
+        return sum(cost for start, cost in self._committed if start > since)
+
+    def _told_now(self) -> float | None:
+        """What the server said remained when the limits were learned, refilled
+        since then and less what this process surely started since."""
+        if self._told is None or self.rate is None:
+            return None
+        tokens, at = self._told
+        refilled = tokens + (trio.current_time() - at) * self.rate
+        return min(self.burst, refilled) - self._committed_after(at)
+
+    async def _adopt_told(self) -> None:
+        """Take in what the server said remained, before booking against the new limits."""
+        async with self._turns.alone():
+            told = self._told_now()
+            if told is not None:
+                await self._shared("sync", extra=told, booking=(0, told, 0.0))
+            self._told = None
 
     async def others_started(self) -> list[tuple[float, float]]:
         """The (start, cost), on this process's clock, of what the other processes
@@ -519,7 +622,13 @@ class RedisBackend:
 
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         """Each script refills with the limits its caller sends; processes agree once
-        each has the same limits. ``tokens`` is for a local bucket only.
+        each has the same limits.
+
+        ``tokens`` (what the server said remains, as the limits are learned)
+        lowers the shared bucket at the next sync or booking, whichever comes
+        first: a bucket first given a rate is full, and learning's first
+        limits on Redis let the two requests of its probe out again (a second
+        429 where one was due).
 
         A faster rate (a learning scope measured it) first re-times what is
         booked ahead (``_go_faster``), as the local bucket lets its bookings
@@ -527,7 +636,8 @@ class RedisBackend:
         that pace to its end. Until then this process books at the old rate,
         which the shared schedule still holds.
         """
-        del tokens
+        if tokens is not None and math.isfinite(tokens) and rate is not None:
+            self._told = (tokens, trio.current_time())
         if self._fallback_bucket is not None and self.fallback is not None:
             share = self.fallback.share
             self._fallback_bucket.set_limits(

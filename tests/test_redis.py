@@ -26,6 +26,7 @@ import pytest
 import trio
 
 import fanout
+from fanout._bucket import ServerCount
 from fanout._headers import RateLimitInfo
 from fanout._idempotency import ClaimState, StoredAnswer
 from fanout._redis_keys import scope_key_base
@@ -259,6 +260,41 @@ async def test_a_floored_count_lowers_the_shared_bucket_only_from_above_the_serv
         assert await other.wait_for(2) < 0.2  # (2 - 1.4) / 4 = 0.15, not (2 - 1) / 4
         await one.observe_headers(RateLimitInfo(remaining=0), sent_at=trio.current_time())
         assert await other.wait_for(1) > 0.2  # a whole token away: 0.25
+
+
+async def test_a_sync_takes_off_a_booking_redis_took_after_the_count(
+    redis_url: str, prefix: str
+) -> None:
+    """1/s, burst 4. A count of 0 is made; a booking then starts before the sync reaches
+    Redis. The sync sets the bucket to the count less that booking (a token owed, two
+    seconds to the next), not to the count alone, which forgot the booking's token."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 1, "burst": 4}
+    async with RedisScope.from_url(redis_url, **options) as one:
+        assert await one.reserve(1, 0.0) is not None
+        count = ServerCount(remaining=0, as_of=trio.current_time())
+        booked = await one.reserve(1, 0.0)
+        assert booked is not None
+        assert booked.wait == 0
+        await one._backend.sync(count)
+        assert await one.wait_for(1) > 1.9
+
+
+async def test_a_learning_scope_takes_in_what_remains_after_its_probe(
+    redis_url: str, prefix: str
+) -> None:
+    """Told nothing, a probe of two goes out; the first answer says 4 a second, 3 left. The
+    other request of the probe was not in that count: two remain, not the full four a
+    shared bucket first given a rate holds."""
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix) as scope:
+        probe = [await scope.reserve(1, 0.0) for _ in range(2)]
+        assert probe[0] is not None
+        assert probe[1] is not None
+        await scope.observe_headers(
+            RateLimitInfo(limit=4, remaining=3, reset_after=1.0), sent_at=probe[0].start
+        )
+        assert scope.statistics().bucket.burst == 4
+        granted = [await scope.reserve(1, 0.0) for _ in range(4)]
+        assert sum(booking is not None for booking in granted) == 2
 
 
 async def test_a_wider_slack_moves_the_shared_schedule_once_keeping_its_order(
