@@ -813,6 +813,45 @@ async def test_frozen_redis_fails_closed_at_op_timeout_never_past_deadline(
             private_redis.thaw()
 
 
+async def test_bookings_confirmed_as_a_frozen_redis_wakes_do_not_start_together(
+    private_redis: RedisServer,
+) -> None:
+    """6/s, burst 1: bookings due at 1/6 and 2/6 s. Redis freezes from 0.1 to 0.4 s,
+    within the op timeout of both confirms, and answers both as it wakes. Only the
+    one due last may start then; the other, half a token later than its start, is
+    void and books again after it."""
+    options: dict[str, Any] = {
+        "name": "api", "prefix": unique_prefix(), "rate": 6, "burst": 1, "op_timeout": 0.35,
+    }  # fmt: skip
+    async with RedisScope.from_url(private_redis.url, **options) as scope:
+        bookings = [await scope.reserve(1, 1.0) for _ in range(3)]
+        assert all(booking is not None for booking in bookings)
+        began = trio.current_time()
+        confirmed: list[tuple[int, float]] = []
+
+        async def confirm(index: int) -> None:
+            booking = bookings[index]
+            assert booking is not None
+            await trio.sleep_until(booking.start)
+            if await scope.confirm(booking):
+                confirmed.append((index, trio.current_time() - began))
+
+        async def freeze() -> None:
+            await trio.sleep(0.1)
+            private_redis.freeze()
+            try:
+                await trio.sleep(0.3)
+            finally:
+                private_redis.thaw()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(freeze)
+            for index in (1, 2):
+                nursery.start_soon(confirm, index)
+    assert [index for index, _ in confirmed] == [2]
+    assert confirmed[0][1] > 0.4
+
+
 async def test_fallback_limits_locally_at_its_share_and_warns_once(
     private_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
