@@ -283,6 +283,7 @@ class RedisBackend:
     def use_window(self, window: float) -> None:
         """Keep tokens in the shared log from now on (and in a local one while Redis is away)."""
         self.window = window
+        self._told = None  # a log has no balance to lower
         if self._fallback_bucket is not None and self.fallback is not None:
             self._fallback_bucket = SlidingLog(max(1.0, self.burst * self.fallback.share), window)
 
@@ -577,8 +578,8 @@ class RedisBackend:
     def _told_now(self) -> float | None:
         """What the server said remained when the limits were learned, refilled
         since then and less what this process surely started since."""
-        if self._told is None or self.rate is None:
-            return None
+        if self._told is None or self.rate is None or self.window is not None:
+            return None  # a log has no balance to lower
         tokens, at = self._told
         refilled = tokens + (trio.current_time() - at) * self.rate
         return min(self.burst, refilled) - self._committed_after(at)
@@ -640,11 +641,13 @@ class RedisBackend:
         """Each script refills with the limits its caller sends; processes agree once
         each has the same limits.
 
-        ``tokens`` (what the server said remains, as the limits are learned)
+        ``tokens`` (what the server said remains, as a rate is first learned)
         lowers the shared bucket at the next sync or booking, whichever comes
         first: a bucket first given a rate is full, and learning's first
         limits on Redis let the two requests of its probe out again (a second
-        429 where one was due).
+        429 where one was due). Later ones are left to the syncs: those after
+        a 429 are counted from the end of its block, which the shared
+        bucket's drain already holds empty.
 
         A faster rate (a learning scope measured it) first re-times what is
         booked ahead (``_go_faster``), as the local bucket lets its bookings
@@ -652,7 +655,8 @@ class RedisBackend:
         that pace to its end. Until then this process books at the old rate,
         which the shared schedule still holds.
         """
-        if tokens is not None and math.isfinite(tokens) and rate is not None:
+        first = self.rate is None and self._faster_to is None and self.window is None
+        if first and rate is not None and tokens is not None and math.isfinite(tokens):
             self._told = (tokens, trio.current_time())
         if self._fallback_bucket is not None and self.fallback is not None:
             share = self.fallback.share
