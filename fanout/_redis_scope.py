@@ -37,7 +37,7 @@ The background tasks live in the scope's own nursery, opened by
 
 from __future__ import annotations
 
-import collections
+import bisect
 import contextlib
 import heapq
 import math
@@ -168,11 +168,9 @@ class RedisBackend:
         init=False, factory=lambda: dict.fromkeys(("reserved", "refused", "refunded", "drained"), 0)
     )
     _turns: _Turns = attrs.field(init=False, factory=_Turns)
-    # This process's bookings sure to start (booked without a wait, or confirmed), by
-    # start, for a sync to take off those its count could not (``_committed_after``).
-    _committed: collections.deque[tuple[float, float]] = attrs.field(
-        init=False, factory=collections.deque
-    )
+    # This process's bookings sure to start (booked without a wait, or confirmed), sorted
+    # by start, for a sync to take off those its count could not (``_committed_after``).
+    _committed: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     # What the server said remains when the limits were learned, and when (``set_limits``).
     _told: tuple[float, float] | None = attrs.field(init=False, default=None)
 
@@ -566,20 +564,22 @@ class RedisBackend:
 
     def _commit(self, start: float, cost: float) -> None:
         """A booking of this process's is sure to start at ``start`` (a void cannot take it)."""
-        self._committed.append((start, cost))
-        horizon = trio.current_time() - _COMMITTED_KEPT
-        while self._committed and self._committed[0][0] < horizon:
-            self._committed.popleft()
+        bisect.insort(self._committed, (start, cost))  # almost always at the end
+        del self._committed[
+            : bisect.bisect_left(self._committed, (trio.current_time() - _COMMITTED_KEPT,))
+        ]
 
     def _committed_after(self, since: float) -> float:
-        """Tokens of this process's bookings sure to start, that start after ``since``."""
-        return sum(cost for start, cost in self._committed if start > since)
+        """Tokens of this process's bookings sure to start, that start after ``since``:
+        only those are read (about a round trip's worth), not all that are kept."""
+        first = bisect.bisect_right(self._committed, (since, math.inf))
+        return sum(cost for _, cost in self._committed[first:])
 
     def _told_now(self) -> float | None:
         """What the server said remained when the limits were learned, refilled
         since then and less what this process surely started since."""
-        if self._told is None or self.rate is None or self.window is not None:
-            return None  # a log has no balance to lower
+        if self._told is None or self.rate is None:
+            return None  # never told, or a log now (``use_window`` forgets it)
         tokens, at = self._told
         refilled = tokens + (trio.current_time() - at) * self.rate
         return min(self.burst, refilled) - self._committed_after(at)
