@@ -1152,6 +1152,7 @@ class ScopeFront:
             # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
             left = self._left_within(sent - together, sent)
             alongside = max(0.0, started - before - 1.0, left - 1.0)
+            others_with = self._others_since(sent - together) - self._others_since(sent)
             now = trio.current_time()
             after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)
             # A refused request took no token: its count is the server's after those
@@ -1164,6 +1165,7 @@ class ScopeFront:
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
                 now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
+                others_with=min(alongside, others_with),
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

@@ -180,6 +180,7 @@ class RateLearner:
         left: float | None = None,
         left_with: float = 0.0,
         late: float = 0.0,
+        others_with: float = 0.0,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -192,7 +193,8 @@ class RateLearner:
         ``left``: where the HTTP layer tells, the running total of requests
         that left by ``at``, ``left_with`` of them just before it. ``late``:
         how much later than another a request may reach the server after
-        leaving (the spread of the scope's latencies).
+        leaving (the spread of the scope's latencies). ``others_with``: of
+        those sent with it, how many other processes sharing the limit sent.
         """
         changed = False
         if limit == 1 and self._one_token is None:
@@ -217,8 +219,11 @@ class RateLearner:
         refill = (self.rate or 0.0) * max(0.0, now - at)
         self._headroom = remaining - alongside - max(0.0, after - refill) >= self.burst - 1
         # Found full on arrival, whatever reached the server since: a floored
-        # ``B - 1`` after its own token is a bucket that held all ``B``.
-        if remaining < self.burst - 1:
+        # ``B - 1`` after its own token is a bucket that held all ``B``; or full
+        # before the requests other processes sent with it, which may have got
+        # there first. (Two processes learning a 20/s server took turns at 8 and
+        # 9 of 10; read as drawn down, both stayed at 11-13/s for 2.5 s.)
+        if remaining + others_with < self.burst - 1:
             self._full_since = None
         elif self._full_since is None:
             self._full_since = at

@@ -171,6 +171,29 @@ def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     assert learner.rate == pytest.approx(22)
 
 
+def test_an_answer_short_of_full_by_another_process_s_request_still_found_it_full() -> None:
+    """Unit level: two processes share a 10-request bucket, each sending at 6/s (12/s in
+    all, our count includes both). Answers take turns at 9 and 8: each 8 came just after
+    the other process's request, which may have reached the server first. The bucket was
+    found full throughout, so after half a second a success grows the rate; read as drawn
+    down, every 8 restarted the half second, and both processes stayed at 11-13/s for
+    2.5 s against a 20/s server (a real-time run of the Redis test)."""
+
+    def answers(others: float) -> RateLearner:
+        learner = RateLearner()
+        for i in range(5):
+            learner.from_headers(
+                10, None, remaining=9 - i % 2, reset_after=1.0, at=i / 6, started=2 * i + 1,
+                alongside=1, others_with=others * (i % 2),
+            )  # fmt: skip
+        learner.on_success(began=0.7, latency=0.05)
+        return learner
+
+    shared, alone = answers(others=1), answers(others=0)
+    assert alone.rate == alone.measured  # held at what the refill proved
+    assert shared.rate == pytest.approx(shared.measured + 2)  # e-fold in half a second
+
+
 def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     """Unit level: ``Remaining: 4`` of 5 after our request means the bucket held 5, the
     most it can, so exactly 4 are left, not "4 to 5". Five admitted by 0.5 s, Remaining
