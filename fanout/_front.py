@@ -582,9 +582,10 @@ class ScopeFront:
         while self._others and self._others[0][0] < horizon:
             self._others.popleft()
 
-    def _others_since(self, since: float) -> float:
-        """Tokens other processes started since ``since`` (as far as last counted)."""
-        return sum(cost for start, cost in self._others if start > since)
+    def _others_since(self, since: float, until: float = math.inf) -> float:
+        """Tokens other processes started after ``since``, up to ``until`` (as far as
+        last counted)."""
+        return sum(cost for start, cost in self._others if since < start <= until)
 
     def _forget_refused(self, sent: float) -> None:
         """A refused request took no token of the server's: learning counts only admissions.
@@ -1152,7 +1153,7 @@ class ScopeFront:
             # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
             left = self._left_within(sent - together, sent)
             alongside = max(0.0, started - before - 1.0, left - 1.0)
-            others_with = self._others_since(sent - together) - self._others_since(sent)
+            others_with = self._others_since(sent - together, until=sent)
             now = trio.current_time()
             after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)
             # A refused request took no token: its count is the server's after those
