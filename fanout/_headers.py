@@ -19,8 +19,10 @@ Three facts shape every line:
   waits and counts clamp to 0; a wait longer than ``max_wait`` is absurd and
   dropped. No input makes this module raise.
 
-Precedence. ``retry_after``: ``retry-after-ms`` (more precise, as the OpenAI and
-Anthropic SDKs do), else ``Retry-After``. ``limit``, ``remaining`` and
+Precedence. ``retry_after``: a wait in milliseconds (``retry-after-ms``, as the
+OpenAI and Anthropic SDKs read it; Azure's ``x-ms-retry-after-ms``; AWS's
+``x-amz-retry-after``), else Traefik's ``X-Retry-In`` (a Go duration), else
+``Retry-After``: the more precise first. ``limit``, ``remaining`` and
 ``reset_after`` are chosen per field from the first family that gives a valid
 value, in this order:
 
@@ -48,7 +50,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -69,6 +71,7 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
 _MAX_LEN = 1000  # a longer value is not a rate-limit header; don't spend time on it
 _EPOCH_S = 1e9  # 2001-09-09 as an epoch; as a delta, 31 years. No window is that long.
 _EPOCH_MS = 1e12  # the same instant in milliseconds
@@ -393,13 +396,25 @@ def _scope(h: Mapping[str, str]) -> str | None:
     return None
 
 
-def _retry_after(h: Mapping[str, str], reference: float, max_wait: float) -> float | None:
-    """``retry-after-ms`` when it is usable (it is more precise), else ``Retry-After``.
+# Waits finer than ``Retry-After``'s whole seconds, the first usable one preferred:
+# milliseconds (OpenAI's and Anthropic's SDKs, Azure, AWS), then Traefik's Go duration.
+_RETRY_AFTER_MS = ("retry-after-ms", "x-ms-retry-after-ms", "x-amz-retry-after")
+_RETRY_IN = "x-retry-in"
 
+
+def _retry_after(h: Mapping[str, str], reference: float, max_wait: float) -> float | None:
+    """The most precise usable wait (`_RETRY_AFTER_MS`, `_RETRY_IN`), else ``Retry-After``.
+
+    A server that rounds ``Retry-After`` up to whole seconds (Traefik does)
+    would make a 50 ms wait a second's; its finer header says the real one.
     ``reference`` is the server's time now (from its ``Date``, else our clock).
     """
-    milliseconds = _number(h.get("retry-after-ms"))
-    if milliseconds is not None and (wait := _wait(milliseconds / 1000, max_wait)) is not None:
+    for name in _RETRY_AFTER_MS:
+        milliseconds = _number(h.get(name))
+        if milliseconds is not None and (wait := _wait(milliseconds / 1000, max_wait)) is not None:
+            return wait
+    duration = h.get(_RETRY_IN)
+    if duration is not None and (wait := _wait(parse_duration(duration), max_wait)) is not None:
         return wait
     value = h.get("retry-after")
     seconds = None if value is None else parse_retry_after(value, now=reference)
@@ -407,9 +422,11 @@ def _retry_after(h: Mapping[str, str], reference: float, max_wait: float) -> flo
 
 
 _SHOULD_RETRY = {"true": True, "false": False}
+# Whether to retry at all: OpenAI's and Anthropic's name, then Stripe's.
+_SHOULD_RETRY_HEADERS = ("x-should-retry", "stripe-should-retry")
 
 
-def _first(values: Iterable[float | None]) -> float | None:
+def _first(values: Iterable[_T | None]) -> _T | None:
     return next((v for v in values if v is not None), None)
 
 
@@ -438,7 +455,9 @@ def parse_rate_limit_headers(
         for family, names in _FAMILIES
     )
     with_limit = next((q for q in quotas if q.limit is not None), _NO_QUOTA)
-    should_retry = _SHOULD_RETRY.get(h.get("x-should-retry", "").strip().lower())
+    should_retry = _first(
+        _SHOULD_RETRY.get(h.get(name, "").strip().lower()) for name in _SHOULD_RETRY_HEADERS
+    )
     return RateLimitInfo(
         retry_after=_retry_after(h, reference, max_wait),
         limit=with_limit.limit,

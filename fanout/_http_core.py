@@ -19,10 +19,12 @@ inside a tool call, `HttpCore`:
   server names is a name from outside: it is used only if it is short and
   plain (`fanout._headers`) and holds no credential, else it reads
   ``REDACTED``;
-* turns 429, and 503 with a Retry-After, into ``RateLimitedError`` with the
-  parsed wait and the bucket the server named, so the runner's retry policy
-  applies; other 5xx become ``TransientError``; ``x-should-retry`` overrides
-  either way;
+* turns the rate's refusals (429, and a 403 that says it is one:
+  `refused_for_rate`) and an overload with a Retry-After (503, 529) into
+  ``RateLimitedError`` with the parsed wait and the bucket the server named,
+  so the runner's retry policy applies; 408, 500, 502, 503, 504 and 529
+  otherwise become ``TransientError``; ``x-should-retry`` (or Stripe's
+  ``Stripe-Should-Retry``) overrides either way;
 * turns a transport error, while sending or while the tool reads the
   response *body* (a reset, a bad chunk), into ``TransientError`` with a
   redacted message, so a read is retried. For a write that had left, the
@@ -70,7 +72,11 @@ if TYPE_CHECKING:
 
 __all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
 
-_TRANSIENT = frozenset({500, 502, 503, 504})
+# Worth another try: a server's failure or its overload (529: Anthropic's), or its
+# timeout waiting for the request (408), as the OpenAI and Anthropic SDKs retry them.
+_TRANSIENT = frozenset({408, 500, 502, 503, 504, 529})
+# An overloaded server: with a ``Retry-After``, the wait is its to say, as a 429's.
+_OVERLOADED = frozenset({503, 529})
 _CLOCKS = 256  # servers whose clocks are remembered
 # Calls of a turn per set of pools. httpcore looks at every connection of a pool
 # each time a request starts or ends, so a pool's cost per request grows with its
@@ -375,17 +381,20 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )  # fmt: skip
         if info.scope is not None:
             info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
+        refused = refused_for_rate(response.status_code, info)
         overloaded = context.refused = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
-                info, sent_at=sent_at, refused=response.status_code in (429, 503),
+                info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,
                 overloaded_with=place.leaving[id(scope)] if overloaded else None,
             )  # fmt: skip
         if context.recorder.active:
             detail = _response_detail(response, info)
             _emit(context, EventKind.RESPONSE, scope=info.scope, detail=detail)
-        signal = _signal_for(response.status_code, info, f"{request.method} {url}", sent_at)
+        signal = _signal_for(
+            response.status_code, info, f"{request.method} {url}", sent_at, refused=refused
+        )
         if signal is not None:
             place.give_back()
             named = scopes_named(context.scopes, info.scope)
@@ -615,12 +624,27 @@ async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedErro
         await scope.on_throttled(wait, sent_at=signal.sent_at, arriving=True)
 
 
+def refused_for_rate(status: int, info: RateLimitInfo) -> bool:
+    """Whether a response is the rate's refusal: a ``429``, or a ``403`` that says so.
+
+    GitHub refuses over its primary limit with a ``403`` whose
+    ``X-RateLimit-Remaining`` is 0, and over its secondary limits with a ``403``
+    and a ``Retry-After``. Read as final, every call past the limit failed
+    with "Forbidden" and nothing waited. A ``403`` with neither is a permission
+    refusal (or a limit that does not say so, as django-ratelimit's): final.
+    """
+    if status == 429:
+        return True
+    return status == 403 and (info.retry_after is not None or info.remaining == 0)
+
+
 def _signal_for(
-    status: int, info: RateLimitInfo, what: str, sent_at: float
+    status: int, info: RateLimitInfo, what: str, sent_at: float, *, refused: bool
 ) -> RateLimitedError | TransientError | None:
-    """The exception a response's status and headers call for, if any."""
+    """The exception a response's status and headers call for, if any; ``refused``:
+    the rate refused it (`refused_for_rate`)."""
     retry = info.should_retry
-    if status == 429 or (status == 503 and info.retry_after is not None):
+    if refused or (status in _OVERLOADED and info.retry_after is not None):
         return RateLimitedError(
             f"{what} answered {status}", retry_after=info.retry_after, scope=info.scope,
             retryable=retry is not False, sent_at=sent_at,

@@ -16,8 +16,9 @@ draw, whatever other keys did, so a benchmark knows the fastest any client
 could finish (``benchmarks/scenarios.py``).
 ``connect_delay`` holds back the first request of every connection (a slow
 TLS handshake): it reaches the server that much later than it was sent.
-``rate_status`` is the status the rate refuses with: 429, or 503 as nginx's
-``limit_req`` and ASP.NET Core's limiter answer by default.
+``rate_status`` is the status the rate refuses with: 429, 503 as nginx's
+``limit_req`` and ASP.NET Core's limiter answer by default, or 403 as GitHub's
+primary limit does (its rate-limit headers then say ``Remaining: 0``).
 
 The limiter is one of the models real APIs use (``model``), each allowing
 ``burst`` requests at once and ``rate`` a second on average:
@@ -85,7 +86,8 @@ ResetMeaning = Literal["full", "next"]
 # Float slack: a client that sleeps exactly the advertised wait must be admitted.
 _EPS = 1e-9
 _ANONYMOUS = "anonymous"
-_ERRORS = {429: "rate_limited", 500: "injected_failure", 503: "overloaded"}
+_ERRORS = {403: "rate_limited", 429: "rate_limited", 500: "injected_failure", 503: "overloaded"}
+_RATE_STATUSES = (403, 429, 503)  # what a rate may refuse with (module docstring)
 
 
 def _ceil(value: float) -> int:
@@ -148,7 +150,7 @@ class ServerConfig:
         default="full", validator=attrs.validators.in_(get_args(ResetMeaning))
     )
     connect_delay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
-    rate_status: int = attrs.field(default=429, validator=attrs.validators.in_((429, 503)))
+    rate_status: int = attrs.field(default=429, validator=attrs.validators.in_(_RATE_STATUSES))
 
     def limits_for(self, key: str) -> KeyLimits:
         """The key's own limits if configured, else the server-wide ones."""
@@ -590,7 +592,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--model", choices=get_args(Model), default="bucket")
     p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
     p.add_argument("--connect-delay", type=float, default=0.0)
-    p.add_argument("--rate-status", type=int, choices=(429, 503), default=429)
+    p.add_argument("--rate-status", type=int, choices=_RATE_STATUSES, default=429)
     args = vars(p.parse_args(argv))
     port = args.pop("port")
     return port, ServerConfig(**args)

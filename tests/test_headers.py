@@ -81,6 +81,28 @@ def test_retry_after_ms_alone() -> None:
     assert parse({"retry-after-ms": "1500"}).retry_after == 1.5
 
 
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"x-ms-retry-after-ms": "250", "Retry-After": "1"}, 0.25),  # Azure
+        ({"x-amz-retry-after": "1500", "Retry-After": "2"}, 1.5),  # AWS
+        ({"X-Retry-In": "52.631578ms", "Retry-After": "1"}, 0.052631578),  # Traefik
+        ({"X-Retry-In": "1m0.5s"}, 60.5),
+        ({"retry-after-ms": "100", "x-ms-retry-after-ms": "200", "X-Retry-In": "3s"}, 0.1),
+        ({"x-ms-retry-after-ms": "soon", "X-Retry-In": "3s", "Retry-After": "9"}, 3.0),
+        ({"X-Retry-In": "later", "Retry-After": "9"}, 9.0),
+        ({"X-Retry-In": "-5s", "Retry-After": "9"}, 0.0),
+    ],
+)
+def test_finer_waits_than_retry_after_are_preferred(
+    headers: dict[str, str], expected: float
+) -> None:
+    """A wait in milliseconds (retry-after-ms, Azure's, AWS's), then Traefik's Go duration,
+    then Retry-After: the first usable, most precise first. Traefik rounds Retry-After up to
+    whole seconds, so a 53 ms wait read from it is a second's."""
+    assert parse(headers).retry_after == pytest.approx(expected)
+
+
 def test_retry_after_ms_takes_precedence() -> None:
     """When both are valid, the more precise retry-after-ms wins over Retry-After."""
     assert parse({"Retry-After": "2", "retry-after-ms": "1250"}).retry_after == 1.25
@@ -416,12 +438,20 @@ def test_scope(headers: dict[str, str], expected: str | None) -> None:
     assert parse(headers).scope == expected
 
 
+@pytest.mark.parametrize("name", ["X-Should-Retry", "Stripe-Should-Retry"])
 @pytest.mark.parametrize(
     ("value", "expected"), [("true", True), (" FALSE ", False), ("yes", None), ("1", None)]
 )
-def test_should_retry(value: str, expected: bool | None) -> None:
-    """x-should-retry is true or false, case-insensitively; anything else is unknown."""
-    assert parse({"X-Should-Retry": value}).should_retry is expected
+def test_should_retry(name: str, value: str, expected: bool | None) -> None:
+    """x-should-retry (Stripe's: stripe-should-retry) is true or false, case-insensitively;
+    anything else is unknown."""
+    assert parse({name: value}).should_retry is expected
+
+
+def test_should_retry_prefers_the_sdks_header_and_skips_a_garbled_one() -> None:
+    """x-should-retry is read first; a value it cannot read leaves Stripe's to say."""
+    assert parse({"x-should-retry": "true", "stripe-should-retry": "false"}).should_retry is True
+    assert parse({"x-should-retry": "maybe", "stripe-should-retry": "false"}).should_retry is False
 
 
 # --- the value type ----------------------------------------------------------
@@ -466,6 +496,10 @@ HEADER_NAMES = [
     "ratelimit-scope",
     "x-ratelimit-resource",
     "x-should-retry",
+    "stripe-should-retry",
+    "x-ms-retry-after-ms",
+    "x-amz-retry-after",
+    "x-retry-in",
 ]
 
 numbers = st.one_of(

@@ -282,9 +282,22 @@ def respond(lib: Library, status: int, **headers: str) -> Callable[[Any], Any]:
     ("status", "headers", "expected"),
     [
         (429, {"retry-after": "1"}, fanout.RateLimitedError),
+        (429, {}, fanout.RateLimitedError),
         (503, {"retry-after": "1"}, fanout.RateLimitedError),
         (503, {}, fanout.TransientError),
+        (529, {"retry-after": "1"}, fanout.RateLimitedError),
+        (529, {}, fanout.TransientError),
+        (408, {}, fanout.TransientError),
         (502, {}, fanout.TransientError),
+        (
+            403,
+            {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1700000060"},
+            fanout.RateLimitedError,
+        ),
+        (403, {"retry-after": "60"}, fanout.RateLimitedError),
+        (403, {"x-ratelimit-remaining": "12"}, None),
+        (403, {}, None),
+        (501, {}, None),
         (400, {"x-should-retry": "true"}, fanout.TransientError),
         (502, {"x-should-retry": "false"}, None),
         (404, {}, None),
@@ -298,7 +311,9 @@ async def test_statuses_become_signals(
     headers: dict[str, str],
     expected: type[Exception] | None,
 ) -> None:
-    """429 and 503+Retry-After throttle, other 5xx are transient, x-should-retry overrides."""
+    """429, a 403 that says it is a rate limit (GitHub's), and 503 or 529 with a Retry-After
+    throttle; a plain 403 is final; 408, 500, 502, 503 and 529 are transient; x-should-retry
+    overrides."""
     reg = Registry()
     client = lib.mock(respond(lib, status, **headers))
     seen: list[BaseException | None] = []

@@ -53,6 +53,7 @@ class Server:
     calls: int
     reset: str = "full"
     seed: int = 0
+    rate_status: int = 429  # what the rate refuses with (403: as GitHub's, with its headers)
 
     def config(self) -> ServerConfig:
         concurrency = self.model == "concurrency"
@@ -67,6 +68,7 @@ class Server:
             headers=self.headers,  # type: ignore[arg-type]
             model="bucket" if concurrency else self.model,  # type: ignore[arg-type]
             reset=self.reset,  # type: ignore[arg-type]
+            rate_status=self.rate_status,
         )
 
     def scope(self) -> Scope:
@@ -179,7 +181,7 @@ def spent(throttling: ThrottlingServer) -> int:
 
 
 def refusals(throttling: ThrottlingServer) -> list[float]:
-    return [round(r.start, 9) for r in throttling.records if r.status in (429, 503)]
+    return [round(r.start, 9) for r in throttling.records if r.status in (403, 429, 503)]
 
 
 def assert_learned(server: Server, *, refused_at: list[float], makespan: float) -> None:
@@ -208,6 +210,27 @@ def test_learning_answers_every_call_and_draws_at_most_three_refusals(server: Se
     throttling, turn, _ = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert spent(throttling) <= _REFUSED
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(server=servers())
+def test_a_403_that_says_it_is_the_rate_is_learned_as_a_429(server: Server) -> None:
+    """Any server with a rate, refusing with a 403 as GitHub's primary limit does
+    (``Remaining: 0`` in its headers) or with a Retry-After as its secondary limits do:
+    the same turn as with 429s, refusal for refusal, to the same instant.
+
+    Before, such a 403 was a final answer: every call past the limit failed
+    "Forbidden" and nothing waited. A server that says neither cannot be told
+    from a permission refusal, and is left out.
+    """
+    assume(server.model != "concurrency")
+    assume(server.headers != "none" or server.retry_after != "absent")
+    throttling, turn, took = run(server)
+    github, turn_403, took_403 = run(attrs.evolve(server, rate_status=403))
+    assert refusals(github) == refusals(throttling)
+    assert github.count(status=429) == 0
+    assert [r.status for r in turn_403.results] == [r.status for r in turn.results]
+    assert took_403 == pytest.approx(took)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
