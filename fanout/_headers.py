@@ -30,7 +30,8 @@ value, in this order:
 2. the older draft's ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset``;
 3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset: delta or epoch);
 4. ``anthropic-ratelimit-requests-*`` (reset is RFC 3339);
-5. OpenAI's ``x-ratelimit-*-requests`` (reset is a Go duration like ``6m0s``).
+5. OpenAI's ``x-ratelimit-*-requests`` (reset is a Go duration like ``6m0s``);
+6. Shopify's fill level, ``X-Shopify-Shop-Api-Call-Limit: used/size`` (no reset).
 
 ``window`` travels with ``limit``: it is reported only by the family that gave
 the limit, so `RateLimitInfo.rate` never divides one policy's quota by another's
@@ -346,6 +347,21 @@ def _openai(values: _Values, max_wait: float) -> _Quota:
     )
 
 
+@_untimed
+def _fill_level(values: _Values, max_wait: float) -> _Quota:
+    """Shopify's ``X-Shopify-Shop-Api-Call-Limit: 32/40``: a leaky bucket holding 40
+    requests has 32 in it, so 8 more fit now. It states no reset and no rate (2/s,
+    learned from how the level drains)."""
+    (level,) = values
+    used, slash, size = (level or "").partition("/")
+    if not slash:
+        return _NO_QUOTA
+    used_n, size_n = _number(used), _positive(_number(size))
+    if used_n is None or size_n is None:
+        return _NO_QUOTA
+    return _quota(size_n, size_n - used_n, None, max_wait)
+
+
 _POLICY_PARAMS = frozenset("qlw")
 _STATE_PARAMS = frozenset("rt")
 _LIMIT_PARAMS = frozenset({"w", "window"})
@@ -372,6 +388,7 @@ _FAMILIES: tuple[tuple[_Family, tuple[str, ...]], ...] = (
             "x-ratelimit-reset-requests",
         ),
     ),
+    (_fill_level, ("x-shopify-shop-api-call-limit",)),
 )
 _FAMILY_OF = {name: family for family, names in _FAMILIES for name in names}
 

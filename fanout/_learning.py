@@ -18,7 +18,10 @@ Three sources, in order of trust:
    bucket was full on the way; the learner keeps the best bound seen, so the
    estimate only ever rises with evidence. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
-   the first guess: 429s correct it downward (AIMD), the refill upward.
+   the first guess: 429s correct it downward (AIMD), the refill upward. A
+   server that states its limit and what remains but no reset and no
+   window (Shopify's fill level) states no rate at all: it is learned as
+   below, from its 429s, with the stated burst.
 3. **429s alone.** With no numbers at all, the rate is found from which
    requests the server admitted and which it refused. After the probe comes
    a *slow start*, as TCP's: the rate grows by one request per latency with
@@ -118,6 +121,7 @@ class RateLearner:
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
     _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
+    _burst_stated: bool = attrs.field(default=False, alias="_burst_stated")  # a limit of 2+
     _slow_start: bool = attrs.field(default=True, alias="_slow_start")
     _growth: float = attrs.field(default=_GROWTH, alias="_growth")
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
@@ -201,10 +205,13 @@ class RateLearner:
             self._one_token = True
         # A bucket of one says nothing in Remaining (0 after every request, whatever
         # the rate): it is learned as a server that states nothing, from its 429s.
+        # So is one that states no reset and no window: nothing gives a first rate
+        # (taken as stated, nothing paced the calls: 20 429s, 5 calls given up).
         tells = (limit is not None and limit >= 2) or (remaining is not None and remaining >= 1)
-        self._stated = self._stated or tells or window is not None
+        self._stated = self._stated or (tells and reset_after is not None) or window is not None
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
+        self._burst_stated = self._burst_stated or (limit is not None and limit >= 2)
         if limit is not None and window is not None and limit >= 1 and window > 0:
             stated = limit / window
             if math.isfinite(stated) and stated > 0 and stated != self.ceiling:
@@ -392,8 +399,11 @@ class RateLearner:
             # the requests admitted so far (``started`` leaves refused ones out)
             # less one: the bucket was empty at this 429, so the refill paid for
             # at least part of them. (Counting them all drew a fourth 429 from
-            # servers of 2/s with bursts of 6 or 7.)
-            guess = max(started - 1.0, 1.0) / _PHASE_ONE
+            # servers of 2/s with bursts of 6 or 7.) A stated burst paid for that
+            # many: counted as a second's refill, 40 admitted by a bucket of 40 at
+            # 2/s set 39/s, and its refill over the 429's wait sent 33 at once.
+            beyond = self.burst if self._burst_stated else 1.0
+            guess = max(started - beyond, 1.0) / _PHASE_ONE
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)

@@ -39,7 +39,8 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
 * reset = for a bucket, the time until it is full again (``reset="full"``)
   or until its next token (``reset="next"``); for a window, until the
   window ends (fixed) or its oldest request leaves it (sliding). Rounded *up*
-  to whole seconds, except the ``openai`` duration (ms).
+  to whole seconds, except the ``openai`` duration (ms). The ``shopify``
+  style states no reset: only the fill level, ``limit - remaining`` of ``limit``.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
 
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
 RetryAfterFormat = Literal["seconds", "http-date", "ms", "absent"]
-HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "none"]
+HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "shopify", "none"]
 Model = Literal["bucket", "fixed", "sliding"]
 ResetMeaning = Literal["full", "next"]
 
@@ -481,6 +482,8 @@ class ThrottlingServer:
                 ("ratelimit-policy", f'"default";q={limit};w={window}'),
                 ("ratelimit", f'"default";r={remaining};t={reset}'),
             ]
+        if style == "shopify":  # the fill level only: used of size, no reset
+            return [("x-shopify-shop-api-call-limit", f"{limit - remaining}/{limit}")]
         names = ("limit", "remaining", "reset")
         if style == "anthropic":
             prefix = "anthropic-ratelimit-requests-"

@@ -103,6 +103,28 @@ def test_finer_waits_than_retry_after_are_preferred(
     assert parse(headers).retry_after == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("level", "limit", "remaining"),
+    [
+        ("32/40", 40.0, 8.0),
+        (" 0 / 40 ", 40.0, 40.0),
+        ("41/40", 40.0, 0.0),  # over full reads as nothing left, never negative
+        ("32/0", None, None),  # a bucket of nothing is no bucket
+        ("32", None, None),
+        ("x/40", None, None),
+        ("32/", None, None),
+        ("1e400/40", None, None),
+    ],
+)
+def test_a_fill_level_is_a_limit_and_what_remains(
+    level: str, limit: float | None, remaining: float | None
+) -> None:
+    """Shopify's ``X-Shopify-Shop-Api-Call-Limit: used/size``: the size is the limit, and
+    size less used remains. It states no reset."""
+    info = parse({"X-Shopify-Shop-Api-Call-Limit": level})
+    assert (info.limit, info.remaining, info.reset_after) == (limit, remaining, None)
+
+
 def test_retry_after_ms_takes_precedence() -> None:
     """When both are valid, the more precise retry-after-ms wins over Retry-After."""
     assert parse({"Retry-After": "2", "retry-after-ms": "1250"}).retry_after == 1.25
@@ -500,6 +522,7 @@ HEADER_NAMES = [
     "x-ms-retry-after-ms",
     "x-amz-retry-after",
     "x-retry-in",
+    "x-shopify-shop-api-call-limit",
 ]
 
 numbers = st.one_of(

@@ -233,6 +233,37 @@ def test_a_403_that_says_it_is_the_rate_is_learned_as_a_429(server: Server) -> N
     assert took_403 == pytest.approx(took)
 
 
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(server=servers())
+def test_a_bucket_stating_its_level_but_no_reset_is_learned(server: Server) -> None:
+    """Any token bucket (of two or more) that states its limit and what remains, but no
+    reset and no window, as Shopify's fill level ``X-Shopify-Shop-Api-Call-Limit: 32/40``
+    does: every call ok, and at most three refusals, the probe's counted once.
+
+    Before, the stated limit was taken for a stated rate, and with no reset there was
+    no first guess: nothing paced the calls. Against 2/s with a burst of 40 (Shopify's),
+    80 calls drew 20 429s and 5 calls gave up; with no Retry-After either, 39 and 19.
+    Now the rate is learned as from bare 429s, with the stated burst: after the first
+    429, the first guess is what was admitted beyond the burst.
+    """
+    assume(server.model == "bucket" and server.burst >= 2)
+    throttling, turn, _ = run(attrs.evolve(server, headers="shopify"))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert spent(throttling) <= _REFUSED
+
+
+def test_a_leaky_bucket_of_40_at_2_a_second_stating_its_level_is_learned() -> None:
+    """Shopify's REST limits: a bucket of 40 leaking 2/s, its level in every answer, a
+    Retry-After in seconds; 80 calls of 100 ms. Before: 20 refusals, 5 calls given up;
+    now three, and 1.06 times the fastest."""
+    server = Server(
+        model="bucket", rate=2.0, burst=40, latency=0.1, jitter=0.0, max_in_flight=None,
+        headers="shopify", retry_after="seconds", calls=80,
+    )  # fmt: skip
+    assert_learned(server, refused_at=[0.1, 1.796415392, 12.498731519], makespan=21.2973681302591)
+    assert fastest(server) == pytest.approx(20.1)  # 1.06 times
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(server=servers())
 def test_a_refill_bound_never_exceeds_the_server_s_rate(server: Server) -> None:
