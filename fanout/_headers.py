@@ -27,7 +27,8 @@ OpenAI and Anthropic SDKs read it; Azure's ``x-ms-retry-after-ms``; AWS's
 value, in this order:
 
 1. the current IETF draft's structured ``RateLimit`` / ``RateLimit-Policy``;
-2. the older draft's ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset``;
+2. the older draft's ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset:
+   delta, or an epoch as GitLab's);
 3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset: delta or epoch);
 4. ``anthropic-ratelimit-requests-*`` (reset is RFC 3339);
 5. OpenAI's ``x-ratelimit-*-requests`` (reset is a Go duration like ``6m0s``);
@@ -308,16 +309,26 @@ def _structured(values: _Values, max_wait: float) -> _Quota:
     return _quota(limit, state.get("r"), state.get("t"), max_wait, window)
 
 
-@_untimed
-def _older_draft(values: _Values, max_wait: float) -> _Quota:
-    """``RateLimit-Limit: 100, 100;w=60`` plus ``RateLimit-Remaining`` / ``-Reset`` (delta)."""
-    limit_field, remaining_field, reset_field = values
+@functools.lru_cache(maxsize=_REMEMBERED)
+def _limit_and_window(limit_field: str | None) -> tuple[float | None, float | None]:
+    """``RateLimit-Limit: 100, 100;w=60``: the limit, and the window given with it."""
     items = _sf_list(limit_field, _LIMIT_PARAMS) or []
     limit = items[0][0] if items and isinstance(items[0][0], float) else None
     windows = (p.get("w", p.get("window")) for value, p in items if value == limit)
-    window = next((w for w in windows if w is not None), None)
-    remaining, reset = _number(remaining_field), _number(reset_field)
-    return _quota(limit, remaining, reset, max_wait, window)
+    return limit, next((w for w in windows if w is not None), None)
+
+
+def _older_draft(values: _Values, reference: float, max_wait: float) -> _Quota:
+    """``RateLimit-Limit: 100, 100;w=60`` plus ``RateLimit-Remaining`` / ``-Reset``.
+
+    The draft's reset is delta seconds; GitLab sends an epoch there, read as
+    ``X-RateLimit-Reset``'s is (taken for a delta, it was a wait of 51 years
+    and dropped, and with it the only clue to the rate).
+    """
+    limit_field, remaining_field, reset_field = values
+    limit, window = _limit_and_window(limit_field)
+    reset = _delta_or_epoch(reset_field, reference)
+    return _quota(limit, _number(remaining_field), reset, max_wait, window)
 
 
 def _x_ratelimit(values: _Values, reference: float, max_wait: float) -> _Quota:

@@ -493,7 +493,7 @@ class ThrottlingServer:
             names = ("limit-requests", "remaining-requests", "reset-requests")
         else:
             prefix = "ratelimit-" if style == "draft" else "x-ratelimit-"
-            reset = full_at if style == "x" and self.config.reset_as_epoch else reset
+            reset = full_at if self.config.reset_as_epoch else reset  # as GitHub's, GitLab's
         return [(prefix + n, str(v)) for n, v in zip(names, (limit, remaining, reset), strict=True)]
 
     async def _send(

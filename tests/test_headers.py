@@ -154,6 +154,16 @@ def test_older_draft_plain_limit_has_no_window() -> None:
     assert (info.limit, info.window, info.rate) == (100.0, None, None)
 
 
+def test_older_draft_reset_may_be_an_epoch_as_gitlab_sends() -> None:
+    """GitLab's RateLimit-Reset is epoch seconds, measured against the server's Date;
+    a small number is still delta seconds."""
+    date = "Tue, 14 Nov 2023 22:13:20 GMT"  # 1_700_000_000
+    gitlab = {"RateLimit-Limit": "600", "RateLimit-Remaining": "0", "Date": date}
+    assert parse({**gitlab, "RateLimit-Reset": "1700000042"}).reset_after == 42.0
+    assert parse({**gitlab, "RateLimit-Reset": "1700000042000"}).reset_after == 42.0
+    assert parse({**gitlab, "RateLimit-Reset": "42"}).reset_after == 42.0
+
+
 def test_older_draft_window_parameter_spelled_out() -> None:
     """The earliest drafts' "window=" is read like "w="."""
     assert parse({"RateLimit-Limit": "10, 10;window=1, 50;window=60"}).window == 1.0

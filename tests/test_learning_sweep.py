@@ -264,6 +264,25 @@ def test_a_leaky_bucket_of_40_at_2_a_second_stating_its_level_is_learned() -> No
     assert fastest(server) == pytest.approx(20.1)  # 1.06 times
 
 
+@pytest.mark.parametrize("epoch", [False, True])
+async def test_a_draft_reset_sent_as_an_epoch_is_read_as_one(
+    autojump_clock: Any, epoch: bool
+) -> None:
+    """GitLab sends the older draft's ``RateLimit-Reset`` as an epoch: read as a delta, it
+    was a wait of decades, dropped, and the rate had no first guess (20/s, burst 10: two
+    429s and 1.44 times the minimum). Read as an epoch, as with the delta: none."""
+    config = ServerConfig(
+        rate=20, burst=10, latency=0.05, headers="draft", retry_after="seconds",
+        reset_as_epoch=epoch,
+    )  # fmt: skip
+    began = trio.current_time()
+    throttling, turn = await learn(config, 60, Scope("api"))
+    took = trio.current_time() - began
+    assert all(r.status is Status.OK for r in turn.results)
+    assert refusals(throttling) == []
+    assert took <= 1.05 * ((60 - 10) / 20 + 0.05)
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(server=servers())
 def test_a_refill_bound_never_exceeds_the_server_s_rate(server: Server) -> None:
