@@ -48,7 +48,7 @@ import attrs
 import trio
 
 from ._admission import take_tokens
-from ._budget import Verdict, usable_wait
+from ._budget import MAX_WAIT, Verdict, usable_wait
 from ._context import maybe_current_call
 from ._credentials import CredentialNames, credentials_in
 from ._events import EventDetail, EventKind
@@ -56,6 +56,7 @@ from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, Tra
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
 from ._redact import REDACTED, redact_text, redact_url
+from ._retry_info import read_capped, retry_delay
 from ._scope import ScopeLike, quota_horizon, scopes_named
 from ._secrets import learn
 from ._server_clock import ServerClock
@@ -78,6 +79,9 @@ _TRANSIENT = frozenset({408, 500, 502, 503, 504, 529})
 # An overloaded server: with a ``Retry-After``, the wait is its to say, as a 429's.
 _OVERLOADED = frozenset({503, 529})
 _CLOCKS = 256  # servers whose clocks are remembered
+# Seconds a refusal's body may take to arrive for the wait it states: a few hundred
+# bytes that do not come within this long are not worth the call's budget.
+_BODY_WAIT = 1.0
 # Calls of a turn per set of pools. httpcore looks at every connection of a pool
 # each time a request starts or ends, so a pool's cost per request grows with its
 # connections: ten thousand hung calls on four pools spent 13 s starting, most of
@@ -382,6 +386,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
         if info.scope is not None:
             info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         refused = refused_for_rate(response.status_code, info)
+        if info.retry_after is None and (
+            refused or (response.status_code in _OVERLOADED and info.should_retry is not False)
+        ):
+            info = await self._wait_in_body(response, info)
         overloaded = context.refused = response.status_code == 503
         for scope in scopes_named(context.scopes, info.scope):
             await scope.observe_headers(
@@ -414,6 +422,20 @@ class HttpCore(Generic[RequestT, ResponseT]):
             place.give_back,
         )
         return response
+
+    async def _wait_in_body(self, response: ResponseT, info: RateLimitInfo) -> RateLimitInfo:
+        """``info`` with the wait a refusal's JSON body states (`fanout._retry_info`), if it
+        states one. The body is fanout's: the refusal becomes a signal, never the tool's."""
+        if "json" not in response.headers.get("content-type", "").lower():
+            return info
+        body = None
+        with trio.move_on_after(_BODY_WAIT):
+            try:
+                body = await read_capped(response.stream)
+            except self._seam.transport_error:
+                return info  # broken off: a bare refusal, as it would have been
+        wait = None if body is None else retry_delay(body, MAX_WAIT)
+        return info if wait is None else attrs.evolve(info, retry_after=wait)
 
     def _server_now(self, request: RequestT, date: str | None, sent: float) -> float | None:
         """The server's clock now, finer than its ``Date`` (`fanout._server_clock`)."""

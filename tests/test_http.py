@@ -332,6 +332,83 @@ async def test_statuses_become_signals(
     assert seen[0].__class__ is (expected or type(None))
 
 
+def retry_info(delay: str) -> dict[str, Any]:
+    """Google's refusal body: the wait in a ``RetryInfo`` detail, not in a header."""
+    detail = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
+    return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [detail]}}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "content_type", "retried_at"),
+    [
+        (429, retry_info("2.5s"), "application/json", 2.5),
+        (429, retry_info("2.5s"), "application/json; charset=UTF-8", 2.5),
+        (503, retry_info("2.5s"), "application/json", 2.5),  # overloaded, with its wait
+        (429, retry_info("2.5s"), "text/plain", None),  # says it is not JSON: not read
+        (429, {**retry_info("2.5s"), "padding": "x" * 70_000}, "application/json", None),
+        (429, {"error": {"message": "quota"}}, "application/json", None),
+    ],
+)
+async def test_a_wait_stated_in_a_refusal_s_body_is_waited(
+    autojump_clock: Any,
+    lib: Library,
+    status: int,
+    body: dict[str, Any],
+    content_type: str,
+    retried_at: float | None,
+) -> None:
+    """Gemini states a 429's wait only in its JSON body: that wait is the retry's, to the
+    instant. A body that is not JSON, or over 64 KiB, or states none, is a bare refusal,
+    retried after the policy's backoff (under a second here). Before, every one was: a
+    scope told its rate retried into the same spent quota and gave the call up."""
+    sent: list[float] = []
+
+    def handler(request: Any) -> Any:
+        sent.append(trio.current_time())
+        if len(sent) > 1:
+            return lib.module.Response(200, text="ok")
+        data = json.dumps(body).encode()
+        return lib.module.Response(status, content=data, headers={"content-type": content_type})
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def fetch() -> str:
+        return (await client.get("https://api.test/x")).text
+
+    runner = Runner(reg, retry=fanout.RetryPolicy(base=0.1, cap=0.5), inline_wait=None)
+    turn = await runner.run_turn([ToolCall("f", "fetch", {})])
+    assert turn.results[0].status is Status.OK
+    if retried_at is None:
+        assert sent[1] < 1.0
+    else:
+        assert sent == [0, retried_at]
+
+
+async def test_a_refusal_s_body_is_left_to_the_tool_when_the_server_says_not_to_retry(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """A 503 with x-should-retry: false is the tool's response: its body is not read first."""
+    body = json.dumps(retry_info("2s"))
+
+    client = lib.mock(
+        lambda request: lib.module.Response(
+            503, text=body, headers={"content-type": "application/json", "x-should-retry": "false"}
+        )
+    )
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def fetch() -> str:
+        response = await client.get("https://api.test/x")
+        return f"{response.status_code} {response.text}"
+
+    turn = await Runner(reg).run_turn([ToolCall("f", "fetch", {})])
+    assert turn.results[0].status is Status.OK
+    assert turn.results[0].content == f"503 {body}"
+
+
 async def test_server_saying_do_not_retry_is_obeyed(autojump_clock: Any, lib: Library) -> None:
     """A 429 with x-should-retry: false is answered at once, with no second request."""
     sent: list[float] = []
