@@ -29,7 +29,8 @@ value, in this order:
 1. the current IETF draft's structured ``RateLimit`` / ``RateLimit-Policy``;
 2. the older draft's ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset:
    delta, or an epoch as GitLab's);
-3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset: delta or epoch);
+3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (reset: delta or epoch;
+   Discord's ``-Reset-After`` first);
 4. ``anthropic-ratelimit-requests-*`` (reset is RFC 3339);
 5. OpenAI's ``x-ratelimit-*-requests`` (reset is a Go duration like ``6m0s``);
 6. Shopify's fill level, ``X-Shopify-Shop-Api-Call-Limit: used/size`` (no reset).
@@ -332,8 +333,14 @@ def _older_draft(values: _Values, reference: float, max_wait: float) -> _Quota:
 
 
 def _x_ratelimit(values: _Values, reference: float, max_wait: float) -> _Quota:
-    limit, remaining, reset = values
-    return _quota(_number(limit), _number(remaining), _delta_or_epoch(reset, reference), max_wait)
+    """``X-RateLimit-*``; Discord's ``X-RateLimit-Reset-After`` (delta seconds, to the
+    millisecond) is preferred to its ``-Reset`` epoch, which a whole-second ``Date``
+    measures less finely."""
+    limit, remaining, reset, reset_after = values
+    delta = _number(reset_after)
+    if _wait(delta, max_wait) is None:
+        delta = _delta_or_epoch(reset, reference)
+    return _quota(_number(limit), _number(remaining), delta, max_wait)
 
 
 def _anthropic(values: _Values, reference: float, max_wait: float) -> _Quota:
@@ -382,7 +389,15 @@ _LIMIT_PARAMS = frozenset({"w", "window"})
 _FAMILIES: tuple[tuple[_Family, tuple[str, ...]], ...] = (
     (_structured, ("ratelimit-policy", "ratelimit")),
     (_older_draft, ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")),
-    (_x_ratelimit, ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")),
+    (
+        _x_ratelimit,
+        (
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-reset-after",
+        ),
+    ),
     (
         _anthropic,
         (

@@ -164,6 +164,17 @@ def test_older_draft_reset_may_be_an_epoch_as_gitlab_sends() -> None:
     assert parse({**gitlab, "RateLimit-Reset": "42"}).reset_after == 42.0
 
 
+def test_discord_s_reset_after_is_preferred_to_its_epoch() -> None:
+    """Discord sends both: ``X-RateLimit-Reset-After`` to the millisecond, and the reset as
+    an epoch with decimals; a garbled Reset-After leaves the epoch to say."""
+    date = "Tue, 14 Nov 2023 22:13:20 GMT"  # 1_700_000_000
+    discord = {"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0", "Date": date}
+    both = {**discord, "X-RateLimit-Reset": "1700000002.5", "X-RateLimit-Reset-After": "1.234"}
+    assert parse(both).reset_after == 1.234
+    assert parse({**both, "X-RateLimit-Reset-After": "soon"}).reset_after == 2.5
+    assert parse({**discord, "X-RateLimit-Reset-After": "0.5"}).reset_after == 0.5
+
+
 def test_older_draft_window_parameter_spelled_out() -> None:
     """The earliest drafts' "window=" is read like "w="."""
     assert parse({"RateLimit-Limit": "10, 10;window=1, 50;window=60"}).window == 1.0
@@ -533,6 +544,7 @@ HEADER_NAMES = [
     "x-amz-retry-after",
     "x-retry-in",
     "x-shopify-shop-api-call-limit",
+    "x-ratelimit-reset-after",
 ]
 
 numbers = st.one_of(
