@@ -7,7 +7,11 @@ core behind two seams.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,7 @@ from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout.idempotency import idempotency_key
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
-from .echo_server import FAULTS, Fault, serve_faulty
+from .echo_server import FAULTS, Fault, Seen, Server, _serving, serve_faulty
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -384,6 +388,60 @@ async def test_a_wait_stated_in_a_refusal_s_body_is_waited(
         assert sent[1] < 1.0
     else:
         assert sent == [0, retried_at]
+
+
+async def _refuse_once_with_a_body(server: Server, how: str, stream: trio.SocketStream) -> None:
+    """The first request: a JSON 429 with no Retry-After whose body ``how`` misbehaves
+    (trickles a byte a second, runs to a megabyte, or is reset part way); then 200s."""
+    server.seen.append(Seen("GET", "/", [], b""))
+    if len(server.seen) > 1:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        return
+    head = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+    await stream.send_all(head + b"transfer-encoding: chunked\r\n\r\n")
+    if how == "huge":
+        with contextlib.suppress(trio.BrokenResourceError):  # the client stops reading
+            for _ in range(16):
+                await stream.send_all(b"10000\r\n" + b" " * 0x10000 + b"\r\n")
+        return
+    elif how == "reset":
+        await stream.send_all(b"10\r\n" + b'{"error": {"det' + b"a\r\n")
+        await trio.sleep(0.01)
+        stream.socket.setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+        )  # an RST on close
+        await stream.aclose()
+        return
+    else:  # "trickle": a byte a second, forever
+        while True:
+            await stream.send_all(b"1\r\n \r\n")
+            await trio.sleep(1.0)
+    await stream.send_all(b"0\r\n\r\n")
+
+
+@pytest.mark.parametrize(("how", "by"), [("trickle", 1.5), ("huge", 0.5), ("reset", 0.5)])
+async def test_a_refusal_s_body_that_misbehaves_is_a_bare_refusal(
+    autojump_clock: Any, lib: Library, how: str, by: float
+) -> None:
+    """A JSON refusal whose body never ends, runs past 64 KiB or breaks: its wait is not
+    waited for (a second at most for one that trickles), the call is retried after the
+    policy's backoff, and answered ok."""
+    server = Server()
+    handler = functools.partial(_refuse_once_with_a_body, server, how)
+    async with _serving(handler, server):
+        client = lib.client(base_url=server.url)
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS)
+        async def fetch() -> str:
+            return (await client.get("/x")).text
+
+        runner = Runner(reg, retry=fanout.RetryPolicy(base=0.1, cap=0.2), inline_wait=None)
+        turn = await runner.run_turn([ToolCall("f", "fetch", {})])
+        await client.aclose()
+    assert turn.results[0].status is Status.OK
+    assert len(server.seen) == 2
+    assert trio.current_time() <= by
 
 
 async def test_a_refusal_s_body_is_left_to_the_tool_when_the_server_says_not_to_retry(
