@@ -208,7 +208,13 @@ class RateLearner:
         # So is one that states no reset and no window: nothing gives a first rate
         # (taken as stated, nothing paced the calls: 20 429s, 5 calls given up).
         tells = (limit is not None and limit >= 2) or (remaining is not None and remaining >= 1)
-        self._stated = self._stated or (tells and reset_after is not None) or window is not None
+        states = self._stated or (tells and reset_after is not None) or window is not None
+        if states and not self._stated and self.rate is not None:
+            # The first reset, after answers that stated none: the rate so far was a
+            # slow start's guess, not evidence. Kept, 40/s against a bucket of 40 at
+            # 2/s was halved twice into a 1 s wait that refilled 15 tokens of it.
+            self.rate = self.floor or None
+        self._stated = states
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
         self._burst_stated = self._burst_stated or (limit is not None and limit >= 2)

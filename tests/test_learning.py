@@ -194,6 +194,22 @@ def test_an_answer_short_of_full_by_another_process_s_request_still_found_it_ful
     assert shared.rate == pytest.approx(shared.measured + 2)  # e-fold in half a second
 
 
+def test_a_reset_first_stated_late_replaces_the_slow_start_s_guess() -> None:
+    """Unit level: answers that state a limit of 40 and what remains but no reset are
+    learned as if nothing were stated, with a slow start (one request a latency more per
+    success). The first reset (Remaining 0, 20 s until full: 2/s) is the first statement
+    of a rate: the slow start's 40/s was no evidence, and the rate is the reset's guess.
+    Kept, it was halved twice by 429s into a wait that refilled 15 tokens of it, and a
+    call gave up (a bucket of 40 at 2/s stating its reset only once spent)."""
+    learner = RateLearner()
+    learner.from_headers(40, None, remaining=39, at=0.0, started=2, alongside=1, now=0.1)
+    learner.on_success(began=0.0, latency=0.1, wave=2)
+    learner.on_success(began=0.0, latency=0.1, wave=2)
+    assert learner.rate == pytest.approx(40.0)
+    learner.from_headers(40, None, remaining=0, reset_after=20.0, at=0.1, started=40, now=0.2)
+    assert learner.rate == pytest.approx(2.0)
+
+
 def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     """Unit level: ``Remaining: 4`` of 5 after our request means the bucket held 5, the
     most it can, so exactly 4 are left, not "4 to 5". Five admitted by 0.5 s, Remaining
