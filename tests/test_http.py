@@ -336,6 +336,19 @@ async def test_statuses_become_signals(
     assert seen[0].__class__ is (expected or type(None))
 
 
+async def fetch_once(client: Any, url: str) -> fanout.Turn:
+    """One call whose tool GETs ``url``: retried after a backoff of at most 0.5 s, or after
+    whatever wait the server states, however long (``inline_wait=None``)."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def fetch() -> str:
+        return (await client.get(url)).text
+
+    runner = Runner(reg, retry=fanout.RetryPolicy(base=0.1, cap=0.5), inline_wait=None)
+    return await runner.run_turn([ToolCall("f", "fetch", {})])
+
+
 def retry_info(delay: str) -> dict[str, Any]:
     """Google's refusal body: the wait in a ``RetryInfo`` detail, not in a header."""
     detail = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
@@ -374,15 +387,7 @@ async def test_a_wait_stated_in_a_refusal_s_body_is_waited(
         data = json.dumps(body).encode()
         return lib.module.Response(status, content=data, headers={"content-type": content_type})
 
-    client = lib.mock(handler)
-    reg = Registry()
-
-    @reg.tool(kind=Kind.READS)
-    async def fetch() -> str:
-        return (await client.get("https://api.test/x")).text
-
-    runner = Runner(reg, retry=fanout.RetryPolicy(base=0.1, cap=0.5), inline_wait=None)
-    turn = await runner.run_turn([ToolCall("f", "fetch", {})])
+    turn = await fetch_once(lib.mock(handler), "https://api.test/x")
     assert turn.results[0].status is Status.OK
     if retried_at is None:
         assert sent[1] < 1.0
@@ -430,14 +435,7 @@ async def test_a_refusal_s_body_that_misbehaves_is_a_bare_refusal(
     handler = functools.partial(_refuse_once_with_a_body, server, how)
     async with _serving(handler, server):
         client = lib.client(base_url=server.url)
-        reg = Registry()
-
-        @reg.tool(kind=Kind.READS)
-        async def fetch() -> str:
-            return (await client.get("/x")).text
-
-        runner = Runner(reg, retry=fanout.RetryPolicy(base=0.1, cap=0.2), inline_wait=None)
-        turn = await runner.run_turn([ToolCall("f", "fetch", {})])
+        turn = await fetch_once(client, "/x")
         await client.aclose()
     assert turn.results[0].status is Status.OK
     assert len(server.seen) == 2
