@@ -432,8 +432,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
         with trio.move_on_after(_BODY_WAIT):
             try:
                 body = await read_capped(response.stream)
-            except self._seam.transport_error:
-                return info  # broken off: a bare refusal, as it would have been
+            except Exception:  # broken off, or a stream of a transport's own that failed
+                return info  # only advice was lost: a bare refusal, as it would have been
         wait = None if body is None else retry_delay(body, MAX_WAIT)
         return info if wait is None else attrs.evolve(info, retry_after=wait)
 

@@ -442,6 +442,33 @@ async def test_a_refusal_s_body_that_misbehaves_is_a_bare_refusal(
     assert trio.current_time() <= by
 
 
+async def test_a_refusal_s_body_whose_stream_fails_is_a_bare_refusal(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """A transport of the user's own whose refusal body raises something that is no
+    transport error: the wait it might have stated is lost, nothing else. The call is
+    retried after the policy's backoff and answered ok."""
+
+    class Failing(lib.module.AsyncByteStream):  # type: ignore[name-defined,misc]
+        async def __aiter__(self) -> Any:
+            raise RuntimeError("a stream of the transport's own, broken")
+            yield b""  # an async generator all the same
+
+    sent: list[float] = []
+
+    def handler(request: Any) -> Any:
+        sent.append(trio.current_time())
+        if len(sent) > 1:
+            return lib.module.Response(200, text="ok")
+        json_type = {"content-type": "application/json"}
+        return lib.module.Response(429, headers=json_type, stream=Failing())
+
+    turn = await fetch_once(lib.mock(handler), "https://api.test/x")
+    assert turn.results[0].status is Status.OK
+    assert len(sent) == 2
+    assert sent[1] < 1.0
+
+
 async def test_a_refusal_s_body_is_left_to_the_tool_when_the_server_says_not_to_retry(
     autojump_clock: Any, lib: Library
 ) -> None:
