@@ -208,11 +208,15 @@ def _sf_bare(text: str) -> float | str:
     return text
 
 
-def _sf_list(value: str | None, numeric: frozenset[str]) -> list[_Item] | None:
+def _sf_list(
+    value: str | None, numeric: frozenset[str], *, other_units: set[str] | None = None
+) -> list[_Item] | None:
     """An RFC 8941 list of items keeping only the ``numeric`` parameters.
 
     None when the field is absent or malformed anywhere, including a numeric
-    parameter that is not a number: such a field is dropped whole.
+    parameter that is not a number: such a field is dropped whole. Given
+    ``other_units``, an item whose quota unit (``qu``) is not ``"requests"``
+    (content bytes, concurrent requests) is left out, its name added there.
     """
     if value is None or len(value) > _MAX_LEN:
         return None
@@ -222,14 +226,20 @@ def _sf_list(value: str | None, numeric: frozenset[str]) -> list[_Item] | None:
         if item is None:
             return None
         params: dict[str, float] = {}
+        unit: float | str = "requests"
         for key, raw in _SF_PARAM.findall(item[2]):
+            if key == "qu" and other_units is not None:
+                unit = _sf_bare(raw) if raw else ""
             if key not in numeric:
                 continue
             number = _sf_bare(raw) if raw else None
             if not isinstance(number, float):
                 return None  # a quota that is not a number spoils the whole field
             params[key] = number
-        items.append((_sf_bare(item[1]), params))
+        if unit == "requests":
+            items.append((_sf_bare(item[1]), params))
+        elif other_units is not None:
+            other_units.add(str(_sf_bare(item[1])))
         pos = item.end()
         comma = _SF_COMMA.match(text, pos)
         if comma is None:
@@ -295,8 +305,11 @@ def _untimed(read: Callable[[_Values, float], _Quota]) -> _Family:
 def _structured(values: _Values, max_wait: float) -> _Quota:
     """``RateLimit-Policy: "burst";q=100;w=60`` and ``RateLimit: "burst";r=50;t=30``."""
     policy, current = values
-    policies = _sf_list(policy, _POLICY_PARAMS) or []
-    states = _sf_list(current, _STATE_PARAMS) or []
+    # fanout meters requests: a policy on content bytes or concurrent requests (draft
+    # ``qu``) is not its to keep, nor the state named after it.
+    other_units: set[str] = set()
+    policies = _sf_list(policy, _POLICY_PARAMS, other_units=other_units) or []
+    states = [s for s in _sf_list(current, _STATE_PARAMS) or [] if s[0] not in other_units]
     # The state closest to running out is the one that will bite first.
     name, state = min(states, key=lambda s: s[1].get("r", math.inf), default=(None, {}))
     ranked: list[tuple[tuple[bool, float], float, float | None]] = []

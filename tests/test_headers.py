@@ -183,6 +183,20 @@ def test_older_draft_window_parameter_spelled_out() -> None:
 # --- the current IETF draft (structured fields) ------------------------------
 
 
+def test_a_policy_on_bytes_or_concurrency_is_not_read_as_requests() -> None:
+    """The current draft's ``qu`` names what a policy counts. fanout meters requests: a
+    policy on content bytes or concurrent requests, and the state named after it, are left
+    out (read, a spent byte quota blocked requests, and a cap of 4 in flight became a
+    burst of 4)."""
+    policy = '"bytes";q=1000000;w=60;qu="content-bytes", "req";q=100;w=60'
+    info = parse({"RateLimit-Policy": policy, "RateLimit": '"bytes";r=0;t=5, "req";r=50;t=30'})
+    assert (info.limit, info.window, info.remaining, info.reset_after) == (100.0, 60.0, 50.0, 30.0)
+    conc = {"RateLimit-Policy": '"conc";q=4;qu="concurrent-requests"', "RateLimit": '"conc";r=0'}
+    assert (parse(conc).limit, parse(conc).remaining) == (None, None)
+    said = {"RateLimit-Policy": '"req";q=100;w=60;qu="requests"', "RateLimit": '"req";r=5'}
+    assert (parse(said).limit, parse(said).remaining) == (100.0, 5.0)
+
+
 def test_structured_policy_and_state() -> None:
     """RateLimit-Policy gives limit and window, RateLimit gives remaining and reset."""
     info = parse({"RateLimit-Policy": '"burst";q=100;w=60', "RateLimit": '"burst";r=50;t=30'})
