@@ -40,7 +40,8 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   or until its next token (``reset="next"``); for a window, until the
   window ends (fixed) or its oldest request leaves it (sliding). Rounded *up*
   to whole seconds, except the ``openai`` duration (ms). The ``shopify``
-  style states no reset: only the fill level, ``limit - remaining`` of ``limit``.
+  style states no reset: only the fill level, ``limit - remaining`` of ``limit``;
+  the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
 
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
 RetryAfterFormat = Literal["seconds", "http-date", "ms", "absent"]
-HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "shopify", "none"]
+HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "shopify", "azure", "none"]
 Model = Literal["bucket", "fixed", "sliding"]
 ResetMeaning = Literal["full", "next"]
 
@@ -484,6 +485,8 @@ class ThrottlingServer:
             ]
         if style == "shopify":  # the fill level only: used of size, no reset
             return [("x-shopify-shop-api-call-limit", f"{limit - remaining}/{limit}")]
+        if style == "azure":  # what remains, alone
+            return [("x-ratelimit-remaining-requests", str(remaining))]
         names = ("limit", "remaining", "reset")
         if style == "anthropic":
             prefix = "anthropic-ratelimit-requests-"

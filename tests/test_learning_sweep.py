@@ -234,11 +234,12 @@ def test_a_403_that_says_it_is_the_rate_is_learned_as_a_429(server: Server) -> N
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(server=servers())
-def test_a_bucket_stating_its_level_but_no_reset_is_learned(server: Server) -> None:
+@given(server=servers(), style=st.sampled_from(["shopify", "azure"]))
+def test_a_bucket_stating_its_level_but_no_reset_is_learned(server: Server, style: str) -> None:
     """Any token bucket (of two or more) that states its limit and what remains, but no
     reset and no window, as Shopify's fill level ``X-Shopify-Shop-Api-Call-Limit: 32/40``
-    does: every call ok, and at most three refusals, the probe's counted once.
+    does, or only what remains, as Azure OpenAI's ``x-ratelimit-remaining-requests``:
+    every call ok, and at most three refusals, the probe's counted once.
 
     Before, the stated limit was taken for a stated rate, and with no reset there was
     no first guess: nothing paced the calls. Against 2/s with a burst of 40 (Shopify's),
@@ -247,7 +248,7 @@ def test_a_bucket_stating_its_level_but_no_reset_is_learned(server: Server) -> N
     429, the first guess is what was admitted beyond the burst.
     """
     assume(server.model == "bucket" and server.burst >= 2)
-    throttling, turn, _ = run(attrs.evolve(server, headers="shopify"))
+    throttling, turn, _ = run(attrs.evolve(server, headers=style))
     assert all(r.status is Status.OK for r in turn.results)
     assert spent(throttling) <= _REFUSED
 
