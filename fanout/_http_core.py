@@ -20,7 +20,7 @@ inside a tool call, `HttpCore`:
   plain (`fanout._headers`) and holds no credential, else it reads
   ``REDACTED``;
 * turns the rate's refusals (429, and a 403 that says it is one:
-  `refused_for_rate`) and an overload with a Retry-After (503, 529) into
+  `_refused_for_rate`) and an overload with a Retry-After (503, 529) into
   ``RateLimitedError`` with the parsed wait and the bucket the server named,
   so the runner's retry policy applies; 408, 500, 502, 503, 504 and 529
   otherwise become ``TransientError``; ``x-should-retry`` (or Stripe's
@@ -385,7 +385,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )  # fmt: skip
         if info.scope is not None:
             info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
-        refused = refused_for_rate(response.status_code, info)
+        refused = _refused_for_rate(response.status_code, info)
         if info.retry_after is None and (
             refused or (response.status_code in _OVERLOADED and info.should_retry is not False)
         ):
@@ -646,7 +646,7 @@ async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedErro
         await scope.on_throttled(wait, sent_at=signal.sent_at, arriving=True)
 
 
-def refused_for_rate(status: int, info: RateLimitInfo) -> bool:
+def _refused_for_rate(status: int, info: RateLimitInfo) -> bool:
     """Whether a response is the rate's refusal: a ``429``, or a ``403`` that says so.
 
     GitHub refuses over its primary limit with a ``403`` whose
@@ -664,7 +664,7 @@ def _signal_for(
     status: int, info: RateLimitInfo, what: str, sent_at: float, *, refused: bool
 ) -> RateLimitedError | TransientError | None:
     """The exception a response's status and headers call for, if any; ``refused``:
-    the rate refused it (`refused_for_rate`)."""
+    the rate refused it (`_refused_for_rate`)."""
     retry = info.should_retry
     if refused or (status in _OVERLOADED and info.retry_after is not None):
         return RateLimitedError(

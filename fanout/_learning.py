@@ -120,7 +120,7 @@ class RateLearner:
     _paced: float | None = attrs.field(default=None, alias="_paced")  # before a proof raised it
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
-    _stated: bool = attrs.field(default=False, alias="_stated")  # the server gave numbers
+    _stated: bool = attrs.field(default=False, alias="_stated")  # a window, or a reset with counts
     _burst_stated: bool = attrs.field(default=False, alias="_burst_stated")  # a limit of 2+
     _slow_start: bool = attrs.field(default=True, alias="_slow_start")
     _growth: float = attrs.field(default=_GROWTH, alias="_growth")
