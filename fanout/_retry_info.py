@@ -9,6 +9,8 @@ body, not a header, says how long to wait::
 Unread, the refusal is a bare 429: a scope told its rate retried after a
 short backoff into the same spent quota, three times, and gave the call up.
 Some of Google's APIs wrap the error in a one-element list; both are read.
+Two plainer forms say the same in seconds: Discord's top-level
+``"retry_after": 64.57`` and Telegram's ``"parameters": {"retry_after": 35}``.
 
 The body is read only from a refusal whose headers state no wait, only when
 it says it is JSON, and only up to ``BODY_LIMIT`` bytes (a refusal is a few
@@ -19,6 +21,7 @@ error: a body is the server's to get wrong.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +45,38 @@ def retry_delay(body: bytes, max_wait: float) -> float | None:
         return None
     if isinstance(data, list) and data:
         data = data[0]
-    error = data.get("error") if isinstance(data, dict) else None
-    details = error.get("details") if isinstance(error, dict) else None
-    if not isinstance(details, list):
+    if not isinstance(data, dict):
         return None
-    for detail in details:
-        if not (isinstance(detail, dict) and detail.get("@type") == _RETRY_INFO):
-            continue
-        delay = detail.get("retryDelay")
-        match = _DURATION.fullmatch(delay.strip()) if isinstance(delay, str) else None
-        if match is not None:
-            seconds = float(match[1])
-            return seconds if seconds <= max_wait else None
+    seconds = _google(data.get("error"))
+    if seconds is None:
+        parameters = data.get("parameters")
+        plain = parameters.get("retry_after") if isinstance(parameters, dict) else None
+        seconds = _seconds(data.get("retry_after"))
+        seconds = _seconds(plain) if seconds is None else seconds
+    return seconds if seconds is not None and seconds <= max_wait else None
+
+
+def _google(error: Any) -> float | None:
+    """The ``retryDelay`` of the first ``RetryInfo`` among an error's details."""
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        if isinstance(detail, dict) and detail.get("@type") == _RETRY_INFO:
+            delay = detail.get("retryDelay")
+            match = _DURATION.fullmatch(delay.strip()) if isinstance(delay, str) else None
+            if match is not None:
+                return float(match[1])
     return None
+
+
+def _seconds(value: Any) -> float | None:
+    """A JSON number of seconds, at least 0 and finite (``true`` is no number here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 async def read_capped(stream: AsyncIterable[bytes], limit: int = BODY_LIMIT) -> bytes | None:

@@ -1,5 +1,5 @@
-"""A refusal's wait in its JSON body (Google's ``RetryInfo``): read where it is, and
-nothing a body holds makes the reading fail."""
+"""A refusal's wait in its JSON body (Google's ``RetryInfo``, Discord's and Telegram's
+``retry_after``): read where it is, and nothing a body holds makes the reading fail."""
 
 from __future__ import annotations
 
@@ -49,6 +49,16 @@ def google(delay: object, *, wrapped: bool = False, before: int = 1) -> bytes:
         (b"not json", None),
         (b"\xff\xfe\x00", None),
         (b"[" * 100_000 + b"]" * 100_000, None),  # nested past the parser's recursion
+        (b'{"message": "You are being rate limited.", "retry_after": 64.57}', 64.57),  # Discord
+        (b'{"ok": false, "error_code": 429, "parameters": {"retry_after": 35}}', 35.0),  # Telegram
+        (b'{"retry_after": 0}', 0.0),
+        (b'{"retry_after": -1, "parameters": {"retry_after": 2}}', 2.0),
+        (b'{"retry_after": true}', None),
+        (b'{"retry_after": "5"}', None),
+        (b'{"retry_after": 1e400}', None),
+        (b'{"retry_after": 1' + b"0" * 400 + b"}", None),  # too big for a float
+        (b'{"retry_after": 700000}', None),
+        (b'{"parameters": [35]}', None),
     ],
 )
 def test_the_wait_is_read_from_a_retry_info_and_nothing_else(
@@ -58,7 +68,7 @@ def test_the_wait_is_read_from_a_retry_info_and_nothing_else(
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
     max_leaves=20,
 )
@@ -71,9 +81,14 @@ json_values = st.recursive(
 )
 def test_no_body_makes_the_reading_fail(delay: object, body: bytes, other: object) -> None:
     """Any bytes, any JSON, and any RetryInfo value: a wait of at most ``max_wait`` or None."""
-    for candidate in (body, json.dumps(other).encode(), google(delay)):
+    plain = [{"retry_after": other}, {"parameters": {"retry_after": other}}]
+    for candidate in (body, json.dumps(other).encode(), google(delay), *map(dumps, plain)):
         wait = retry_delay(candidate, max_wait=60.0)
         assert wait is None or 0.0 <= wait <= 60.0
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value).encode()
 
 
 async def chunks(*parts: bytes) -> Any:
