@@ -121,7 +121,6 @@ class RateLearner:
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
     _stated: bool = attrs.field(default=False, alias="_stated")  # a window, or a reset with counts
-    _burst_stated: bool = attrs.field(default=False, alias="_burst_stated")  # a limit of 2+
     _slow_start: bool = attrs.field(default=True, alias="_slow_start")
     _growth: float = attrs.field(default=_GROWTH, alias="_growth")
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
@@ -217,7 +216,6 @@ class RateLearner:
         self._stated = states
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
-        self._burst_stated = self._burst_stated or (limit is not None and limit >= 2)
         if limit is not None and window is not None and limit >= 1 and window > 0:
             stated = limit / window
             if math.isfinite(stated) and stated > 0 and stated != self.ceiling:
@@ -403,13 +401,12 @@ class RateLearner:
             self._slow_start = False
             # Nothing is proven yet: a burst's worth a second is the first guess,
             # the requests admitted so far (``started`` leaves refused ones out)
-            # less one: the bucket was empty at this 429, so the refill paid for
-            # at least part of them. (Counting them all drew a fourth 429 from
-            # servers of 2/s with bursts of 6 or 7.) A stated burst paid for that
-            # many: counted as a second's refill, 40 admitted by a bucket of 40 at
-            # 2/s set 39/s, and its refill over the 429's wait sent 33 at once.
-            beyond = self.burst if self._burst_stated else 1.0
-            guess = max(started - beyond, 1.0) / _PHASE_ONE
+            # less the burst (one, unless a limit was stated): the bucket was empty
+            # at this 429, so the refill paid for at least part of them. (Counting
+            # them all drew a fourth 429 from servers of 2/s with bursts of 6 or 7;
+            # counting a stated burst of 40 at 2/s as a second's refill set 39/s,
+            # and its refill over the 429's wait sent 33 at once.)
+            guess = max(started - self.burst, 1.0) / _PHASE_ONE
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)
