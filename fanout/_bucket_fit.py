@@ -76,6 +76,15 @@ class AnswerLog:
             del answers[:start]
             self._from_429 = True
 
+    def with_pending(self, pending: Sequence[float] = ()) -> list[tuple[float, bool]]:
+        """The answers (sent, refused), with requests sent at ``pending`` and not yet
+        answered taken as admitted (a refusal comes back at once)."""
+        answers = self._answers
+        if pending and answers:
+            extra = [(sent, False) for sent in pending if sent >= answers[0][0]]
+            return sorted(answers + extra)
+        return list(answers)
+
     def fit(
         self,
         *,
@@ -95,10 +104,7 @@ class AnswerLog:
         read as never sent, and a 429 after them as a bucket that refilled
         nothing meanwhile: a fit of 1.2/s against 20/s.
         """
-        answers = self._answers
-        if pending and answers:
-            extra = [(sent, False) for sent in pending if sent >= answers[0][0]]
-            answers = sorted(answers + extra)
+        answers = self.with_pending(pending)
         admitted = sum(not refused for _, refused in answers)
         span = answers[-1][0] - answers[0][0] if answers else 0.0
         if admitted < 2 or span <= 0:

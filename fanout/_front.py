@@ -56,6 +56,8 @@ from ._validate import (
 from ._window import Arrivals
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._budget import Budget
     from ._values import RateLimitInfo
 
@@ -142,6 +144,7 @@ class Backend(Protocol):
     ) -> None: ...
     def set_slack(self, slack: float) -> None: ...
     def use_window(self, window: float) -> None: ...
+    async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None: ...
     async def answered(self, sent: float, arrived_by: float) -> None: ...
     def delayed(self, booked_by: float) -> None: ...
     def left(self, booked_by: float) -> None: ...
@@ -893,6 +896,9 @@ class ScopeFront:
                 started=self._started_by(sent), pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
+            if self._learner.window is not None and self._window_length is None:
+                await self._count_in_learned_window(self._learner.window.length, now)
+                return
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
             tokens = 0.0 if unknown else None
@@ -976,6 +982,19 @@ class ScopeFront:
         window, burst = self._window_guess()
         started = self._recent.cost_within(math.nextafter(now - window, math.inf), now)
         return started <= 1.5 * burst
+
+    async def _count_in_learned_window(self, length: float, now: float) -> None:
+        """A server that states nothing showed a window by its waits (`RateLearner.window`):
+        count in it, with what started in the last window held as the server holds it.
+
+        Left out, the new log sent its whole limit as the wait ended, and a
+        sliding log, which frees a request's place only a window after it
+        started, refused all but the first few.
+        """
+        self._count_in_windows(length)
+        self._apply_learned()
+        since = math.nextafter(now - length, math.inf)
+        await self._backend.hold_started(self._recent.within(since, now))
 
     def _count_in_windows(self, length: float | None = None) -> None:
         """The server counts in windows: keep ``burst`` per the guessed window in a log."""

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._bucket_fit import AnswerLog
+from ._window_fit import WindowGuess, explained_by_window
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -92,6 +93,7 @@ _FLOORED_SHARE = 0.5  # of the fastest rate that fits, when no slower rate is ru
 _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far apart)
 _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
 _REFUSALS = 3  # 429s learning may spend (the probe's count once); then it grows only on proof
+_WINDOW_ONLY = 0.5  # a window is taken only where every bucket that fits is this much slower
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
@@ -142,6 +144,9 @@ class RateLearner:
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
     _wave: float = attrs.field(default=1.0, alias="_wave")  # the probe's width, all admitted
+    # With no numbers: the window the first 429's wait suggests, and how late it may end.
+    _guess: tuple[WindowGuess, float] | None = attrs.field(default=None, alias="_guess")
+    window: WindowGuess | None = None  # the window the answers showed (`fanout._window_fit`)
 
     @property
     def paced_burst(self) -> float:
@@ -356,7 +361,7 @@ class RateLearner:
             self._spent += 1
         self._refused += 1
         if not self._stated:
-            self._throttled_blind(now, sent_at, started, pending)
+            self._throttled_blind(now, sent_at, started, pending, wait=wait)
             return
         if now < self._hold_until:
             return
@@ -386,7 +391,13 @@ class RateLearner:
         self._exact.clear()
 
     def _throttled_blind(
-        self, now: float, sent_at: float, started: float, pending: Sequence[float]
+        self,
+        now: float,
+        sent_at: float,
+        started: float,
+        pending: Sequence[float],
+        *,
+        wait: float = 0.0,
     ) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
         self._log.note(sent_at, admitted=False)
@@ -396,6 +407,8 @@ class RateLearner:
             return
         self._event_at = now
         self._events += 1
+        if wait > 0 and self.window is None and self._windowed(now, sent_at, pending, wait):
+            return
         self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
             self._slow_start = False
@@ -422,6 +435,48 @@ class RateLearner:
             spent = self.spent_refusals
             self._settle(pending if spent else (), out=pending)
         self._quiet_until = now + 1.0 / self.rate
+
+    def _windowed(self, now: float, sent_at: float, pending: Sequence[float], wait: float) -> bool:
+        """Whether the server counts in a window, by the waits of its 429s (`fanout._window_fit`).
+
+        The first 429 of a burst with a wait makes the guess; a later one,
+        whose wait ends where the guess says, proves it, and the rate is the
+        window's from then on: the scope counts in it. A wait in whole
+        seconds (``Retry-After: 3``, or an HTTP-date) was rounded up to one.
+        """
+        coarse = abs(wait - round(wait)) < 1e-9
+        if self._guess is None:
+            # Those still out were admitted (a refusal comes back at once).
+            logged = self._log.with_pending()
+            admitted = [sent for sent, refused in logged if not refused and sent < sent_at]
+            admitted += [sent for sent in pending if sent < sent_at]
+            if len(admitted) >= 2:
+                first = min(admitted)
+                guess = WindowGuess(len(admitted), now + wait - first, first)
+                self._guess = (guess, now - sent_at + (1.0 if coarse else 0.0))
+            return False
+        guess, longer = self._guess
+        answers = self._log.with_pending(pending)
+        reopens = (sent_at + wait - (1.0 if coarse else 0.0), now + wait + longer)
+        # Only requests sent together may have reached the server in either order:
+        # allowed the spread of latencies (0.27 s, with jitter), a bucket of 24/s
+        # passed for 30 per 1.08 s, and the window it was counted in drew nine 429s.
+        kind = explained_by_window(answers, guess, sent_at, reopens, tolerance=TOGETHER)
+        if kind is None:
+            return False
+        rate = guess.limit / guess.length
+        if kind == "fixed":
+            # Fixed windows are matched by counts alone, and a wait in whole seconds
+            # (or an HTTP-date) ends on one of their edges wherever it falls: against
+            # a bucket of 20/s, the learner's own pace filled a guessed 13 per 0.5 s.
+            # They are taken only where every bucket that fits is much slower.
+            slowest = max(self.floor, _MIN_RATE)
+            fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending)
+            if fit is not None and fit.high >= rate * _WINDOW_ONLY:
+                return False
+        self.window, self.burst = guess, float(guess.limit)
+        self.rate = self._cap = rate
+        return True
 
     def on_success(
         self, *, began: float | None = None, latency: float | None = None, wave: float = 1.0
@@ -503,6 +558,8 @@ class RateLearner:
             if self.rate is None:
                 self._wave = max(1.0, wave)
             self.rate = (self.rate or self._wave / self._latency) + 1.0 / self._latency
+        elif self.window is not None:
+            return  # counted in a window (`_windowed`): its rate is the window's
         elif self.rate is not None and began is not None and began > self._event_at:
             if self._refit:
                 # Every request sent before the event has answered by now: fit.

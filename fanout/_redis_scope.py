@@ -66,7 +66,7 @@ from ._validate import positive
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
     from types import TracebackType
 
     from ._bucket import ServerCount
@@ -508,6 +508,20 @@ class RedisBackend:
         the shared log counts it from its booking until its answer says when it arrived."""
         if isinstance(self._fallback_bucket, SlidingLog):
             self._fallback_bucket.left(booked_by)
+
+    async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None:
+        """Requests (start, cost) that started before the log did: each a phantom in the
+        shared log (and the local one while Redis is away) from its start."""
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.hold_started(starts)
+        if self.window is None:
+            await trio.lowlevel.checkpoint()
+            return
+        now = trio.current_time()
+        with contextlib.suppress(LimiterUnavailableError):
+            for start, cost in starts:
+                await self._shared("held", cost=cost, elapsed=now - start)
+        await trio.lowlevel.checkpoint()
 
     async def drain(self, blocked_for: float) -> None:
         self._counts["drained"] += 1

@@ -274,6 +274,8 @@ return found
 #   void      bookings ahead book again (they were placed with a narrower slack), new epoch
 #   sync      the server had ARGV[5] left when a request sent ARGV[9] s ago arrived:
 #             what it counted beyond the log's own is held as a phantom for a window
+#   held      ARGV[4] tokens that started ARGV[9] s ago, before the log did, and that
+#             the server still counts: a phantom from then (new epoch)
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
 # the shared "quota exhausted" marker; PTTL -2 when absent).
 WINDOW = (
@@ -427,6 +429,8 @@ elseif op == 'sync' then
     if starts[i] <= sent and sent < ends[i] then ours = ours + costs[i] end
   end
   write = hold(limit - extra - ours, now + window - span)
+elseif op == 'held' then
+  write = hold(cost, now - tonumber(ARGV[9]))
 else
   return redis.error_reply('unknown window op ' .. op)
 end

@@ -24,6 +24,8 @@ from ._validate import finite
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._bucket import Booking, BucketStatistics, ServerCount
     from ._budget import Budget
     from ._retry import RetryBudget
@@ -201,6 +203,11 @@ class LocalBackend:
     async def wait_for(self, cost: float) -> float:
         await trio.lowlevel.checkpoint()
         return self.tokens.wait_for(cost)
+
+    async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None:
+        if self.log is not None:
+            self.log.hold_started(starts)
+        await trio.lowlevel.checkpoint()
 
     async def answered(self, sent: float, arrived_by: float) -> None:
         if self.log is not None:

@@ -71,6 +71,12 @@ class Starts:
         low = bisect.bisect_left(self._starts, since)
         return max(0, bisect.bisect_right(self._starts, until) - low)
 
+    def within(self, since: float, until: float) -> list[tuple[float, float]]:
+        """The bookings (start, cost) that start from ``since`` to ``until``, both included."""
+        low = bisect.bisect_left(self._starts, since)
+        high = bisect.bisect_right(self._starts, until, lo=low)
+        return list(zip(self._starts[low:high], self._costs[low:high], strict=True))
+
     def latest_before(self, when: float, count: int) -> list[float]:
         """The starts of the ``count`` latest bookings to start before ``when``, in order."""
         high = bisect.bisect_left(self._starts, when)

@@ -374,6 +374,12 @@ class SlidingLog:
         if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
             self._drop_bookings()
 
+    def hold_started(self, starts: Sequence[tuple[float, float]]) -> None:
+        """Requests (start, cost) that started before the log did, which the server still
+        counts: each holds its tokens a window from its start, as a phantom."""
+        for start, cost in starts:
+            bisect.insort(self._entries, (start, cost, _PHANTOM, -math.inf))
+
     def drain(self, blocked_for: float = 0.0) -> None:
         """A 429: the window is full now, and nothing starts for ``blocked_for`` s."""
         now = trio.current_time()

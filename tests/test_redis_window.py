@@ -231,3 +231,20 @@ async def test_an_answer_slower_than_two_windows_still_finds_the_shared_booking(
         await trio.sleep(0.5)
         await one.observe_headers(RateLimitInfo(remaining=0), sent_at=second.start)
         assert close([await one.wait_for(1)], [0.0])
+
+
+async def test_requests_started_before_a_learned_log_hold_it_alike_on_redis_and_locally(
+    redis_url: str, prefix: str
+) -> None:
+    """3 per second, with requests that went 0.6, 0.3 and 0.1 s before the log began (a
+    window learned from a server's waits): every process waits until the first leaves,
+    as a local log does."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 3, "per": 1.0}
+    local = fanout.Scope("api", limit=3, per=1.0)
+    async with two_processes(redis_url, **options) as (one, other):
+        now = trio.current_time()
+        before = [(now - 0.6, 1.0), (now - 0.3, 1.0), (now - 0.1, 1.0)]
+        await local._backend.hold_started(before)
+        await one._backend.hold_started(before)
+        assert close([await local.wait_for(1), await local.wait_for(2)], [0.4, 0.7])
+        assert close([await other.wait_for(1), await other.wait_for(2)], [0.4, 0.7])

@@ -1,0 +1,132 @@
+"""Whether a window explains what a server that states nothing admitted, refused and said.
+
+A server that counts "``L`` per ``W`` seconds" (a fixed window from the
+first request, or a sliding log) and sends nothing but a ``Retry-After``
+with its 429s looks, from its answers alone, like a token bucket with a
+deep burst and a slow refill: ``L`` admitted at once, then a long wait.
+Fitted as that bucket, a sliding log of 20 per 4 s was paced at 0.98/s,
+against the 5/s it allows (5.9 times the minimum). What tells them apart is
+the second wait: a bucket's is until its next token, a window's until its
+oldest request leaves (a log) or until the window ends (fixed), which the
+starts so far predict to the precision the server gives.
+
+The first 429 of a burst gives the guess: ``L`` is what was admitted before
+it, and the window ends when the server takes requests again, so ``W`` is
+from the first request to that reopening (a rounded-up ``Retry-After``
+makes it a little long, never short). The guess stands when every answer
+agrees with it (no admission where the window was full, no refusal where it
+had room, each allowing for ``tolerance`` of arrival spread) and the second
+429's reopening is where the guess puts it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["WindowGuess", "explained_by_window"]
+
+
+@attrs.frozen
+class WindowGuess:
+    """``limit`` requests per ``length`` seconds, counted from ``first``."""
+
+    limit: int
+    length: float
+    first: float
+
+
+def explained_by_window(
+    answers: Sequence[tuple[float, bool]],
+    guess: WindowGuess,
+    refused_at: float,
+    reopens: tuple[float, float],
+    *,
+    tolerance: float,
+) -> Literal["sliding", "fixed"] | None:
+    """Which window of ``guess``'s numbers explains ``answers`` ((sent, refused), sorted
+    by when sent) and a 429 to the request sent at ``refused_at`` that reopens between
+    ``reopens``: a sliding log, fixed windows, or neither (None)."""
+    admitted = [sent for sent, refused in answers if not refused and sent >= guess.first]
+    refusals = [sent for sent, refused in answers if refused and sent >= guess.first]
+    if guess.limit < 2 or not admitted:
+        return None
+    seen = _Seen(admitted, refusals, refused_at, reopens, tolerance)
+    if _sliding(seen, guess):
+        return "sliding"
+    if _fixed(seen, guess):
+        return "fixed"
+    return None
+
+
+@attrs.frozen
+class _Seen:
+    """When admitted and refused requests were sent (sorted); the 429 to judge by, sent at
+    ``refused_at``, whose wait ends between ``reopens``; how far out of step they arrive."""
+
+    admitted: list[float]
+    refusals: list[float]
+    refused_at: float
+    reopens: tuple[float, float]
+    tolerance: float
+
+    def reopens_at(self, when: float) -> bool:
+        return self.reopens[0] - self.tolerance <= when <= self.reopens[1] + self.tolerance
+
+
+def _within(starts: list[float], since: float, until: float) -> int:
+    """How many of ``starts`` (sorted) are in ``(since, until)``."""
+    return bisect.bisect_left(starts, until) - bisect.bisect_right(starts, since)
+
+
+def _sliding(seen: _Seen, guess: WindowGuess) -> bool:
+    """A log: never ``limit`` in any ``length`` before an admission, always before a refusal,
+    and the refused request's wait ends as the oldest of those before it leaves."""
+    limit, length, tolerance = guess.limit, guess.length, seen.tolerance
+    admitted, refused_at = seen.admitted, seen.refused_at
+    for sent in admitted:
+        if _within(admitted, sent - length + tolerance, sent - tolerance) >= limit:
+            return False
+    for sent in seen.refusals:
+        if _within(admitted, sent - length - tolerance, sent + tolerance) < limit:
+            return False
+    inside = admitted[bisect.bisect_right(admitted, refused_at - length) :]
+    inside = inside[: bisect.bisect_right(inside, refused_at)]
+    if len(inside) < limit:
+        return False
+    return seen.reopens_at(inside[len(inside) - limit] + length)
+
+
+def _fixed(seen: _Seen, guess: WindowGuess) -> bool:
+    """Windows end to end from the first request: never more than ``limit`` admitted in one,
+    ``limit`` before each refusal in its window, and the refused request's wait ends with it.
+    Requests within ``tolerance`` of a window's edge may be counted on either side of it,
+    so the refused request must be clear of one: at an edge it shows no window full.
+    (Refused as a guessed window opened, a bucket of 2/s passed for 8 per 0.75 s.)"""
+    limit, length, first = guess.limit, guess.length, guess.first
+    admitted, refused_at, tolerance = seen.admitted, seen.refused_at, seen.tolerance
+
+    def window_of(sent: float) -> int:
+        return int((sent - first) // length)
+
+    def clear(sent: float) -> bool:
+        offset = (sent - first) % length
+        return tolerance < offset < length - tolerance
+
+    counts: dict[int, int] = {}
+    for sent in admitted:
+        if clear(sent):
+            counts[window_of(sent)] = counts.get(window_of(sent), 0) + 1
+    if not clear(refused_at) or any(count > limit for count in counts.values()):
+        return False
+    for sent in [*seen.refusals, refused_at]:
+        window = window_of(sent)
+        start = first + window * length
+        if clear(sent) and _within(admitted, start - tolerance, sent + tolerance) < limit:
+            return False
+    return seen.reopens_at(first + (window_of(refused_at) + 1) * length)

@@ -1,0 +1,111 @@
+"""Telling a window from a bucket by the waits of a server that states nothing else."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from fanout._window_fit import WindowGuess, explained_by_window
+
+TOLERANCE = 0.005
+
+# The answers of a sliding log of 20 per 4 s (the learning sweep's 5/s with a burst
+# of 20, at 300 ms, with Retry-After in ms): a burst of 20, a 429 at 1.114 whose wait
+# ends at 4.0 (the first two requests leave), two admitted then, a 429 at 4.106
+# whose wait ends at 4.3 (the third leaves).
+BURST = [0.0, 0.0, 0.3, 0.375, 0.45, 0.525, 0.6, 0.66, 0.712, 0.761, 0.804, 0.844]
+BURST += [0.881, 0.917, 0.95, 0.981, 1.011, 1.038, 1.065, 1.09]
+LOG = sorted([(t, False) for t in [*BURST, 4.0, 4.053]] + [(1.114, True), (4.106, True)])
+GUESS = WindowGuess(limit=20, length=4.0, first=0.0)
+
+
+def test_a_sliding_log_is_told_by_where_its_second_wait_ends() -> None:
+    assert explained_by_window(LOG, GUESS, 4.106, (4.3, 4.3), tolerance=TOLERANCE) == "sliding"
+
+
+def test_a_wait_that_ends_elsewhere_shows_no_window() -> None:
+    """A bucket's second wait is until its next token: not where the log's third leaves."""
+    assert explained_by_window(LOG, GUESS, 4.106, (4.15, 4.16), tolerance=TOLERANCE) is None
+    assert explained_by_window(LOG, GUESS, 4.106, (4.5, 4.6), tolerance=TOLERANCE) is None
+
+
+def test_more_admitted_in_a_window_than_its_limit_shows_no_window() -> None:
+    crowded = sorted([*LOG, (4.02, False)])
+    assert explained_by_window(crowded, GUESS, 4.106, (4.3, 4.3), tolerance=TOLERANCE) is None
+
+
+def test_fixed_windows_are_told_by_the_window_s_end() -> None:
+    """20 per 4 s from the first request: the second window admits 20 again from 4.0."""
+    second = [4.0 + 0.05 * k for k in range(20)]
+    answers = sorted([(t, False) for t in [*BURST, *second]] + [(1.114, True), (5.02, True)])
+    assert explained_by_window(answers, GUESS, 5.02, (8.0, 8.0), tolerance=TOLERANCE) == "fixed"
+    assert explained_by_window(answers, GUESS, 5.02, (6.0, 6.0), tolerance=TOLERANCE) is None
+
+
+def test_a_refusal_at_a_window_s_edge_shows_no_window_full() -> None:
+    """A bucket of 2/s and burst 8, refused as a guessed 8 per 0.75 s reopened: at the edge
+    the refusal is no evidence of a full window, and no window is taken."""
+    answers = sorted([(0.0, False)] * 4 + [(0.0625, False)] * 4 + [(0.0625, True), (0.75, False)])
+    answers.append((0.75, True))
+    guess = WindowGuess(limit=8, length=0.75, first=0.0)
+    assert explained_by_window(answers, guess, 0.75, (0.75, 1.75), tolerance=TOLERANCE) is None
+
+
+def test_a_guess_of_one_request_is_no_window() -> None:
+    answers = [(0.0, False), (0.1, True), (1.0, False), (1.05, True)]
+    guess = WindowGuess(limit=1, length=1.0, first=0.0)
+    assert explained_by_window(answers, guess, 1.05, (2.0, 2.0), tolerance=TOLERANCE) is None
+
+
+def _sliding_log(limit: int, length: float, sends: list[float]) -> list[tuple[float, bool]]:
+    """What a sliding log of ``limit`` per ``length`` answers to requests arriving at ``sends``."""
+    admitted: list[float] = []
+    answers = []
+    for t in sorted(sends):
+        ok = sum(1 for a in admitted if a > t - length) < limit
+        if ok:
+            admitted.append(t)
+        answers.append((t, not ok))
+    return answers
+
+
+def _reopens(answers: list[tuple[float, bool]], limit: int, length: float, at: float) -> float:
+    inside = [t for t, refused in answers if not refused and at - length < t <= at]
+    return inside[len(inside) - limit] + length
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=st.integers(2, 30),
+    length=st.floats(0.5, 10.0),
+    burst_share=st.floats(0.0, 0.5),
+    gaps=st.lists(st.floats(0.0, 2.0), min_size=2, max_size=80),
+)
+def test_a_sliding_log_s_own_answers_are_explained_by_it(
+    limit: int, length: float, burst_share: float, gaps: list[float]
+) -> None:
+    """Any sliding log, any schedule that spends it at once and sends more after its wait:
+    the guess its first 429 gives (what was admitted, to where that wait ends) explains
+    every later 429 whose wait ends where the log frees its next place. (Requests are
+    sent more than the tolerance apart: closer, they reach the server in either order.)"""
+    step = 3 * TOLERANCE + burst_share * length / limit
+    assume(step * limit < length)
+    burst = [k * step for k in range(limit + 1)]  # one more than the log takes
+    reopen = _reopens(_sliding_log(limit, length, burst), limit, length, burst[-1])
+    sends, at = list(burst), reopen
+    for gap in gaps:  # a gap of a few tolerances up to twice the log's pace
+        sends.append(at)
+        at += 3 * TOLERANCE + gap * length / limit
+    answers = _sliding_log(limit, length, sends)
+    guess = WindowGuess(limit=limit, length=reopen - burst[0], first=burst[0])
+    checked = 0
+    for sent, refused in answers:
+        if refused and sent > reopen:
+            frees = _reopens(answers, limit, length, sent)
+            before = [a for a in answers if a[0] <= sent]
+            assert (
+                explained_by_window(before, guess, sent, (frees, frees), tolerance=TOLERANCE)
+                == "sliding"
+            )
+            checked += 1
+    assume(checked)
