@@ -49,7 +49,10 @@ Three sources, in order of trust:
    out have answered, reads them as never sent (a cautious rate until
    they answer), except at the last 429 learning may spend: then they
    count as admitted. This is
-   AIMD whose decrease lands on evidence instead of a blind half.
+   AIMD whose decrease lands on evidence instead of a blind half. A
+   server whose 429s state a wait may count in a window instead, which a
+   bucket explains only as a deep burst refilled slowly: where its second
+   wait ends shows it (`fanout._window_fit`), and the scope counts in it.
 
 A response never resets the estimate: only new evidence moves it.
 """
@@ -441,8 +444,11 @@ class RateLearner:
 
         The first 429 of a burst with a wait makes the guess; a later one,
         whose wait ends where the guess says, proves it, and the rate is the
-        window's from then on: the scope counts in it. A wait in whole
-        seconds (``Retry-After: 3``, or an HTTP-date) was rounded up to one.
+        window's from then on: the scope counts in it. A wait of whole
+        seconds (``Retry-After: 3``) may have been rounded up by up to one.
+        An HTTP-date's wait, read against the server's finer clock, is not
+        whole: it is taken as exact, so its window is proven only where its
+        end falls within ``TOGETHER`` of the guess's.
         """
         coarse = abs(wait - round(wait)) < 1e-9
         if self._guess is None:
