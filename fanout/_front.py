@@ -897,7 +897,7 @@ class ScopeFront:
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
             if self._learner.window is not None and self._window_length is None:
-                await self._count_in_learned_window(self._learner.window.length, now)
+                await self._count_in_learned_window(self._learner.window.length, now, blocked_for)
                 return
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
@@ -983,16 +983,20 @@ class ScopeFront:
         started = self._recent.cost_within(math.nextafter(now - window, math.inf), now)
         return started <= 1.5 * burst
 
-    async def _count_in_learned_window(self, length: float, now: float) -> None:
+    async def _count_in_learned_window(self, length: float, now: float, wait: float) -> None:
         """A server that states nothing showed a window by its waits (`RateLearner.window`):
-        count in it, with what started in the last window held as the server holds it.
+        count in it from the 429's ``wait`` on, with what started in the last window held
+        as the server holds it.
 
         Left out, the new log sent its whole limit as the wait ended, and a
         sliding log, which frees a request's place only a window after it
-        started, refused all but the first few.
+        started, refused all but the first few. The block goes first: a shared
+        log is a new one on Redis, which books at once until it holds them
+        (four requests left inside the wait, and drew four 429s).
         """
         self._count_in_windows(length)
         self._apply_learned()
+        await self._backend.block_until(now + wait)
         since = math.nextafter(now - length, math.inf)
         await self._backend.hold_started(self._recent.within(since, now))
 

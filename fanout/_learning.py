@@ -147,8 +147,11 @@ class RateLearner:
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
     _wave: float = attrs.field(default=1.0, alias="_wave")  # the probe's width, all admitted
-    # With no numbers: the window the first 429's wait suggests, and how late it may end.
-    _guess: tuple[WindowGuess, float] | None = attrs.field(default=None, alias="_guess")
+    # With no numbers: the first 429 with a wait (when sent, when the wait ends, how
+    # much later the server's may have ended, and what was admitted or out before it).
+    _first_wait: tuple[float, float, float, int] | None = attrs.field(
+        default=None, alias="_first_wait"
+    )
     window: WindowGuess | None = None  # the window the answers showed (`fanout._window_fit`)
 
     @property
@@ -410,7 +413,8 @@ class RateLearner:
             return
         self._event_at = now
         self._events += 1
-        if wait > 0 and self.window is None and self._windowed(now, sent_at, pending, wait):
+        windowed = wait > 0 and self.window is None
+        if windowed and self._windowed(now, sent_at, started, pending, wait):
             return
         self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
@@ -439,31 +443,37 @@ class RateLearner:
             self._settle(pending if spent else (), out=pending)
         self._quiet_until = now + 1.0 / self.rate
 
-    def _windowed(self, now: float, sent_at: float, pending: Sequence[float], wait: float) -> bool:
+    def _windowed(
+        self, now: float, sent_at: float, started: float, pending: Sequence[float], wait: float
+    ) -> bool:
         """Whether the server counts in a window, by the waits of its 429s (`fanout._window_fit`).
 
-        The first 429 of a burst with a wait makes the guess; a later one,
-        whose wait ends where the guess says, proves it, and the rate is the
-        window's from then on: the scope counts in it. A wait of whole
+        The first 429 with a wait gives the guess (what was admitted before it,
+        to where its wait ends), read at a later one, whose wait ends where the
+        guess says if it is right; then the rate is the window's, and the scope
+        counts in it. A wait of whole
         seconds (``Retry-After: 3``) may have been rounded up by up to one.
         An HTTP-date's wait, read against the server's finer clock, is not
         whole: it is taken as exact, so its window is proven only where its
         end falls within ``TOGETHER`` of the guess's.
         """
         coarse = abs(wait - round(wait)) < 1e-9
-        if self._guess is None:
-            # Those still out were admitted (a refusal comes back at once).
-            logged = self._log.with_pending()
-            admitted = [sent for sent, refused in logged if not refused and sent < sent_at]
-            admitted += [sent for sent in pending if sent < sent_at]
-            if len(admitted) >= 2:
-                first = min(admitted)
-                guess = WindowGuess(len(admitted), now + wait - first, first)
-                self._guess = (guess, now - sent_at + (1.0 if coarse else 0.0))
+        if self._first_wait is None:
+            later = now - sent_at + (1.0 if coarse else 0.0)
+            self._first_wait = (sent_at, now + wait, later, round(started))
             return False
-        guess, longer = self._guess
+        refused_at, reopened, later, counted = self._first_wait
+        # What went before the first 429, counted then (every request of ours started
+        # and not refused) and again now that it has all answered. They differ where
+        # the scope had sent before this burst, or a request booked before the 429
+        # left after it and was admitted a window later (in real time, on Redis, a
+        # log of 4 was guessed as 5): the limit is not known then.
         answers = self._log.with_pending(pending)
-        reopens = (sent_at + wait - (1.0 if coarse else 0.0), now + wait + longer)
+        before = [sent for sent, refused in answers if not refused and sent < refused_at]
+        if len(before) < 2 or len(before) != counted:
+            return False
+        guess = WindowGuess(len(before), reopened - before[0], before[0])
+        reopens = (sent_at + wait - (1.0 if coarse else 0.0), now + wait + later)
         # Only requests sent together may have reached the server in either order:
         # allowed the spread of latencies (0.27 s, with jitter), a bucket of 24/s
         # passed for 30 per 1.08 s, and the window it was counted in drew nine 429s.

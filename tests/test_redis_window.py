@@ -248,3 +248,47 @@ async def test_requests_started_before_a_learned_log_hold_it_alike_on_redis_and_
         await one._backend.hold_started(before)
         assert close([await local.wait_for(1), await local.wait_for(2)], [0.4, 0.7])
         assert close([await other.wait_for(1), await other.wait_for(2)], [0.4, 0.7])
+
+
+async def test_a_redis_scope_learns_a_window_that_states_only_its_waits(
+    redis_url: str, prefix: str
+) -> None:
+    """A sliding log of 4 a second whose 429s say only when to retry (in ms): told
+    nothing, a Redis scope finds the window by where its second wait ends and counts
+    in a shared log of 4 per second (the first four held in it), as a local one does.
+
+    Every turn answers every call ok with at most three 429s. In real time a request's
+    timing can hide the window (about one turn in forty counted the first burst
+    differently at the two 429s, and stayed a bucket): up to three turns are tried."""
+    config = ServerConfig(
+        rate=4, burst=4, model="sliding", headers="none", retry_after="ms", latency=0.02
+    )
+    for attempt in range(3):
+        async with (
+            serve_throttled(config) as server,
+            fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+            RedisScope.from_url(redis_url, name="api", prefix=f"{prefix}{attempt}") as scope,
+        ):
+            registry = fanout.Registry()
+
+            @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
+            async def fetch(n: int) -> str:
+                response = await client.get(f"/items/{n}")
+                response.raise_for_status()
+                return f"item {n}"
+
+            runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+            turn = await runner.run_turn(
+                [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(16)]
+            )
+            stats = scope.statistics().bucket
+        assert all(r.status is fanout.Status.OK for r in turn.results)
+        assert server.count(status=429) <= 3
+        if stats.window is not None:
+            break
+    assert stats.burst == 4
+    assert stats.window is not None
+    assert 1.0 <= stats.window <= 1.0 + 3 * SLACK
+    # Counted in the log, no request after the second 429 was refused.
+    second = sorted(r.start for r in server.records if r.status == 429)[1]
+    assert not [r for r in server.records if r.status == 429 and r.start > second]
