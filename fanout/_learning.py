@@ -413,8 +413,7 @@ class RateLearner:
             return
         self._event_at = now
         self._events += 1
-        windowed = wait > 0 and self.window is None
-        if windowed and self._windowed(now, sent_at, started, pending, wait):
+        if wait > 0 and self.window is None and self._windowed(now, sent_at, pending, wait):
             return
         self._fastest = max(self._fastest, self.rate or 0.0)
         if self._slow_start:
@@ -443,9 +442,7 @@ class RateLearner:
             self._settle(pending if spent else (), out=pending)
         self._quiet_until = now + 1.0 / self.rate
 
-    def _windowed(
-        self, now: float, sent_at: float, started: float, pending: Sequence[float], wait: float
-    ) -> bool:
+    def _windowed(self, now: float, sent_at: float, pending: Sequence[float], wait: float) -> bool:
         """Whether the server counts in a window, by the waits of its 429s (`fanout._window_fit`).
 
         The first 429 with a wait gives the guess (what was admitted before it,
@@ -458,17 +455,19 @@ class RateLearner:
         end falls within ``TOGETHER`` of the guess's.
         """
         coarse = abs(wait - round(wait)) < 1e-9
+        answers = self._log.with_pending(pending)
         if self._first_wait is None:
+            # Admitted, and still out (a refusal comes back at once, so admitted too).
+            counted = sum(not refused and sent < sent_at for sent, refused in answers)
             later = now - sent_at + (1.0 if coarse else 0.0)
-            self._first_wait = (sent_at, now + wait, later, round(started))
+            self._first_wait = (sent_at, now + wait, later, counted)
             return False
         refused_at, reopened, later, counted = self._first_wait
-        # What went before the first 429, counted then (every request of ours started
-        # and not refused) and again now that it has all answered. They differ where
-        # the scope had sent before this burst, or a request booked before the 429
-        # left after it and was admitted a window later (in real time, on Redis, a
-        # log of 4 was guessed as 5): the limit is not known then.
-        answers = self._log.with_pending(pending)
+        # What went before the first 429, counted then (answered or out) and again now
+        # that it has all answered. They differ where a request was neither answered
+        # nor counted out at that 429 (in real time, on Redis: a log of 4 guessed as
+        # 3), or one booked before it left after it, and was admitted a window later
+        # (a log of 4 guessed as 5): the limit is not known then.
         before = [sent for sent, refused in answers if not refused and sent < refused_at]
         if len(before) < 2 or len(before) != counted:
             return False
