@@ -514,14 +514,13 @@ class RedisBackend:
         shared log (and the local one while Redis is away) from its start."""
         if isinstance(self._fallback_bucket, SlidingLog):
             self._fallback_bucket.hold_started(starts)
-        if self.window is None:
+        if self.window is None or not starts:
             await trio.lowlevel.checkpoint()
             return
         now = trio.current_time()
         with contextlib.suppress(LimiterUnavailableError):
             for start, cost in starts:
                 await self._shared("held", cost=cost, elapsed=now - start)
-        await trio.lowlevel.checkpoint()
 
     async def drain(self, blocked_for: float) -> None:
         self._counts["drained"] += 1
