@@ -17,6 +17,12 @@ makes it a little long, never short). The guess stands when every answer
 agrees with it (no admission where the window was full, no refusal where it
 had room, each allowing for ``tolerance`` of arrival spread) and the second
 429's reopening is where the guess puts it.
+
+A server that states no wait either shows a window only by shutting: a run
+admitted, then refusals in a row until it takes a request again (a
+`Closure`). The window is then at most the time from the run's first request
+to that reopening, so the run per that time is a pace the window allows
+wherever the run filled one window.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import attrs
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["WindowGuess", "explained_by_window"]
+__all__ = ["Closure", "WindowGuess", "closure_before", "explained_by_window"]
 
 
 @attrs.frozen
@@ -39,6 +45,48 @@ class WindowGuess:
     limit: int
     length: float
     first: float
+
+
+@attrs.frozen
+class Closure:
+    """``admitted`` requests in a row from ``first``, then ``refused`` in a row from
+    ``closed_at``: a server that took a run of requests and then shut."""
+
+    admitted: int
+    first: float
+    closed_at: float
+    refused: int
+
+    def reopened(self, at: float) -> WindowGuess:
+        """The window shown by a request sent ``at`` admitted again: the run per the
+        time from its first request to ``at``. A window's true length is no longer
+        (the server took a request again by then), so its average rate is no
+        faster than the server's. A bucket drained and refilled slowly closes too;
+        its guess is a rate the next few requests test."""
+        return WindowGuess(self.admitted, at - self.first, self.first)
+
+
+def closure_before(answers: Sequence[tuple[float, bool]], until: float) -> Closure | None:
+    """The closure that ``answers`` ((sent, refused), sorted by when sent) end with among
+    those sent up to ``until``: None unless the last were refused after two or more
+    were admitted."""
+    before = [(sent, refused) for sent, refused in answers if sent <= until]
+    refused = _run_length(before, refused=True)
+    run = _run_length(before[: len(before) - refused], refused=False)
+    if refused == 0 or run < 2:
+        return None
+    closed_at = len(before) - refused
+    return Closure(run, before[closed_at - run][0], before[closed_at][0], refused)
+
+
+def _run_length(answers: Sequence[tuple[float, bool]], *, refused: bool) -> int:
+    """How many of ``answers`` at its end were ``refused`` (or admitted)."""
+    count = 0
+    for _, each in reversed(answers):
+        if each is not refused:
+            break
+        count += 1
+    return count
 
 
 def explained_by_window(

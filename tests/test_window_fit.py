@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fanout._window_fit import WindowGuess, explained_by_window
+from fanout._window_fit import Closure, WindowGuess, closure_before, explained_by_window
 
 TOLERANCE = 0.005
 
@@ -109,3 +111,66 @@ def test_a_sliding_log_s_own_answers_are_explained_by_it(
             )
             checked += 1
     assume(checked)
+
+
+# A fixed window of 10 per second that states nothing at all (no headers, no
+# Retry-After), as learning met it: ten admitted in the slow start, then refused at
+# 0.268 and 0.379 (shut), and at 0.536; admitted again at 1.071.
+SHUT = [(t, False) for t in [0.0, 0.0, 0.1, 0.125, 0.15, 0.175, 0.2, 0.22, 0.238, 0.254]]
+SHUT += [(0.268, True), (0.379, True), (0.536, True), (1.071, False)]
+
+
+def test_a_server_that_shut_after_a_run_is_a_closure() -> None:
+    assert closure_before(SHUT, 0.379) == Closure(
+        admitted=10, first=0.0, closed_at=0.268, refused=2
+    )
+    assert closure_before(SHUT, 0.536) == Closure(10, 0.0, 0.268, 3)
+
+
+def test_a_closure_reopened_is_the_run_per_the_time_to_its_reopening() -> None:
+    closure = closure_before(SHUT, 0.536)
+    assert closure is not None
+    assert closure.reopened(1.071) == WindowGuess(limit=10, length=1.071, first=0.0)
+
+
+def test_an_admission_among_the_refusals_ends_the_closure() -> None:
+    """A bucket that refilled a token between two 429s never shut: the run since is one."""
+    answers = sorted([*SHUT[:11], (0.3, False), (0.379, True)])
+    assert closure_before(answers, 0.379) is None
+
+
+def test_a_closure_needs_a_run_of_two_and_a_refusal() -> None:
+    assert closure_before([(0.0, False), (0.1, True), (0.2, True)], 0.2) is None
+    assert closure_before(SHUT, 0.254) is None  # nothing refused yet
+    assert closure_before(SHUT, 1.071) is None  # admitted again: open
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=st.integers(2, 30),
+    length=st.floats(0.5, 60.0),
+    spread=st.floats(0.0, 0.99),
+    probes=st.lists(st.floats(0.01, 3.0), min_size=1, max_size=12),
+)
+def test_a_sliding_log_reopened_is_never_guessed_faster_than_it_allows(
+    limit: int, length: float, spread: float, probes: list[float]
+) -> None:
+    """Any sliding log, a run that fills it within one window, then probes growing apart
+    until one is admitted: the closure counts the run and every probe refused, and its
+    guess at the reopening is no faster than the log (`RateLearner._pace_reopened`
+    paces at it)."""
+    step = spread * length / limit
+    sends = [k * step for k in range(limit + 1)]  # one more than the log takes
+    at = sends[-1]
+    for gap in probes:
+        at += gap * length
+        sends.append(at)
+    answers = _sliding_log(limit, length, sends)
+    reopened = next((t for t, refused in answers if not refused and t > sends[limit]), None)
+    assume(reopened is not None)
+    assert reopened is not None
+    closure = closure_before(answers, math.nextafter(reopened, -math.inf))
+    refused = sum(1 for t, r in answers if r and t < reopened)
+    assert closure == Closure(limit, 0.0, sends[limit], refused)
+    guess = closure.reopened(reopened)
+    assert guess.limit / guess.length <= limit / length
