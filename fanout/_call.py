@@ -116,6 +116,9 @@ class CallState:
     bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
     started: bool = False
     attempts: int = 0
+    # Of them, refused while a scope had found its server shut: its probes, not the
+    # call's tries (`ScopeLike.shut_until`).
+    probes: int = 0
     result: ToolResult | None = None
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, repr=False)
@@ -475,6 +478,7 @@ async def _decide(
                 scope=scope.name, wait=reset,
             )  # fmt: skip
         return answer(Status.QUOTA_EXHAUSTED, describe(signal), retry_after=reset)
+    probe = False
     if isinstance(signal, RateLimitedError):
         for scope in targets:
             # A bare 429 (no wait stated) still drains the bucket and drives AIMD.
@@ -491,26 +495,37 @@ async def _decide(
                 hint="the server asked for this call not to be retried; do not re-issue it now",
             )  # fmt: skip
         status = Status.RATE_LIMITED
+        # The scope found the server shut and sends one request when it may have
+        # reopened: a refusal then is the scope's probe, not the call's try, and a
+        # retry adds no load (four probes of a window of 5 per 10 s spent the retry
+        # budget, and a call was answered "downstream failing"). The wait stays
+        # charged to the call's budget.
+        probe = any(scope.shut_until() is not None for scope in targets)
+        if probe:
+            state.probes += 1
     elif isinstance(signal, TransientError):
         status = Status.ERROR
     else:
         return answer(Status.ERROR, describe(signal))
     retry_after = wait if status is Status.RATE_LIMITED else None
-    if state.attempts >= policy.attempts:
+    if state.attempts - state.probes >= policy.attempts:
         return answer(
             status, f"{describe(signal)}; gave up after {state.attempts} attempts",
             retry_after=retry_after,
         )  # fmt: skip
     delay = wait if wait is not None else policy.backoff(retries, state.rng)
-    why = _retry_refused(plan, delay, budget)
+    why = _retry_refused(plan, delay, budget, charged=not probe)
     if why is not None:
         shown = delay if status is Status.RATE_LIMITED else None
         return answer(status, f"{describe(signal)}; {why}", retry_after=shown)
     return _Retry(delay, type(signal).__name__, scope_name)
 
 
-def _retry_refused(plan: CallPlan, delay: float, budget: Budget) -> str | None:
-    """Why a retry after ``delay`` may not be made, or None to make it."""
+def _retry_refused(
+    plan: CallPlan, delay: float, budget: Budget, *, charged: bool = True
+) -> str | None:
+    """Why a retry after ``delay`` may not be made, or None to make it; ``charged``: it
+    spends the scopes' retry budgets."""
     latencies = [s.expected_latency() for s in plan.scopes]
     known = [latency for latency in latencies if latency is not None]
     latency = max(known) if known else None
@@ -518,7 +533,7 @@ def _retry_refused(plan: CallPlan, delay: float, budget: Budget) -> str | None:
     if verdict is not Verdict.SLEEP:
         why = budget.explain(verdict, latency=latency)
         return f"the retry would wait {delay:.3f}s, {why}; it was not sent"
-    for scope in plan.scopes:
+    for scope in plan.scopes if charged else ():
         if not scope.retry_budget.try_spend():
             return (
                 f"scope {scope.name!r} has spent its retry budget; the downstream "

@@ -899,6 +899,12 @@ class ScopeFront:
             if self._learner.window is not None and self._window_length is None:
                 await self._count_in_learned_window(self._learner.window.length, now, blocked_for)
                 return
+            closed = self._learner.closed_until
+            if closed is not None and closed > now:
+                # Shut (`RateLearner.closed_until`): one request, once it may reopen.
+                await self._backend.block_until(closed)
+                self._apply_learned(tokens=1.0)
+                return
             # A bucket with no rate had nothing to drain: the rate it gets now
             # starts from the empty bucket the 429 showed, not a full one.
             tokens = 0.0 if unknown else None
@@ -1221,6 +1227,12 @@ class ScopeFront:
     def exhausted_until(self) -> float | None:
         """When the spent quota returns, or None while the scope is usable."""
         return self._ledger.exhausted_until()
+
+    def shut_until(self) -> float | None:
+        """When learning next tries a server it found shut (`RateLearner.closed_until`), or
+        None: until then one request waits for that time, and its refusal is a probe."""
+        closed = self._learner.closed_until if self._learner is not None else None
+        return closed if closed is not None and closed > trio.current_time() else None
 
     def observe_call(self, seconds: float, *, ok: bool, warm: bool = True) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.

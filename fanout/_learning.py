@@ -53,6 +53,11 @@ Three sources, in order of trust:
    server whose 429s state a wait may count in a window instead, which a
    bucket explains only as a deep burst refilled slowly: where its second
    wait ends shows it (`fanout._window_fit`), and the scope counts in it.
+   One that states no wait either and refuses three in a row after a run
+   it admitted may be a window that shut: it is tried once it may have
+   reopened, at times twice as far apart, one request each (a refusal
+   then is the scope's probe, not the call's try), and when it takes one
+   again it is paced at the run per that time, a window's average.
 
 A response never resets the estimate: only new evidence moves it.
 """
@@ -66,7 +71,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._bucket_fit import AnswerLog
-from ._window_fit import WindowGuess, explained_by_window
+from ._window_fit import WindowGuess, closure_before, explained_by_window
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,6 +102,10 @@ _LEAP = 8.0  # but at most this times the slowest (a sparse log fits rates far a
 _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this much early
 _REFUSALS = 3  # 429s learning may spend (the probe's count once); then it grows only on proof
 _WINDOW_ONLY = 0.5  # a window is taken only where every bucket that fits is this much slower
+_CLOSED = 3  # 429s in a row, none admitted between, that show a server closed (a window)
+# Seconds: windows are whole seconds (the IETF policy's ``w``, Kong's, Envoy's units),
+# so one shut is tried no sooner than this after its run began.
+_SHORTEST_WINDOW = 1.0
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
@@ -153,6 +162,10 @@ class RateLearner:
         default=None, alias="_first_wait"
     )
     window: WindowGuess | None = None  # the window the answers showed (`fanout._window_fit`)
+    _reopened: bool = attrs.field(default=False, alias="_reopened")  # paced as a window reopened
+    # Paced as a window reopened from then: the first 429 since is that trial's.
+    _trial_from: float | None = attrs.field(default=None, alias="_trial_from")
+    closed_until: float | None = None  # with no numbers, shut: the next request waits till then
 
     @property
     def paced_burst(self) -> float:
@@ -363,7 +376,8 @@ class RateLearner:
         bucket of one never proves past the pace it was sent at (2/s against
         40/s: 35.6 s for what takes 1.9 s).
         """
-        if not (blind and self._refused):
+        trial, self._trial_from = self._trial_from, None
+        if not (blind and self._refused) and not (trial is not None and sent_at >= trial):
             self._spent += 1
         self._refused += 1
         if not self._stated:
@@ -405,8 +419,22 @@ class RateLearner:
         *,
         wait: float = 0.0,
     ) -> None:
-        """A 429 with no numbers: an anchor, and an interim rate until the answers are in."""
+        """A 429 with no numbers: an anchor, and an interim rate until the answers are in;
+        or, where the server has shut, a probe once it may reopen (`_probe_closure`)."""
         self._log.note(sent_at, admitted=False)
+        self._blind_event(now, sent_at, started, pending, wait=wait)
+        self._probe_closure(now, sent_at, pending, wait)
+
+    def _blind_event(
+        self,
+        now: float,
+        sent_at: float,
+        started: float,
+        pending: Sequence[float],
+        *,
+        wait: float,
+    ) -> None:
+        """The 429's congestion event, if it starts one: the rate drops to a guess or a fit."""
         if sent_at < self._quiet_until - _ON_TIME:
             # Sent before we slowed down, or sooner than the slower rate allows
             # (a retry, a token left over): the same event.
@@ -441,6 +469,38 @@ class RateLearner:
             spent = self.spent_refusals
             self._settle(pending if spent else (), out=pending)
         self._quiet_until = now + 1.0 / self.rate
+
+    def _probe_closure(
+        self, now: float, sent_at: float, pending: Sequence[float], wait: float
+    ) -> None:
+        """When to try a server again that refused ``_CLOSED`` or more requests in a row,
+        with no wait stated, after admitting a run (`fanout._window_fit.closure_before`).
+
+        It may be a window that shut when the run filled it, and reopens when
+        the run's first request leaves it: a window at least as long as the
+        run took, and a whole number of seconds. So it is tried that long
+        after the run began (a second at least), then twice, four times that
+        (a probe refused costs a 429, one probed late a window that much
+        slower: `_pace_reopened`), never sooner than it has been shut so far.
+        Paced as a bucket's, whose rate each 429 cut, a window of 20 per 4 s
+        drew four 429s and was tried again only at 7.7 s; tried from a short
+        run's length on, one of 5 per 10 s drew nine.
+        """
+        self.closed_until = None
+        if wait > 0 or self._reopened or self.window is not None:
+            return
+        closure = closure_before(self._log.with_pending(pending), sent_at)
+        if closure is None or closure.refused < _CLOSED:
+            return
+        span = max(closure.closed_at - closure.first, self._latency, _SHORTEST_WINDOW)
+        probe = closure.first + span
+        # Shut for this long already, it is no likelier to reopen in less than as long.
+        while probe - now < now - closure.closed_at:
+            span *= 2.0
+            probe = closure.first + span
+        self.closed_until = probe
+        # One request then, and the next only once its answer may be in.
+        self.rate = 1.0 / max(probe - now, self._latency)
 
     def _windowed(self, now: float, sent_at: float, pending: Sequence[float], wait: float) -> bool:
         """Whether the server counts in a window, by the waits of its 429s (`fanout._window_fit`).
@@ -588,6 +648,33 @@ class RateLearner:
             # a request sent before the last event says nothing of the new rate.
             grown = self.rate + 1.0 / self._growth if self._spent < _REFUSALS else self.rate
             self.rate = max(min(grown, self._cap), self.floor)
+            if self.closed_until is not None and not self._reopened:
+                self._pace_reopened(began)
+
+    def _pace_reopened(self, began: float) -> None:
+        """The first admission after ``_CLOSED`` 429s in a row, sent at ``began``: a window
+        that states nothing may have reopened (`fanout._window_fit.Closure.reopened`).
+
+        Every 429 in a shut window is one more congestion event, and a
+        bucket fitted to them is one that refilled nothing for as long: a
+        window of 20 per 4 s was paced at 0.23/s (22 times the minimum), and
+        one of 30 per 10 s so slowly that 58 of 135 calls would not fit the
+        turn. Paced at the window's average instead, no faster than its
+        server allows where the run filled one window, a window refuses
+        nothing; a slow bucket refuses the next request or so, once (this
+        is tried once a scope), and that 429 fits it closely.
+        """
+        closure = closure_before(self._log.with_pending(), math.nextafter(began, -math.inf))
+        if closure is None or closure.refused < _CLOSED:
+            return
+        self._reopened = True
+        guess = closure.reopened(began)
+        self.rate = self._cap = max(guess.limit / guess.length, self.floor)
+        # A 429 at this pace is news, where the events before it ended later, and
+        # the first is the trial's: it spends none of learning's 429s (counted, a
+        # bucket of 2/s it refused was then paced at the slowest rate that fit,
+        # 0.67/s, as learning that has spent them is).
+        self._quiet_until = self._trial_from = began
 
     def _settle(self, pending: Sequence[float] = (), out: Sequence[float] = ()) -> None:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`), with
