@@ -106,6 +106,10 @@ _CLOSED = 3  # 429s in a row, none admitted between, that show a server closed (
 # Seconds: windows are whole seconds (the IETF policy's ``w``, Kong's, Envoy's units),
 # so one shut is tried no sooner than this after its run began.
 _SHORTEST_WINDOW = 1.0
+# A window's edge is that many seconds after the run's first request *arrived*, a little
+# after it was sent: probed at 4.000 s, a window of 20 per 4 s refused the probe, and
+# was found only at 8 s (2.5 times the minimum, in real time). A twentieth later each.
+_PAST_EDGE = 1.05
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
@@ -493,11 +497,10 @@ class RateLearner:
         if closure is None or closure.refused < _CLOSED:
             return
         span = max(closure.closed_at - closure.first, self._latency, _SHORTEST_WINDOW)
-        probe = closure.first + span
         # Shut for this long already, it is no likelier to reopen in less than as long.
-        while probe - now < now - closure.closed_at:
+        while closure.first + span * _PAST_EDGE - now < now - closure.closed_at:
             span *= 2.0
-            probe = closure.first + span
+        probe = closure.first + span * _PAST_EDGE
         self.closed_until = probe
         # One request then, and the next only once its answer may be in.
         self.rate = 1.0 / max(probe - now, self._latency)
