@@ -899,8 +899,8 @@ class ScopeFront:
             if self._learner.window is not None and self._window_length is None:
                 await self._count_in_learned_window(self._learner.window.length, now, blocked_for)
                 return
-            closed = self._learner.closed_until
-            if closed is not None and closed > now:
+            closed = self.shut_until()
+            if closed is not None:
                 # Shut (`RateLearner.closed_until`): one request, once it may reopen.
                 await self._backend.block_until(closed)
                 self._apply_learned(tokens=1.0)
