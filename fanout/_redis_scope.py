@@ -160,7 +160,7 @@ class RedisBackend:
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _wakeup: trio.Event | None = attrs.field(init=False, default=None)
-    _log_epoch: int | None = attrs.field(init=False, default=None)  # as a log's reply last said
+    _epoch: int | None = attrs.field(init=False, default=None)  # the newest a reply showed
     # This process's bookings not yet due (a heap by start), and their tokens.
     _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _ahead_tokens: float = attrs.field(init=False, default=0.0)
@@ -311,10 +311,10 @@ class RedisBackend:
                 extra=extra, ahead=ahead,
                 slack=self.slack, booking=booking, entry=entry,
             )  # fmt: skip
-        if self.window is not None:
-            if self._log_epoch is not None and reply.epoch != self._log_epoch:
+        if self._epoch is None or reply.epoch > self._epoch:
+            if self._epoch is not None:
                 self._wake()  # a void, here or in another process: book again now
-            self._log_epoch = reply.epoch
+            self._epoch = reply.epoch
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
@@ -407,8 +407,10 @@ class RedisBackend:
                     self._fallback_bucket.refund(booking)
 
     async def confirm(self, booking: Booking) -> bool:
-        """Still valid: same epoch, not blocked, and not answered too late to start
-        (``_answered_too_late``); a booking without a wait needs no trip.
+        """Still valid: same epoch, and not answered too late to start
+        (``_answered_too_late``); a booking without a wait needs no trip. A
+        block holds a booking of its epoch (made with the block known) until it
+        ends.
 
         A schedule moved since the booking was made holds it at its new
         time: later by what a wider slack added (``widen``), sooner by a
@@ -438,12 +440,15 @@ class RedisBackend:
                 if self._fallback_bucket is None:
                     raise
                 return self._fallback_bucket.confirm(booking)
-            if reply.epoch != booking.epoch or reply.blocked_for > 0:
+            if reply.epoch != booking.epoch or (logged and not reply.granted):
                 return False
-            if logged and not reply.granted:
-                return False
-            start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
             now = trio.current_time()
+            start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
+            if reply.blocked_for > 0:
+                # Booked in this epoch, so after the block began: it holds, to start once
+                # the block ends. (Dropped, as a holder woken early by a rescale found the
+                # scope shut, its tokens stayed booked and it booked again behind them.)
+                start = max(start, now + reply.blocked_for)
             if start <= now:
                 if not logged and self._answered_too_late(start, now):
                     return False
@@ -720,8 +725,13 @@ class RedisBackend:
         never sooner than allowed. If Redis does not answer, nothing was
         contracted, and booking at the faster rate against the longer
         schedule only starts later.
+
+        It goes alone (``_Turns``): a booking sent at the old rate that Redis
+        took after the contraction was never re-timed, and a shut window
+        reopened at 1.9 a second kept a booking every 3 s (its rate while
+        shut) until calls ran out of time.
         """
-        async with self._rescaling:
+        async with self._rescaling, self._turns.alone():
             faster, old = self._faster_to, self.rate
             if faster is None or old is None or faster <= old:
                 return
@@ -742,12 +752,12 @@ class RedisBackend:
 
     def voided(self) -> trio.Event | None:
         """Set when this process re-times the schedule to a faster rate or adopts a
-        surplus, or, for a log, when any reply shows a new epoch (a void here, or
-        one by another process seen on this one's next trip): its holders wake to
-        re-time or book again. Other processes' bucket changes are not heard of
-        here: waiters confirm on waking. (A log's holders that slept to their
-        start past a void found the places freed by it booked again behind them:
-        a window late.)"""
+        surplus, or when any reply shows a newer epoch (a void here, or one by
+        another process seen on this one's next trip): its holders wake to re-time
+        or book again, as a local bucket's or log's do at a void. (Holders that
+        slept to their start past a void found the places or tokens it freed
+        booked again behind them: a window late, or a shut server's probe a
+        second or more after it reopened.)"""
         if self._wakeup is None:
             self._wakeup = trio.Event()
         return self._wakeup

@@ -73,7 +73,8 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #   peek     the wait for ARGV[4] tokens, consuming nothing
 #   refund   undo the latest booking (epoch ARGV[6], full ARGV[7] -> ARGV[8])
 #   drain    a 429: no tokens now, block for ARGV[5] seconds, new epoch
-#   block    start nothing for ARGV[5] seconds from now, new epoch
+#   block    start nothing for ARGV[5] seconds from now, new epoch; the tokens
+#            of the bookings it voids come back
 #   rescale  the rate went up from ARGV[5] to ARGV[2]: what is booked ahead is
 #            booked at the new rate (the tokens held now stay as they are), so
 #            the schedule contracts towards now by ARGV[5] / ARGV[2]
@@ -171,6 +172,15 @@ elseif op == 'drain' then
 elseif op == 'block' then
   if now + extra > blocked then
     epoch, blocked, void = epoch + 1, now + extra, true
+    if rate > 0 then
+      -- The bookings not yet due are void: their tokens come back, to be booked
+      -- again after the block (as the local bucket's block gives them back).
+      local ahead = 0
+      for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. num(now), '+inf')) do
+        ahead = ahead + (tonumber(string.match(member, '(%S+)$')) or 0)
+      end
+      full = math.max(now, full - ahead / rate)
+    end
   else
     write = false
   end

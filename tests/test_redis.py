@@ -514,6 +514,91 @@ async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
     assert first + 0.03 < second < twelfth.start - 0.2  # a token at 20/s (0.05 s) apart
 
 
+async def test_a_booking_asked_while_the_schedule_contracts_is_made_at_the_faster_rate(
+    redis_url: str, prefix: str
+) -> None:
+    """5/s, burst 10: twelve booked. The server states 20/s, and a thirteenth is asked
+    while the schedule is being contracted to it: it waits for the contraction and books
+    at 20/s, 0.15 s on. (Sent at 5/s while the contraction was under way, it kept the
+    old pace and started 0.6 s on; after a shut window reopened, bookings sent so kept
+    the shut rate, 3 s apart, until calls ran out of time.)"""
+    async with _guessing_5_per_s(redis_url, prefix) as scope:
+        assert all([await scope.reserve(1, math.inf) for _ in range(12)])
+        await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))
+        while not scope._backend._rescaling.locked():
+            await trio.lowlevel.checkpoint()  # until the contraction is under way
+        asked = trio.current_time()
+        thirteenth = await scope.reserve(1, math.inf)
+        assert thirteenth is not None
+        assert await scope.confirm(thirteenth)
+        started = trio.current_time() - asked
+    assert 0.15 - 0.05 <= started <= 0.15 + 0.05
+
+
+async def test_a_block_gives_back_the_bookings_it_voids_alike_on_redis_and_locally(
+    redis_url: str, prefix: str
+) -> None:
+    """2/s, burst 1: four booked (now, and 0.5, 1 and 1.5 s ahead). A block until 0.2 s
+    voids the three ahead and gives their tokens back, so the next token is 0.5 s from
+    the first start, on Redis as locally. (Kept on Redis, they stood ahead of their own
+    holders booking again: a learning scope's probe of a shut window went a second or
+    more after the window reopened.)"""
+    local = fanout.Scope("api", rate=2, burst=1)
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 2, "burst": 1}
+    async with RedisScope.from_url(redis_url, **options) as shared:
+        waits = []
+        for scope in (local, shared):
+            began = trio.current_time()
+            bookings = [await scope.reserve(1, math.inf) for _ in range(4)]
+            assert bookings[0] is not None
+            assert all(bookings)
+            assert await scope.confirm(bookings[0])  # its request went
+            await scope.block_until(began + 0.2)
+            waits.append(await scope.wait_for(1) + trio.current_time() - began)
+    assert all(0.5 - 1e-6 <= wait <= 0.5 + 0.05 for wait in waits), waits
+
+
+async def test_a_booking_made_during_a_block_holds_when_its_holder_asks_early(
+    redis_url: str, prefix: str
+) -> None:
+    """Blocked for 0.3 s, a booking starts as the block ends. Asked at once (as a
+    holder a faster rate woke re-times its booking), it holds, and goes then, not
+    sooner: it was made with the block known. (Dropped, it left its token booked and
+    its holder booked again behind it.)"""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 2, "burst": 1}
+    async with RedisScope.from_url(redis_url, **options) as scope:
+        began = trio.current_time()
+        await scope.block_until(began + 0.3)
+        booking = await scope.reserve(1, math.inf)
+        assert booking is not None
+        assert await scope.confirm(booking)
+        assert trio.current_time() - began >= 0.3
+
+
+async def test_a_void_by_another_process_wakes_this_ones_bucket_holders(
+    redis_url: str, prefix: str
+) -> None:
+    """A block by another process voids this one's booking 1 s ahead: this process hears
+    of it at its next trip to Redis and wakes its holders, to book again then (a local
+    bucket's void wakes them at once), where they slept to their start."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 1, "burst": 1}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        assert await one.reserve(1, 0) is not None
+        ahead = await one.reserve(1, 2)
+        assert ahead is not None
+        woken = one.voided()
+        assert woken is not None
+        await other.block_until(trio.current_time() + 0.01)
+        assert not woken.is_set()  # not heard of yet...
+        await one.wait_for(1)
+        assert woken.is_set()  # ...until this trip
+        await trio.sleep(0.02)
+        assert not await one.confirm(ahead)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: two processes that learn the same rise each contract the shared "
