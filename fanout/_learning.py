@@ -493,7 +493,7 @@ class RateLearner:
         self.closed_until = None
         if wait > 0 or self._reopened or self.window is not None:
             return
-        closure = closure_before(self._log.with_pending(pending), sent_at)
+        closure = closure_before(self._log.with_pending(pending), sent_at, tolerance=TOGETHER)
         if closure is None or closure.refused < _CLOSED:
             return
         span = max(closure.closed_at - closure.first, self._latency, _SHORTEST_WINDOW)
@@ -667,7 +667,9 @@ class RateLearner:
         nothing; a slow bucket refuses the next request or so, once (this
         is tried once a scope), and that 429 fits it closely.
         """
-        closure = closure_before(self._log.with_pending(), math.nextafter(began, -math.inf))
+        closure = closure_before(
+            self._log.with_pending(), math.nextafter(began, -math.inf), tolerance=TOGETHER
+        )
         if closure is None or closure.refused < _CLOSED:
             return
         self._reopened = True

@@ -28,6 +28,7 @@ wherever the run filled one window.
 from __future__ import annotations
 
 import bisect
+import math
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -66,27 +67,47 @@ class Closure:
         return WindowGuess(self.admitted, at - self.first, self.first)
 
 
-def closure_before(answers: Sequence[tuple[float, bool]], until: float) -> Closure | None:
+def closure_before(
+    answers: Sequence[tuple[float, bool]], until: float, *, tolerance: float
+) -> Closure | None:
     """The closure that ``answers`` ((sent, refused), sorted by when sent) end with among
     those sent up to ``until``: None unless the last were refused after two or more
-    were admitted."""
+    were admitted.
+
+    A refusal sent within ``tolerance`` before an admission in the run is
+    part of the run: the two reached the server in the other order (on
+    Redis, under load, a run of 8 read as one admitted, and the window was
+    never found shut)."""
     before = [(sent, refused) for sent, refused in answers if sent <= until]
-    refused = _run_length(before, refused=True)
-    run = _run_length(before[: len(before) - refused], refused=False)
+    refused = _refused_at_end(before)
+    closed_at = len(before) - refused
+    run, first = _admitted_run(before[:closed_at], tolerance)
     if refused == 0 or run < 2:
         return None
-    closed_at = len(before) - refused
-    return Closure(run, before[closed_at - run][0], before[closed_at][0], refused)
+    return Closure(run, before[first][0], before[closed_at][0], refused)
 
 
-def _run_length(answers: Sequence[tuple[float, bool]], *, refused: bool) -> int:
-    """How many of ``answers`` at its end were ``refused`` (or admitted)."""
+def _refused_at_end(answers: Sequence[tuple[float, bool]]) -> int:
+    """How many of ``answers`` at its end were refused."""
     count = 0
-    for _, each in reversed(answers):
-        if each is not refused:
+    for _, refused in reversed(answers):
+        if not refused:
             break
         count += 1
     return count
+
+
+def _admitted_run(answers: Sequence[tuple[float, bool]], tolerance: float) -> tuple[int, int]:
+    """How many of ``answers`` at its end were admitted, passing over refusals sent
+    within ``tolerance`` before one of them; and the index of the run's first."""
+    count, first, next_admitted = 0, len(answers), math.inf
+    for index in range(len(answers) - 1, -1, -1):
+        sent, refused = answers[index]
+        if not refused:
+            count, first, next_admitted = count + 1, index, sent
+        elif next_admitted - sent > tolerance:
+            break
+    return count, first
 
 
 def explained_by_window(
