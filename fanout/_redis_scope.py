@@ -323,12 +323,16 @@ class RedisBackend:
         return reply
 
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
-        member = self.log.new_member(cost) if self.window is not None else ""
         asked = trio.current_time()
+        member = ""
         try:
             if self._told is not None:
                 await self._adopt_told()
             async with self._turns.together():
+                # Named as the op goes: a scope that turned to a window while this
+                # waited its turn sent a bucket's empty name to the log, and the log,
+                # holding a booking it could not read, failed every op after it.
+                member = self.log.new_member(cost) if self.window is not None else ""
                 reply = await self._shared("reserve", cost, max_wait, member=member)
         except LimiterUnavailableError:
             local = self._fallback_bucket

@@ -38,6 +38,8 @@ from tests.redis_worker import ENTER, SCOPE, downstream_keys
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
 
+    from fanout import Booking
+
 pytestmark = [pytest.mark.redis, pytest.mark.realtime]  # Redis keeps its own time
 
 WORKER = Path(__file__).with_name("redis_worker.py")
@@ -533,6 +535,32 @@ async def test_a_booking_asked_while_the_schedule_contracts_is_made_at_the_faste
         assert await scope.confirm(thirteenth)
         started = trio.current_time() - asked
     assert 0.15 - 0.05 <= started <= 0.15 + 0.05
+
+
+async def test_a_booking_asked_as_the_scope_turns_to_a_window_is_named_for_the_log(
+    redis_url: str, prefix: str
+) -> None:
+    """A booking waits its turn behind a contraction, and meanwhile the scope turns to a
+    window (learning found one): the booking goes to the log named as a log's, and the
+    log goes on working. (Named as a bucket's, with nothing, it broke the log: every op
+    after it failed in its script, and the scope refused its calls.)"""
+    async with _guessing_5_per_s(redis_url, prefix) as scope:
+        assert all([await scope.reserve(1, math.inf) for _ in range(12)])
+        await scope.observe_headers(RateLimitInfo(limit=10, window=0.5))
+        while scope._backend._turns._alone is None:
+            await trio.lowlevel.checkpoint()  # until the contraction goes alone
+        booked: list[Booking | None] = []
+
+        async def book() -> None:
+            booked.append(await scope.reserve(1, math.inf))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(book)
+            await trio.lowlevel.checkpoint()  # the booking waits its turn
+            scope._backend.use_window(0.5)
+        assert booked[0] is not None
+        assert "|" in str(booked[0].before)  # a log's name: its cost, then its own id
+        assert await scope.reserve(1, math.inf) is not None  # the log still books
 
 
 async def test_a_block_gives_back_the_bookings_it_voids_alike_on_redis_and_locally(
