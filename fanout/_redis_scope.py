@@ -160,7 +160,7 @@ class RedisBackend:
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _wakeup: trio.Event | None = attrs.field(init=False, default=None)
-    _epoch: int | None = attrs.field(init=False, default=None)  # the newest a reply showed
+    _epoch: int | None = attrs.field(init=False, default=None)  # the newest a log's reply showed
     # This process's bookings not yet due (a heap by start), and their tokens.
     _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _ahead_tokens: float = attrs.field(init=False, default=0.0)
@@ -311,10 +311,10 @@ class RedisBackend:
                 extra=extra, ahead=ahead,
                 slack=self.slack, booking=booking, entry=entry,
             )  # fmt: skip
-        if self._epoch is None or reply.epoch > self._epoch:
-            if self._epoch is not None:
+        if self.window is not None:
+            if self._epoch is not None and reply.epoch > self._epoch:
                 self._wake()  # a void, here or in another process: book again now
-            self._epoch = reply.epoch
+            self._epoch = max(reply.epoch, self._epoch or 0)
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
@@ -547,6 +547,7 @@ class RedisBackend:
             return
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("block", extra=delay)
+            self._wake()  # the block gave back what it voided: book again now
 
     async def sync(self, count: ServerCount) -> None:
         """Only ever lowers the shared bucket to the server's estimate, and only from
@@ -755,13 +756,16 @@ class RedisBackend:
             woken.set()
 
     def voided(self) -> trio.Event | None:
-        """Set when this process re-times the schedule to a faster rate or adopts a
-        surplus, or when any reply shows a newer epoch (a void here, or one by
-        another process seen on this one's next trip): its holders wake to re-time
-        or book again, as a local bucket's or log's do at a void. (Holders that
-        slept to their start past a void found the places or tokens it freed
-        booked again behind them: a window late, or a shut server's probe a
-        second or more after it reopened.)"""
+        """Set when this process re-times the schedule to a faster rate, adopts a
+        surplus or blocks the bucket (which gives back what it voids), or, for a
+        log, when any reply shows a newer epoch (a void here, or one by another
+        process seen on this one's next trip): its holders wake to re-time or
+        book again. (Holders that slept to their start past a void found the
+        places or tokens it freed booked again behind them: a window late, or a
+        shut server's probe a second or more after it reopened.) Other voids of
+        a bucket are not heard of here: waiters confirm on waking. (Woken at
+        every void any process made, four processes learning one bucket drew a
+        429 in 5 of 6 runs, against 1 of 7.)"""
         if self._wakeup is None:
             self._wakeup = trio.Event()
         return self._wakeup
