@@ -328,6 +328,12 @@ FULL: tuple[Scenario, ...] = (
         why="At most 10 in any second.",
     ),
     Scenario(
+        "fixed-bare", "fixed window, 10 per second, stating nothing", calls=60, rate=10,
+        burst=10, latency=0.05, model="fixed", retry_after="absent", headers="none",
+        why="django-ratelimit, slowapi with its headers off: a window whose 429s say "
+        "nothing at all, not even when to try again.",
+    ),
+    Scenario(
         "concurrency", "concurrency only, 503", calls=40, rate=20, burst=10, latency=0.2,
         max_in_flight=4, model="concurrency",
         why="No rate at all: 4 in flight, 503 beyond with Retry-After until a slot frees.",
