@@ -160,7 +160,7 @@ class RedisBackend:
     _rescaling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
     _rescales: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _wakeup: trio.Event | None = attrs.field(init=False, default=None)
-    _epoch: int | None = attrs.field(init=False, default=None)  # the newest a log's reply showed
+    _log_epoch: int | None = attrs.field(init=False, default=None)  # the newest a log showed
     # This process's bookings not yet due (a heap by start), and their tokens.
     _ahead: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     _ahead_tokens: float = attrs.field(init=False, default=0.0)
@@ -312,9 +312,9 @@ class RedisBackend:
                 slack=self.slack, booking=booking, entry=entry,
             )  # fmt: skip
         if self.window is not None:
-            if self._epoch is not None and reply.epoch > self._epoch:
+            if self._log_epoch is not None and reply.epoch > self._log_epoch:
                 self._wake()  # a void, here or in another process: book again now
-            self._epoch = max(reply.epoch, self._epoch or 0)
+            self._log_epoch = max(reply.epoch, self._log_epoch or 0)
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
