@@ -57,7 +57,9 @@ Three sources, in order of trust:
    it admitted may be a window that shut: it is tried once it may have
    reopened, at times twice as far apart, one request each (a refusal
    then is the scope's probe, not the call's try), and when it takes one
-   again it is paced at the run per that time, a window's average.
+   again it is paced at the run per that time, a window's average, below
+   any floor (a window's reopening is no bucket's refill); so is every
+   time it shuts again (two 429s in a row then).
 
 A response never resets the estimate: only new evidence moves it.
 """
@@ -103,6 +105,7 @@ _ON_TIME = 1e-6  # seconds: a request paced at the slower rate may be sent this 
 _REFUSALS = 3  # 429s learning may spend (the probe's count once); then it grows only on proof
 _WINDOW_ONLY = 0.5  # a window is taken only where every bucket that fits is this much slower
 _CLOSED = 3  # 429s in a row, none admitted between, that show a server closed (a window)
+_CLOSED_AGAIN = 2  # as many, once it has shut and reopened
 # Seconds: windows are whole seconds (the IETF policy's ``w``, Kong's, Envoy's units),
 # so one shut is tried no sooner than this after its run began.
 _SHORTEST_WINDOW = 1.0
@@ -491,7 +494,7 @@ class RateLearner:
         run's length on, one of 5 per 10 s drew nine.
         """
         self.closed_until = None
-        if wait > 0 or self._reopened or self.window is not None:
+        if wait > 0 or self.window is not None:
             return
         closure = closure_before(self._log.with_pending(pending), sent_at, tolerance=TOGETHER)
         if closure is None or closure.refused < _CLOSED:
@@ -615,8 +618,14 @@ class RateLearner:
             self._log.note(began, admitted=True)
         # Sent within ``TOGETHER`` of the anchor, a request may have reached the
         # server before it: two admitted 0.1 ms after a refused one "proved" 5,000/s,
-        # and the rate never dropped below it (56 429s, 38 calls given up).
-        if self._empty_at is not None and began is not None and began > self._empty_at + TOGETHER:
+        # and the rate never dropped below it (56 429s, 38 calls given up). Nor is
+        # a floor proven once a window reopened: it refills all at once.
+        if (
+            self._empty_at is not None
+            and began is not None
+            and began > self._empty_at + TOGETHER
+            and not self._reopened
+        ):
             bisect.insort(self._admitted, began)
             del self._admitted[:-_KEPT]
             anchor = self._empty_at
@@ -651,7 +660,7 @@ class RateLearner:
             # a request sent before the last event says nothing of the new rate.
             grown = self.rate + 1.0 / self._growth if self._spent < _REFUSALS else self.rate
             self.rate = max(min(grown, self._cap), self.floor)
-            if self.closed_until is not None and not self._reopened:
+            if self.closed_until is not None or self._reopened:
                 self._pace_reopened(began)
 
     def _pace_reopened(self, began: float) -> None:
@@ -664,17 +673,28 @@ class RateLearner:
         one of 30 per 10 s so slowly that 58 of 135 calls would not fit the
         turn. Paced at the window's average instead, no faster than its
         server allows where the run filled one window, a window refuses
-        nothing; a slow bucket refuses the next request or so, once (this
-        is tried once a scope), and that 429 fits it closely.
+        nothing; a slow bucket refuses the next request or so, and that 429
+        fits it closely.
+
+        A fixed window need not begin with our first request (a counter
+        keyed by the clock's second): an edge inside the run, or between it
+        and the probe, makes the guess too fast. The window then shuts
+        again, and every later closure is paced in turn (two 429s in a row
+        show it, once the server has shut and reopened): its run began as a
+        window did. The floor proven since the last 429 goes: it read a
+        window's reopening as a bucket's refill, and held the pace over the
+        window's (30 per 10 s met at 0.8 of a window: 68 429s, and 40 of 100
+        calls answered rate_limited; now nine, and none).
         """
         closure = closure_before(
             self._log.with_pending(), math.nextafter(began, -math.inf), tolerance=TOGETHER
         )
-        if closure is None or closure.refused < _CLOSED:
+        if closure is None or closure.refused < (_CLOSED_AGAIN if self._reopened else _CLOSED):
             return
-        self._reopened = True
+        self._reopened, self.closed_until = True, None
         guess = closure.reopened(began)
-        self.rate = self._cap = max(guess.limit / guess.length, self.floor)
+        self.rate = self._cap = guess.limit / guess.length
+        self.floor = min(self.floor, self.rate)
         # A 429 at this pace is news, where the events before it ended later, and
         # the first is the trial's: it spends none of learning's 429s (counted, a
         # bucket of 2/s it refused was then paced at the slowest rate that fit,

@@ -26,7 +26,11 @@ The limiter is one of the models real APIs use (``model``), each allowing
 * ``"bucket"``: a token bucket of ``burst`` refilled continuously at ``rate``
   (Anthropic, Envoy local, Traefik);
 * ``"fixed"``: ``burst`` requests per fixed window of ``burst / rate`` s,
-  the first starting at the key's first request (express-rate-limit);
+  the first starting at the key's first request (express-rate-limit), or
+  ``window_phase`` of a window before it: a counter keyed by the clock's
+  second or minute (a Redis ``INCR`` per window) meets a client at any
+  phase, and the client's first burst may fill the end of one window and the
+  start of the next;
 * ``"sliding"``: at most ``burst`` requests in any ``burst / rate`` s (a log).
 
 A concurrency-only server is ``rate=None`` with ``max_in_flight`` (503s).
@@ -153,6 +157,9 @@ class ServerConfig:
     )
     connect_delay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     rate_status: int = attrs.field(default=429, validator=attrs.validators.in_(_RATE_STATUSES))
+    window_phase: float = attrs.field(
+        default=0.0, validator=[attrs.validators.ge(0), attrs.validators.lt(1)]
+    )
 
     def limits_for(self, key: str) -> KeyLimits:
         """The key's own limits if configured, else the server-wide ones."""
@@ -232,15 +239,17 @@ class _Window:
 
 @attrs.define
 class _FixedWindow(_Window):
-    """Windows start at the first request and follow each other."""
+    """Windows follow each other, the first starting ``phase`` of a window before the
+    first request."""
 
+    phase: float = 0.0
     _origin: float | None = None
     _start: float = -math.inf
     _count: int = 0
 
     def _roll(self, now: float) -> None:
         if self._origin is None:
-            self._origin = now
+            self._origin = now - self.phase * self.window
         start = self._origin + math.floor((now - self._origin) / self.window + _EPS) * self.window
         if start > self._start + _EPS:
             self._start, self._count = start, 0
@@ -427,7 +436,7 @@ class ThrottlingServer:
 
     def _limiter(self, rate: float, burst: int, now: float) -> _Limiter:
         if self.config.model == "fixed":
-            return _FixedWindow(rate, burst)
+            return _FixedWindow(rate, burst, self.config.window_phase)
         if self.config.model == "sliding":
             return _SlidingLog(rate, burst)
         return _TokenBucket(rate, burst, self.config.reset, float(burst), now)
@@ -599,6 +608,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
     p.add_argument("--connect-delay", type=float, default=0.0)
     p.add_argument("--rate-status", type=int, choices=_RATE_STATUSES, default=429)
+    p.add_argument("--window-phase", type=float, default=0.0)
     args = vars(p.parse_args(argv))
     port = args.pop("port")
     return port, ServerConfig(**args)

@@ -423,13 +423,14 @@ def test_the_command_line_spells_every_option() -> None:
         ["--port", "8080", "--rate", "none", "--burst", "3", "--max-in-flight", "2",
          "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
          "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
-         "--model", "fixed", "--reset", "next", "--connect-delay", "0.25"]
+         "--model", "fixed", "--reset", "next", "--connect-delay", "0.25",
+         "--window-phase", "0.5"]
     )  # fmt: skip
     assert port == 8080
     assert config == ServerConfig(
         rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
         headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
-        model="fixed", reset="next", connect_delay=0.25,
+        model="fixed", reset="next", connect_delay=0.25, window_phase=0.5,
     )  # fmt: skip
     assert parse_command_line([]) == (0, ServerConfig())
 
@@ -485,6 +486,20 @@ async def test_fixed_window_resets_at_its_end(autojump_clock: trio.testing.MockC
     assert seen[1][2]["ratelimit-remaining"] == "0"
     assert seen[1][2]["ratelimit-reset"] == "1"  # 0.5 s to the window's end, rounded up
     assert seen[3][2]["retry-after"] == "1"
+
+
+async def test_a_fixed_window_may_begin_before_the_first_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``window_phase``: the first window began that share of one before the first request,
+    as a counter keyed by the clock's second does, and the next begins sooner."""
+    config = ServerConfig(rate=4, burst=2, model="fixed", headers="draft", window_phase=0.75)
+    async with running(config) as (_, client):
+        seen = await _statuses_at(client, [0.0, 0.0, 0.0, 0.125, 0.125, 0.125])
+    assert [status for _, status, _ in seen] == [200, 200, 429, 200, 200, 429]
+    assert seen[2][2]["retry-after"] == "1"  # 0.125 s to the window's end, rounded up
+    with pytest.raises(ValueError, match="window_phase"):
+        ServerConfig(window_phase=1.0)
 
 
 async def test_sliding_log_counts_any_window(autojump_clock: trio.testing.MockClock) -> None:
