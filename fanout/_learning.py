@@ -493,17 +493,22 @@ class RateLearner:
         drew four 429s and was tried again only at 7.7 s; tried from a short
         run's length on, one of 5 per 10 s drew nine.
         """
-        self.closed_until = None
+        planned, self.closed_until = self.closed_until, None
         if wait > 0 or self.window is not None:
             return
         closure = closure_before(self._log.with_pending(pending), sent_at, tolerance=TOGETHER)
         if closure is None or closure.refused < _CLOSED:
             return
         span = max(closure.closed_at - closure.first, self._latency, _SHORTEST_WINDOW)
-        # Shut for this long already, it is no likelier to reopen in less than as long.
-        while closure.first + span * _PAST_EDGE - now < now - closure.closed_at:
-            span *= 2.0
+        # Shut for this long already, it is no likelier to reopen in less than as long:
+        # long until the probe as planned, where it left late (a Redis round trip
+        # behind, 54 ms), a window of 8 per 2 s had been shut 12 ms longer than the
+        # next probe was away, and was tried at 4.2 s, not 2.1 (15.5 s for 6).
+        shut_at = now if planned is None else min(now, planned)
         probe = closure.first + span * _PAST_EDGE
+        while probe <= now or probe - shut_at < shut_at - closure.closed_at:
+            span *= 2.0
+            probe = closure.first + span * _PAST_EDGE
         self.closed_until = probe
         # One request then, and the next only once its answer may be in.
         self.rate = 1.0 / max(probe - now, self._latency)

@@ -323,3 +323,18 @@ async def test_a_rate_refused_with_503s_and_no_numbers_is_learned_as_bare_429s(
     assert server.count(status=503) == refusals
     minimum = (50 - 10) / 10 + latency
     assert max(r.end for r in server.records) <= within * minimum
+
+
+def test_a_probe_that_left_late_does_not_double_the_next_wait() -> None:
+    """A window of 8 per 2 s shut after its run: probed at 1.05 s, refused. That probe left
+    54 ms late (behind a Redis round trip), and counted from its answer the window had been
+    shut 12 ms longer than a probe at 2.1 s was away: the next was put at 4.2 s, and the turn
+    took 15.5 s for 6. Counted to the probe as planned, the next is at 2.1 s."""
+    learner = RateLearner()
+    for sent in [0.0, 0.003, 0.031, 0.041, 0.048, 0.058, 0.070, 0.088]:
+        learner.on_success(began=sent, latency=0.02)
+    for sent in [0.096, 0.108, 0.111]:
+        learner.on_throttled(8.0, now=sent + 0.02, wait=0.0, sent_at=sent, started=8.0)
+    assert learner.closed_until == pytest.approx(1.05)
+    learner.on_throttled(1.0, now=1.125, wait=0.0, sent_at=1.104, started=8.0)
+    assert learner.closed_until == pytest.approx(2.1)
