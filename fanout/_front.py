@@ -1012,7 +1012,7 @@ class ScopeFront:
         self._window_open_until = None
         self._backend.use_window(self._window_length)
 
-    def _judge_window(self, remaining: float, sent: float) -> None:
+    def _judge_window(self, remaining: float, sent: float, reset: float | None = None) -> None:
         """A learned window is tried before it is trusted, by the first answer after it reopens.
 
         A token bucket whose ``Reset`` is its next token (rounded up to a
@@ -1023,6 +1023,16 @@ class ScopeFront:
         request at a time: a window shows room for all but what we sent
         within its length (``Remaining`` is its limit less those), a bucket
         shows only what it refilled, and stays a bucket.
+
+        A window is at least as long as the ``Reset`` it gives after it
+        reopened (``reset``) and the time since it reopened: no later than
+        the reported end, so the time since the trial was due is the least
+        that can be (a whole number of seconds just after it reopened is its
+        length; an exact reset, the rest of it). The guess is from our first
+        request to the reopening, and a window keyed by the clock began
+        before that request: 20 per 2 s met at 0.6 of a window was guessed 1.1
+        s long, and its next burst of 20 was refused whole (21 429s, 6 calls
+        answered ``rate_limited``; with an exact reset, 1.7 s long).
         """
         assert self._window_trial is not None
         assert self._learner is not None
@@ -1041,7 +1051,8 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            self._count_in_windows(length)
+            shown = 0.0 if reset is None else reset + (sent - reopened)
+            self._count_in_windows(max(length, shown))
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
             later = self._started_between(sent, trio.current_time())
@@ -1112,7 +1123,7 @@ class ScopeFront:
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(sent, arrived_by)
             if self._window_trial is not None and info.remaining is not None:
-                self._judge_window(info.remaining, sent)
+                self._judge_window(info.remaining, sent, info.reset_after)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
         self._emptied = self._emptied or (remaining is not None and remaining < 1)
