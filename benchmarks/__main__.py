@@ -67,8 +67,9 @@ NOTES = (
     "The learning strategy is given no rate and no burst; where the API documents an in-flight "
     "cap it is given that, since no header can state one.",
     "Each server model is fanout/_throttle_server.py's: a token bucket (Reset until full, or "
-    "until the next token), a fixed window from the first request, a sliding log, or only an "
-    "in-flight cap (503). The minimum for a window is L + floor((N - 1)/B) * W; for the "
+    "until the next token), a fixed window from the first request (or keyed by the clock, "
+    "its first begun a phase of a window before), a sliding log, or only an in-flight cap "
+    "(503). The minimum for a window is L + (floor((N - 1)/B) - phase) * W; for the "
     "concurrency-only server, ceil(N/C) * L; with jitter, the least latency (a lower bound).",
 )
 RESULTS = Path(__file__).parent / "results"

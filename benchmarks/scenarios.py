@@ -163,6 +163,8 @@ class Scenario:
     ``fixed_delay`` is the naive retry's sleep;
     ``retry_after_precise`` makes the server send fractional Retry-After
     seconds instead of whole ones (the quick run uses it to stay quick).
+    ``window_phase``: a fixed window's first began that share of one before
+    the first request (windows keyed by the clock).
     """
 
     name: str
@@ -182,6 +184,7 @@ class Scenario:
     jitter: float = 0.0
     connect_delay: float = 0.0
     seed: int = 0
+    window_phase: float = 0.0
     why: str = ""
 
     @property
@@ -191,9 +194,12 @@ class Scenario:
             assert self.max_in_flight is not None
             return self.connect_delay + math.ceil(self.calls / self.max_in_flight) * self.latency
         if self.model in ("fixed", "sliding"):
-            # burst requests per window, windows starting at the first request.
+            # burst requests per window, windows following each other from the first
+            # request (a fixed window's, from its phase before it).
             window = self.burst / self.rate
-            return self.connect_delay + self.latency + (self.calls - 1) // self.burst * window
+            windows = (self.calls - 1) // self.burst
+            first = max(0.0, windows - self.window_phase) * window if windows else 0.0
+            return self.connect_delay + self.latency + first
         if self.jitter:
             return self.connect_delay + jittered_makespan(
                 self.calls, rate=self.rate, burst=self.burst, latency=self.latency,
@@ -256,6 +262,12 @@ class Scenario:
                 f"(seed {self.seed}) = {self.min_makespan:.3f} s"
             )
         n, b, r, lat = self.calls, self.burst, self.rate, self.latency
+        if self.model == "fixed" and self.window_phase:
+            w, p = b / r, self.window_phase
+            return (
+                f"L + (⌊(N - 1)/B⌋ - phase)·W = {lat:g} + (⌊{n - 1}/{b}⌋ - {p:g})·{w:g} "
+                f"= {self.min_makespan:.3f} s"
+            )
         parts = [f"(N - B)/R = ({n} - {b})/{r:g} = {max(0.0, (n - b) / r):.3f} s"]
         if self.max_in_flight is not None:
             c = self.max_in_flight
@@ -282,6 +294,8 @@ class Scenario:
             args += ["--max-in-flight", str(self.max_in_flight)]
         if self.retry_after_precise:
             args.append("--retry-after-precise")
+        if self.window_phase:
+            args += ["--window-phase", f"{self.window_phase:g}"]
         return args
 
 
@@ -319,8 +333,14 @@ FULL: tuple[Scenario, ...] = (
     Scenario(
         "fixed", "fixed window, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
         model="fixed",
-        why="Kong, express-rate-limit: 10 per window of 1 s from the first request; "
+        why="express-rate-limit: 10 per window of 1 s from the first request; "
         "Remaining 0 does mean 'wait for Reset'.",
+    ),
+    Scenario(
+        "fixed-clock", "fixed window, 20 per 2 s, keyed by the clock", calls=100, rate=10,
+        burst=20, latency=0.05, model="fixed", window_phase=0.6,
+        why="Kong, Envoy's global limit: windows keyed by the clock, so the first request "
+        "lands 1.2 s into one; Reset, rounded up, says when it ends.",
     ),
     Scenario(
         "sliding", "sliding log, 10 per second", calls=60, rate=10, burst=10, latency=0.05,

@@ -29,7 +29,7 @@ from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import fanout
-from benchmarks.scenarios import jittered_makespan, min_makespan
+from benchmarks.scenarios import FULL, jittered_makespan, min_makespan
 from fanout import Scope, Status
 from fanout.testing import ServerConfig, ThrottlingServer
 from tests.test_learning_no_numbers import learn
@@ -561,7 +561,7 @@ def test_learning_finishes_within_a_fifth_of_the_minimum(server: Server) -> None
 
 
 def test_the_fastest_schedule_is_the_benchmarks_minimum_where_that_applies() -> None:
-    """For a bucket, ``fastest`` agrees with ``benchmarks.scenarios``' formulas."""
+    """``fastest`` agrees with ``benchmarks.scenarios``' formulas."""
     for calls, rate, burst, latency, cap in [(60, 20, 10, 0.05, None), (40, 10, 10, 0.4, 4)]:
         server = Server("bucket", rate, burst, latency, 0.0, cap, "none", "absent", calls)
         best = min_makespan(calls, rate=rate, burst=burst, latency=latency, concurrency=cap)
@@ -569,6 +569,14 @@ def test_the_fastest_schedule_is_the_benchmarks_minimum_where_that_applies() -> 
     jittered = Server("bucket", 20, 10, 0.05, 0.1, None, "none", "absent", 60, seed=3)
     best = jittered_makespan(60, rate=20, burst=10, latency=0.05, jitter=0.1, seed=3)
     assert math.isclose(fastest(jittered), best)
+    # And for the windows of the matrix, a fixed window keyed by the clock among them.
+    for row in FULL:
+        if row.model in ("fixed", "sliding") and not row.max_in_flight:
+            server = Server(
+                row.model, row.rate, row.burst, row.latency, 0.0, None, "none", "absent",
+                row.calls, window_phase=row.window_phase,
+            )  # fmt: skip
+            assert math.isclose(fastest(server), row.min_makespan), row.name
 
 
 def test_a_bucket_whose_reset_is_its_next_token_is_tried_before_it_is_taken_for_a_window() -> None:
