@@ -194,6 +194,24 @@ def _counted_first(
     return counted >= remaining + rate * (later + late)
 
 
+def _shown_length(reset: float | None, since_due: float) -> float:
+    """The least a window can be long, from the ``Reset`` a request gave ``since_due`` s
+    after the window's reported end, when it found the window just reopened (0: no reset).
+
+    An exact reset is the rest of the window, and it reopened no later than
+    its reported end: the time since then is the least of what went before.
+    A whole number of seconds is rounded up, and just after the window
+    reopened it is its length, where windows are whole seconds; the time
+    since is then in the rounding (added, a log of 4 per second was counted
+    as 4 per 1.005 s).
+    """
+    if reset is None:
+        return 0.0
+    if abs(reset - round(reset)) < 1e-9:
+        return reset
+    return reset + since_due
+
+
 @attrs.define(eq=False)
 class ScopeFront:
     """The configuration and behaviour shared by every kind of scope.
@@ -1025,10 +1043,7 @@ class ScopeFront:
         shows only what it refilled, and stays a bucket.
 
         A window is at least as long as the ``Reset`` it gives after it
-        reopened (``reset``) and the time since it reopened: no later than
-        the reported end, so the time since the trial was due is the least
-        that can be (a whole number of seconds just after it reopened is its
-        length; an exact reset, the rest of it). The guess is from our first
+        reopened (`_shown_length`). The guess is from our first
         request to the reopening, and a window keyed by the clock began
         before that request: 20 per 2 s met at 0.6 of a window was guessed 1.1
         s long, and its next burst of 20 was refused whole (21 429s, 6 calls
@@ -1051,8 +1066,7 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            shown = 0.0 if reset is None else reset + (sent - reopened)
-            self._count_in_windows(max(length, shown))
+            self._count_in_windows(max(length, _shown_length(reset, sent - reopened)))
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
             later = self._started_between(sent, trio.current_time())

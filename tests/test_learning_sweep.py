@@ -476,7 +476,7 @@ def test_a_fixed_window_stating_its_counts_is_learned_at_any_phase(server: Serve
     """Any such window (`fixed_windows_stating_counts`): every call ok, at most three 429s,
     within three times the fastest. On 40 drawn alike, the code before drew more than
     three 429s on 16 (up to 36) and answered calls rate_limited on 12; now at most
-    three, every call ok, 1.00 to 2.64 times the fastest."""
+    three, every call ok, 1.00 to 2.33 times the fastest."""
     throttling, turn, took = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) <= _REFUSED
