@@ -474,13 +474,15 @@ def fixed_windows_stating_counts(draw: st.DrawFn) -> Server:
 @given(server=fixed_windows_stating_counts())
 def test_a_fixed_window_stating_its_counts_is_learned_at_any_phase(server: Server) -> None:
     """Any such window (`fixed_windows_stating_counts`): every call ok, at most three 429s,
-    within three times the fastest. On 40 drawn alike, the code before drew more than
-    three 429s on 16 (up to 36) and answered calls rate_limited on 12; now at most
-    three, every call ok, 1.00 to 2.33 times the fastest."""
+    within three times the fastest and a second (a first answer that finds the window
+    spent holds the turn until its rounded-up ``Reset``: 4 calls against 2 a second took
+    1.375 s for 0.45). On 40 drawn alike, the code before drew more than three 429s on
+    16 (up to 36) and answered calls rate_limited on 12; now at most three, every call
+    ok, 1.00 to 2.33 times the fastest."""
     throttling, turn, took = run(server)
     assert all(r.status is Status.OK for r in turn.results)
     assert refused(throttling) <= _REFUSED
-    assert took <= 3.0 * fastest(server)
+    assert took <= 3.0 * fastest(server) + 1.0
 
 
 def test_a_leaky_bucket_of_40_at_2_a_second_stating_its_level_is_learned() -> None:
