@@ -39,7 +39,7 @@ import trio
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict
 from ._exceptions import ConfigurationError
-from ._learning import TOGETHER, RateLearner
+from ._learning import TOGETHER, RateLearner, whole_seconds
 from ._ledger import Ledger
 from ._probe import Probe
 from ._retry import RetryBudget
@@ -207,7 +207,7 @@ def _shown_length(reset: float | None, since_due: float) -> float:
     """
     if reset is None:
         return 0.0
-    if abs(reset - round(reset)) < 1e-9:
+    if whole_seconds(reset):
         return reset
     return reset + since_due
 

@@ -78,7 +78,7 @@ from ._window_fit import WindowGuess, closure_before, explained_by_window
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["TOGETHER", "RateLearner"]
+__all__ = ["TOGETHER", "RateLearner", "whole_seconds"]
 
 _DECREASE = 0.5  # multiplicative decrease on a 429 when the server gave no numbers
 _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
@@ -117,6 +117,12 @@ TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either 
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
 _Count = tuple[float, bool]
+
+
+def whole_seconds(seconds: float) -> bool:
+    """Whether a wait or reset is a whole number of seconds: rounded up, as most servers
+    send them, so up to a second long (a finer one is taken as exact)."""
+    return abs(seconds - round(seconds)) < 1e-9
 
 
 @attrs.define
@@ -525,7 +531,7 @@ class RateLearner:
         whole: it is taken as exact, so its window is proven only where its
         end falls within ``TOGETHER`` of the guess's.
         """
-        coarse = abs(wait - round(wait)) < 1e-9
+        coarse = whole_seconds(wait)
         answers = self._log.with_pending(pending)
         if self._first_wait is None:
             # Admitted, and still out (a refusal comes back at once, so admitted too).
