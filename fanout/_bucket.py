@@ -127,6 +127,11 @@ class ServerCount:
     counted, on trio's clock (None: when the bucket takes the count in).
     ``overtaking``: of ``started_since``, those that left so soon after it that
     they may have reached the server first, and be in ``remaining`` already.
+    ``limit`` is the limit the response stated with it (None: none), and
+    ``reset_after`` its ``Reset``: by then at least one token it counted is
+    back, whatever the server (a window's end, a bucket's next token or its
+    fill, a sliding log's oldest entry leaving). A log reads both
+    (`fanout._window.SlidingLog.sync`).
     """
 
     remaining: float
@@ -138,6 +143,13 @@ class ServerCount:
     crossing: float = 0.0
     as_of: float | None = None
     overtaking: float = 0.0
+    limit: float | None = None
+    reset_after: float | None = None
+
+    def of_limit(self, limit: float) -> bool:
+        """Whether this counts against ``limit``: a count of another (an hourly quota's,
+        a burst's beside a minute's) says nothing of what a log of it forgot."""
+        return self.limit in (None, limit) and self.remaining <= limit
 
     def counted_by(self, now: float) -> float:
         """When ``started_since`` was counted: ``as_of``, never later than ``now``."""

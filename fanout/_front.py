@@ -1182,6 +1182,8 @@ class ScopeFront:
                 crossing=self._crossing(sent, late),
                 as_of=now,
                 overtaking=min(surely, soon),
+                limit=info.limit,
+                reset_after=reset,
             )
             await self._backend.sync(count)
         else:

@@ -297,6 +297,8 @@ class RedisBackend:
         rate: float | None = None,
         ahead: float = 0.0,
         entry: str = "",
+        reset: float = -1.0,
+        late: float = -1.0,
     ) -> BucketReply:
         """One op on the shared bucket or log; remember what it said for the sync methods."""
         self._opened()
@@ -304,6 +306,7 @@ class RedisBackend:
             reply = await self.log.run(
                 op, limit=self.burst, window=self.window, cost=cost, extra=extra,
                 slack=self.slack, epoch=booking[0], member=member, elapsed=elapsed,
+                reset=reset, late=late,
             )  # fmt: skip
         else:
             reply = await self.bucket.run(
@@ -560,8 +563,15 @@ class RedisBackend:
         limits were learned, if no sync has taken it in yet (``set_limits``).
         """
         if self.window is not None:
+            # As the local log reads it (`SlidingLog.sync`): a count of this limit may
+            # free entries the server forgot, and its Reset the oldest it counted.
+            of_limit = count.of_limit(self.burst)
+            reset = count.reset_after if of_limit and count.reset_after is not None else -1.0
             with contextlib.suppress(LimiterUnavailableError):
-                await self._shared("sync", extra=count.remaining, elapsed=count.elapsed)
+                await self._shared(
+                    "sync", extra=count.remaining, elapsed=count.elapsed, reset=reset,
+                    late=count.late if of_limit else -1.0,
+                )  # fmt: skip
             return
         if self.rate is None:
             await trio.lowlevel.checkpoint()

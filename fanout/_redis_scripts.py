@@ -131,6 +131,46 @@ local function slot(c)
   if rate > 0 then start = math.max(start, full - (burst - c) / rate) end
   return start
 end
+local function release(i, at)  -- an answered entry holds its tokens until ``at`` exactly
+  local ends_at = math.min(at, ends[i])
+  local member = '-' .. num(costs[i]) .. '|' .. num(ends_at) .. '|'
+                 .. string.match(members[i], '^=[^|]+|[^|]+|(.*)$')
+  redis.call('ZREM', KEYS[1], members[i])
+  redis.call('ZADD', KEYS[1], num(starts[i]), member)
+  members[i], ends[i] = member, ends_at
+end
+local function forget(sent, remaining, late)  -- answered entries the count left out
+  local surely, counted = {}, 0
+  for i = 1, #members do
+    local held = tonumber(string.match(members[i], '^=[^|]+|([^|]+)|'))
+    if held and starts[i] <= sent and sent < ends[i]
+       and held - window + math.max(0.005, late) <= sent then
+      surely[#surely + 1] = i
+      counted = counted + costs[i]
+    end
+  end
+  local forgotten, released = counted + 1 - (limit - remaining), false
+  for _, i in ipairs(surely) do  -- the oldest first: ZRANGE is by start
+    if costs[i] > forgotten + 1e-9 then break end
+    forgotten = forgotten - costs[i]
+    release(i, now)
+    released = true
+  end
+  return released
+end
+local function reset_by(sent, at)  -- one token it counted is back by ``at``
+  local oldest = nil
+  for i = 1, #members do
+    local first = string.sub(members[i], 1, 1)
+    if (first == '=' or first == '-') and starts[i] <= sent and sent < ends[i] then
+      if ends[i] <= at then return false end
+      if first == '=' and not oldest then oldest = i end
+    end
+  end
+  if not oldest then return false end
+  release(oldest, at)
+  return true
+end
 local granted, wait, write = 0, 0, true
 local before = full
 local entry = ''
@@ -270,7 +310,9 @@ return found
 # Entries are kept a window after they leave, and as long as the slowest
 # answer yet (``longest``): a sync counts those the server counted while the
 # answer travelled, and an answer finds its booking.
-# ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed. Ops:
+# A member "-<cost>|<ends>|<id>" is one the server showed it counts no longer: it
+# holds its tokens until ``ends`` exactly (``_window.SlidingLog.sync``).
+# ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed, reset, late. Ops:
 #   reserve   book ARGV[4] as ARGV[7]; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek      the wait for ARGV[4], consuming nothing
 #   confirm   booking ARGV[7] of epoch ARGV[6] goes now, if that epoch holds and
@@ -283,7 +325,11 @@ return found
 #   block     start nothing for ARGV[5] seconds from now, new epoch
 #   void      bookings ahead book again (they were placed with a narrower slack), new epoch
 #   sync      the server had ARGV[5] left when a request sent ARGV[9] s ago arrived:
-#             what it counted beyond the log's own is held as a phantom for a window
+#             what it counted beyond the log's own is held as a phantom for a window;
+#             with ARGV[11] >= 0 (the count is of this limit; requests may arrive that
+#             much apart), answered entries it surely counted before and no longer
+#             does end now, and with ARGV[10] >= 0 (its Reset), if none it counted
+#             ends by then, the oldest does
 #   held      ARGV[4] tokens that started ARGV[9] s ago, before the log did, and that
 #             the server still counts: a phantom from then (new epoch)
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
@@ -309,12 +355,13 @@ local function read()
   for i = 1, #raw, 2 do
     local member, start = raw[i], tonumber(raw[i + 1])
     local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|')) or 0
-    local ends_at = math.max(start + span, held)
+    local ends_at = tonumber(string.match(member, '^%-[^|]+|([^|]+)|'))
+                    or math.max(start + span, held)
     if ends_at + keep <= now then
       redis.call('ZREM', KEYS[1], member)
     else
       members[#members + 1] = member
-      costs[#costs + 1] = tonumber(string.match(member, '^[~=!]?([^|]+)'))
+      costs[#costs + 1] = tonumber(string.match(member, '^[~=!%-]?([^|]+)'))
       starts[#starts + 1] = start
       ends[#ends + 1] = ends_at
     end
@@ -351,7 +398,7 @@ local function slot(c)
 end
 local function booked(i)  -- a booking not yet answered, confirmed or not
   local first = string.sub(members[i], 1, 1)
-  return first ~= '~' and first ~= '='
+  return first ~= '~' and first ~= '=' and first ~= '-'
 end
 local function void()
   epoch = epoch + 1
@@ -365,6 +412,46 @@ local function hold(tokens, start)
   if tokens <= 1e-9 then return false end
   void()
   redis.call('ZADD', KEYS[1], num(start), '~' .. num(tokens) .. '|' .. num(now) .. ':' .. epoch)
+  return true
+end
+local function release(i, at)  -- an answered entry holds its tokens until ``at`` exactly
+  local ends_at = math.min(at, ends[i])
+  local member = '-' .. num(costs[i]) .. '|' .. num(ends_at) .. '|'
+                 .. string.match(members[i], '^=[^|]+|[^|]+|(.*)$')
+  redis.call('ZREM', KEYS[1], members[i])
+  redis.call('ZADD', KEYS[1], num(starts[i]), member)
+  members[i], ends[i] = member, ends_at
+end
+local function forget(sent, remaining, late)  -- answered entries the count left out
+  local surely, counted = {}, 0
+  for i = 1, #members do
+    local held = tonumber(string.match(members[i], '^=[^|]+|([^|]+)|'))
+    if held and starts[i] <= sent and sent < ends[i]
+       and held - window + math.max(0.005, late) <= sent then
+      surely[#surely + 1] = i
+      counted = counted + costs[i]
+    end
+  end
+  local forgotten, released = counted + 1 - (limit - remaining), false
+  for _, i in ipairs(surely) do  -- the oldest first: ZRANGE is by start
+    if costs[i] > forgotten + 1e-9 then break end
+    forgotten = forgotten - costs[i]
+    release(i, now)
+    released = true
+  end
+  return released
+end
+local function reset_by(sent, at)  -- one token it counted is back by ``at``
+  local oldest = nil
+  for i = 1, #members do
+    local first = string.sub(members[i], 1, 1)
+    if (first == '=' or first == '-') and starts[i] <= sent and sent < ends[i] then
+      if ends[i] <= at then return false end
+      if first == '=' and not oldest then oldest = i end
+    end
+  end
+  if not oldest then return false end
+  release(oldest, at)
   return true
 end
 local granted, wait, write = 0, 0, true
@@ -439,6 +526,12 @@ elseif op == 'sync' then
     if starts[i] <= sent and sent < ends[i] then ours = ours + costs[i] end
   end
   write = hold(limit - extra - ours, now + window - span)
+  local reset, late = tonumber(ARGV[10]), tonumber(ARGV[11])
+  if not write and late >= 0 then
+    write = forget(sent, extra, late)
+    if reset >= 0 then write = reset_by(sent, now + reset) or write end
+    if write then void() end
+  end
 elseif op == 'held' then
   write = hold(cost, now - tonumber(ARGV[9]))
 else

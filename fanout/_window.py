@@ -44,15 +44,18 @@ __all__ = ["Arrivals", "SlidingLog", "earliest_start"]
 
 _EPS = 1e-9
 
-_BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT, _DELAYED = 0, 1, 2, 3, 4, 5
+_BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT, _DELAYED, _RELEASED = 0, 1, 2, 3, 4, 5, 6
 # (start, cost, kind, held until at least): a booking, a booking whose answer
 # came, tokens the server counted and the log did not, a booking its holder
-# confirmed (its request went), one whose request left (`SlidingLog.left`), or
-# one whose request is on its way but not out yet (`SlidingLog.delayed`).
+# confirmed (its request went), one whose request left (`SlidingLog.left`), one
+# whose request is on its way but not out yet (`SlidingLog.delayed`), or one
+# the server showed it counts no longer (held until then exactly: `SlidingLog.sync`).
 Entry = tuple[float, float, int, float]
 
 
 def _end(entry: Entry, span: float) -> float:
+    if entry[2] == _RELEASED:
+        return entry[3]
     return max(entry[0] + span, entry[3])
 
 
@@ -288,7 +291,16 @@ class SlidingLog:
         to tell.) Later
         starts (``started_since``) are in the log already; requests it may not
         have counted yet (``unsure``) are not taken off, as they would be from
-        a bucket: the log keeps them anyway. True when the log changed.
+        a bucket: the log keeps them anyway.
+
+        A count of this log's limit may also show the server holding less
+        than the log: it forgot tokens the log still holds
+        (`_release_forgotten`), or says by its ``Reset`` that one comes back
+        before the log would give any (`_release_by_reset`). Both free them,
+        and waiting calls book again. That is how a fixed window keyed by the
+        clock, met partway through, is counted in its own windows: counted
+        from our first burst, 20 per 2 s met 1.2 s in sent each wave up to a
+        window late (1.19 times the minimum). True when the log changed.
         """
         remaining, elapsed = count.remaining, count.elapsed
         if not math.isfinite(remaining):
@@ -298,9 +310,75 @@ class SlidingLog:
         # (and ``counted_by - elapsed`` can fall short of the request's own start): taken
         # for someone else's, such a request left a phantom a window long, and the last
         # call of a capped log of 5 per second went a window late in 1 run of 12.
-        sent = count.counted_by(now) - max(0.0, elapsed) + TOGETHER
-        ours = sum(entry[1] for entry in self._live(sent))
-        return self._hold(now, self.limit - remaining - ours, returns=now + self.window)
+        sent = count.counted_by(now) - max(0.0, elapsed)
+        ours = sum(entry[1] for entry in self._live(sent + TOGETHER))
+        if self._hold(now, self.limit - remaining - ours, returns=now + self.window):
+            return True
+        if not count.of_limit(self.limit):
+            return False
+        released = self._release_forgotten(sent, remaining, now, late=count.late)
+        if count.reset_after is not None:
+            released |= self._release_by_reset(sent, now + count.reset_after)
+        if released:
+            self._void()
+        return released
+
+    def _release_forgotten(self, sent: float, remaining: float, now: float, *, late: float) -> bool:
+        """Free, now, what the server counted once and no longer does.
+
+        Surely counted before the request sent at ``sent`` were the entries
+        answered that arrived by then, less how much later one request may
+        reach the server than another (``late``); the server counted that request too,
+        and ``remaining`` (floored: it may hold more) leaves at most ``limit -
+        remaining`` counted in all. Fewer than the log holds of those were
+        forgotten: a fixed window ended (all of them, the oldest first), or a
+        bucket refilled faster than the log allows. Requests sent with it
+        are left out: the server may have counted them after it (read as
+        forgotten, the first answer to a burst of 20 said 19 remained).
+        """
+        span = self._span
+        surely = [
+            e for e in self._entries
+            if e[2] == _ANSWERED and e[0] <= sent < _end(e, span)
+            and e[3] - self.window + max(TOGETHER, late) <= sent
+        ]  # fmt: skip
+        forgotten = sum(e[1] for e in surely) + 1.0 - (self.limit - remaining)
+        released = False
+        for entry in surely:  # the oldest first
+            if entry[1] > forgotten + _EPS:
+                break
+            forgotten -= entry[1]
+            self._release(entry, now)
+            released = True
+        return released
+
+    def _release_by_reset(self, sent: float, until: float) -> bool:
+        """By ``until`` (a ``Reset``), at least one token the server counted is back.
+
+        The log holds every entry it counted (the request's own, answered, at
+        least) past then: the oldest ends then instead. One answer after
+        another says so of the same tokens: once one entry ends by then, the
+        rest hold. The request that takes its place shows by its count what
+        else the server forgot (`_release_forgotten`).
+        """
+        span = self._span
+        counted = [
+            e for e in self._entries
+            if e[2] in (_ANSWERED, _RELEASED) and e[0] <= sent < _end(e, span)
+        ]  # fmt: skip
+        if any(_end(e, span) <= until for e in counted):
+            return False
+        oldest = next((e for e in counted if e[2] == _ANSWERED), None)
+        if oldest is None:
+            return False
+        self._release(oldest, until)
+        return True
+
+    def _release(self, entry: Entry, at: float) -> None:
+        """``entry`` holds its tokens until ``at`` (if sooner), and not a moment longer."""
+        self._entries.remove(entry)
+        released = (entry[0], entry[1], _RELEASED, min(at, _end(entry, self._span)))
+        bisect.insort(self._entries, released)
 
     def answered(self, sent: float, arrived_by: float) -> None:
         """A request sent at ``sent`` reached the server by ``arrived_by``.

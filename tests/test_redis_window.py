@@ -97,6 +97,37 @@ async def test_refund_drain_and_counts_reach_every_process(redis_url: str, prefi
         assert (stats.drained, stats.window) == (1, 0.5)
 
 
+async def test_a_reset_and_a_count_free_a_shared_log_for_every_process(
+    redis_url: str, prefix: str
+) -> None:
+    """3 per 2 s, met partway through a fixed window keyed by the clock: one process's
+    answers say the window ends in 0.3 s, so the other may start one request then; that
+    request's count shows the server forgot the burst, and its tokens are back for both
+    (`SlidingLog.sync`, on Redis)."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "limit": 3, "per": 2.0}
+    async with two_processes(redis_url, **options) as (one, other):
+        for _ in range(3):
+            booking = await one.reserve(1, 0)
+            assert booking is not None
+            assert await one.confirm(booking)
+        sent = trio.current_time()
+        await trio.sleep(0.05)
+        for k in range(3):
+            said = RateLimitInfo(limit=3, remaining=2 - k, reset_after=0.3)
+            await one.observe_headers(said, sent_at=sent)
+        assert close([await other.wait_for(1)], [0.3])
+        assert await other.wait_for(2) > 1.5  # the rest of the burst: a window after it
+        await trio.sleep(await other.wait_for(1))
+        trial = await other.reserve(1, 0)
+        assert trial is not None
+        assert await other.confirm(trial)
+        trial_sent = trio.current_time()
+        await trio.sleep(0.05)
+        said = RateLimitInfo(limit=3, remaining=2, reset_after=2.0)
+        await other.observe_headers(said, sent_at=trial_sent)
+        assert await one.wait_for(2) == 0.0
+
+
 @pytest.mark.parametrize("model", ["fixed", "sliding"])
 async def test_a_told_window_on_redis_causes_no_429(
     redis_url: str, prefix: str, model: Any

@@ -68,9 +68,12 @@ from hypothesis import strategies as st
 import fanout
 from benchmarks.scenarios import Scenario, jittered_makespan, min_makespan
 from benchmarks.strategies import configured_scope
-from fanout import Status
+from fanout import Scope, Status
 from fanout._throttle_server import parse_command_line
 from fanout.testing import ThrottlingServer
+from tests.test_learning_no_numbers import learn
+from tests.test_learning_sweep import Server
+from tests.test_learning_sweep import fastest as fastest_learned
 from tests.test_pacing import _turn
 
 if TYPE_CHECKING:
@@ -462,3 +465,46 @@ def test_a_window_shorter_than_the_latency_keeps_its_bookings_until_they_are_ans
     starts = [round(0.057 * k + (0.023 if k > 6 else 0.0), 9) for k in ticks]
     assert [round(start, 9) for start in outcome.server.starts()] == starts
     assert outcome.makespan == pytest.approx(fastest(s) + 0.08, abs=_EPS)
+
+
+@st.composite
+def clock_keyed_windows(draw: Callable[..., Any]) -> Server:
+    """A fixed window keyed by the clock (Kong's, Envoy's) that states its counts and its
+    end, in any header style and with any wait, met at any twentieth of a window, and up
+    to four windows' worth of calls."""
+    limit = draw(st.integers(1, 25))
+    window = draw(st.sampled_from([0.5, 1.0, 2.0, 3.0, 5.0, 10.0]))
+    return Server(
+        model="fixed",
+        rate=limit / window,
+        burst=limit,
+        latency=draw(_grid(1, 60, 200)),
+        jitter=0.0,
+        max_in_flight=None,
+        headers=draw(st.sampled_from(["draft", "ietf", "x", "openai"])),
+        retry_after=draw(st.sampled_from(["seconds", "ms", "http-date", "absent"])),
+        calls=draw(st.integers(1, 4 * limit)),
+        window_phase=draw(_grid(0, 19, 20)),
+    )
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(server=clock_keyed_windows())
+def test_a_told_window_keyed_by_the_clock_is_met_at_any_phase(server: Server) -> None:
+    """Told "N per W" and met partway through a window keyed by the clock: no 429, every
+    call ok, and no wave later than the server's own window by more than its ``Reset``'s
+    rounding (a second, or nothing for OpenAI's exact durations) and two answers: the
+    burst's, which says when the window ends, and the one request's sent then, whose
+    count shows what the server forgot (`SlidingLog.sync`). Counted from our first burst
+    alone, each wave could go up to a window late."""
+    scope = Scope("api", limit=server.burst, per=server.burst / server.rate)
+
+    async def told() -> tuple[ThrottlingServer, float]:
+        throttling, _ = await learn(server.config(), server.calls, scope)
+        return throttling, max(r.end for r in throttling.records)
+
+    throttling, took = trio.run(told, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert throttling.count(status=429) == 0
+    assert throttling.count(status=200) == server.calls
+    rounding = 0.0 if server.headers == "openai" else 1.0
+    assert took <= fastest_learned(server) + rounding + 2 * server.latency + _EPS

@@ -180,6 +180,87 @@ async def test_a_count_is_compared_with_the_log_as_of_the_requests_own_start(
     assert log.statistics().tokens == 1
 
 
+async def answered_by_a_burst(log: SlidingLog, n: int, *, said: int, reset: float) -> None:
+    """``n`` started now, each answered 50 ms later (warm: arrived as it left), the server
+    counting them down from ``said`` remaining, with ``reset`` s until its window ends."""
+    sent = trio.current_time()
+    start_now(log, n)
+    await trio.sleep(0.05)
+    for k in range(n):
+        log.answered(sent, sent)
+        log.sync(ServerCount(said - k, elapsed=0.05, limit=log.limit, reset_after=reset))
+
+
+async def test_a_reset_sooner_than_the_log_frees_the_oldest_token_it_counted_then(
+    autojump_clock: Any,
+) -> None:
+    """3 per 2 s, met 1.2 s into a fixed window keyed by the clock: its answers say it ends
+    in a second. One token it counted is back by then whatever the server (the next
+    token of a bucket, the oldest of a sliding log, a whole fixed window), so one entry
+    ends then; three answers saying so free one, not three."""
+    log = SlidingLog(3, 2.0)
+    await answered_by_a_burst(log, 3, said=2, reset=1.0)
+    assert log.wait_for(1) == pytest.approx(1.0)  # at 1.05
+    assert log.wait_for(2) == pytest.approx(1.95)  # the others, a window after they left
+    assert log.statistics().tokens == 0
+
+
+async def test_a_count_that_shows_the_server_forgot_tokens_frees_them_for_calls_waiting(
+    autojump_clock: Any,
+) -> None:
+    """The request sent as the reset said shows room for two more where the log holds
+    them: the server forgot the burst before it (a fixed window ended). What it surely
+    counted, answered and arrived before that request, is freed, and a call waiting for
+    a token books again now."""
+    log = SlidingLog(3, 2.0)
+    await answered_by_a_burst(log, 3, said=2, reset=1.0)
+    await trio.sleep(1.0)
+    start_now(log, 1)  # at 1.05
+    waiting = log.reserve()
+    assert waiting is not None
+    assert waiting.wait == pytest.approx(0.95)  # the burst's next token, at 2.0
+    voided = log.voided()
+    await trio.sleep(0.05)
+    log.answered(1.05, 1.05)
+    assert log.sync(ServerCount(2, elapsed=0.05, limit=3, reset_after=2.0))
+    assert voided.is_set()
+    assert not log.confirm(waiting)
+    assert log.wait_for(2) == 0  # at 1.1, where the burst's held until 2.0
+
+
+async def test_requests_sent_with_the_counted_one_are_not_taken_for_forgotten(
+    autojump_clock: Any,
+) -> None:
+    """The first answers to a burst say most of it remains: the server had not counted the
+    others yet, whatever their own answers came first. Nothing is freed by a count until
+    what it leaves out surely reached the server before its request."""
+    log = SlidingLog(3, 2.0)
+    start_now(log, 3)
+    await trio.sleep(0.05)
+    for _ in range(3):
+        log.answered(0.0, 0.0)
+    assert not log.sync(ServerCount(2, elapsed=0.05, limit=3))
+    assert log.wait_for() == pytest.approx(1.95)
+
+
+@pytest.mark.parametrize(
+    ("stated", "remaining"),
+    [(5000, 4990), (1, 1), (None, 5)],  # an hourly quota, a burst's limit, above the log's
+)
+async def test_a_count_of_another_limit_frees_nothing(
+    autojump_clock: Any, stated: float | None, remaining: float
+) -> None:
+    """A count of an hourly quota, or of a burst limit beside the minute's, says nothing of
+    what this log's window forgot (read as this one's, 4,990 remaining freed all of it)."""
+    log = SlidingLog(3, 2.0)
+    start_now(log, 3)
+    await trio.sleep(1.0)
+    for _ in range(3):
+        log.answered(0.0, 0.0)
+    assert not log.sync(ServerCount(remaining, elapsed=0.05, limit=stated, reset_after=0.5))
+    assert log.wait_for() == pytest.approx(1.0)
+
+
 async def test_an_answer_slower_than_two_windows_still_finds_its_booking(
     autojump_clock: Any,
 ) -> None:
@@ -431,6 +512,38 @@ async def test_a_told_window_never_causes_a_429_and_wastes_no_time(
     assert all(r.status is Status.OK for r in turn.results)
     assert server.count(status=429) == 0
     assert server.starts() == [0.0] * 10 + [1.05] * 10 + [2.05] * 10
+
+
+@pytest.mark.parametrize(
+    ("headers", "second_wave"),
+    [
+        # Rounded up to a whole second: the window ends 0.8 s in, "1 s" says 1.05.
+        ("draft", 1.05),
+        ("ietf", 1.05),
+        # OpenAI's exact duration: 0.8 s and the answer's 50 ms.
+        ("openai", 0.85),
+    ],
+)
+async def test_a_told_window_keyed_by_the_clock_is_counted_in_the_servers_windows(
+    autojump_clock: Any, headers: Any, second_wave: float
+) -> None:
+    """20 per 2 s, met 1.2 s into a window keyed by the clock (Kong's, Envoy's): the burst's
+    answers say when the window ends, one request goes then, and its count shows the
+    server forgot the burst, so the rest of the wave follows its answer. Counted from
+    the first burst alone, the second wave waited until 2.05 s, and every later one
+    as long (1.19 times the minimum in the benchmark's real-time row)."""
+    config = ServerConfig(
+        rate=10, burst=20, model="fixed", headers=headers, latency=0.05, window_phase=0.6
+    )
+    async with one_pool_api(config) as (server, client):
+        runner = Runner(registry(client), scopes=[Scope("key", limit=20, per=2)], inline_wait=None)
+        turn = await runner.run_turn(calls(60))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert server.count(status=429) == 0
+    followed = second_wave + 0.05
+    assert server.starts() == pytest.approx(
+        [0.0] * 20 + [second_wave] + [followed] * 19 + [second_wave + 2] + [followed + 2] * 19
+    )
 
 
 @pytest.mark.parametrize("model", WINDOWS)
