@@ -162,6 +162,39 @@ async def test_a_told_window_on_redis_causes_no_429(
     assert starts[-1] - starts[0] <= first_burst + 2 * (0.5 + slack) + 3 * SLACK
 
 
+async def test_a_told_window_on_redis_meets_one_keyed_by_the_clock_where_it_ends(
+    redis_url: str, prefix: str
+) -> None:
+    """4 per 0.5 s, met 0.3 s into a fixed window keyed by the clock, whose answers say
+    exactly when it ends (OpenAI's durations): the second burst goes at that end, 0.2 s
+    in, not half a second after ours, and the server refuses nothing."""
+    config = ServerConfig(
+        rate=8, burst=4, model="fixed", headers="openai", latency=0.02, window_phase=0.6
+    )
+    async with (
+        serve_throttled(config) as server,
+        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=4, per=0.5) as scope,
+    ):
+        registry = fanout.Registry()
+
+        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
+        async def fetch(n: int) -> str:
+            response = await client.get(f"/items/{n}")
+            response.raise_for_status()
+            return f"item {n}"
+
+        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
+        calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(8)]
+        turn = await runner.run_turn(calls)
+    assert all(r.status is fanout.Status.OK for r in turn.results)
+    assert server.count(status=429) == 0
+    starts = sorted(server.starts())
+    # The end, 0.2 s in, the answer's 20 ms, one round trip for the count that frees the
+    # rest; counted from our burst alone, 0.5 s and the slack.
+    assert starts[-1] - starts[0] < 0.45
+
+
 async def learn_on_redis(
     redis_url: str, prefix: str, config: ServerConfig, calls: int
 ) -> tuple[ThrottlingServer, fanout.Turn, BucketStatistics]:
