@@ -131,46 +131,6 @@ local function slot(c)
   if rate > 0 then start = math.max(start, full - (burst - c) / rate) end
   return start
 end
-local function release(i, at)  -- an answered entry holds its tokens until ``at`` exactly
-  local ends_at = math.min(at, ends[i])
-  local member = '-' .. num(costs[i]) .. '|' .. num(ends_at) .. '|'
-                 .. string.match(members[i], '^=[^|]+|[^|]+|(.*)$')
-  redis.call('ZREM', KEYS[1], members[i])
-  redis.call('ZADD', KEYS[1], num(starts[i]), member)
-  members[i], ends[i] = member, ends_at
-end
-local function forget(sent, remaining, late)  -- answered entries the count left out
-  local surely, counted = {}, 0
-  for i = 1, #members do
-    local held = tonumber(string.match(members[i], '^=[^|]+|([^|]+)|'))
-    if held and starts[i] <= sent and sent < ends[i]
-       and held - window + math.max(0.005, late) <= sent then
-      surely[#surely + 1] = i
-      counted = counted + costs[i]
-    end
-  end
-  local forgotten, released = counted + 1 - (limit - remaining), false
-  for _, i in ipairs(surely) do  -- the oldest first: ZRANGE is by start
-    if costs[i] > forgotten + 1e-9 then break end
-    forgotten = forgotten - costs[i]
-    release(i, now)
-    released = true
-  end
-  return released
-end
-local function reset_by(sent, at)  -- one token it counted is back by ``at``
-  local oldest = nil
-  for i = 1, #members do
-    local first = string.sub(members[i], 1, 1)
-    if (first == '=' or first == '-') and starts[i] <= sent and sent < ends[i] then
-      if ends[i] <= at then return false end
-      if first == '=' and not oldest then oldest = i end
-    end
-  end
-  if not oldest then return false end
-  release(oldest, at)
-  return true
-end
 local granted, wait, write = 0, 0, true
 local before = full
 local entry = ''

@@ -21,8 +21,7 @@ from tests.redis_support import shared_redis_url, unique_prefix
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from fanout import Booking
-    from fanout._bucket import BucketStatistics
+    from fanout import Booking, ScopeStatistics
     from fanout.testing import ThrottlingServer
 
 pytestmark = pytest.mark.redis
@@ -128,16 +127,15 @@ async def test_a_reset_and_a_count_free_a_shared_log_for_every_process(
         assert await one.wait_for(2) == 0.0
 
 
-@pytest.mark.parametrize("model", ["fixed", "sliding"])
-async def test_a_told_window_on_redis_causes_no_429(
-    redis_url: str, prefix: str, model: Any
-) -> None:
-    """Against the throttling server, a Redis window keeps to N per W as a local one does."""
-    config = ServerConfig(rate=8, burst=4, model=model, headers="draft", latency=0.02)
+async def on_redis(
+    redis_url: str, prefix: str, config: ServerConfig, calls: int, **told: Any
+) -> tuple[ThrottlingServer, fanout.Turn, ScopeStatistics]:
+    """``calls`` fetches against ``config`` through a Redis scope told ``told`` (nothing:
+    it learns): the server, the turn, and what the scope came to."""
     async with (
         serve_throttled(config) as server,
         fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
-        RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=4, per=0.5) as scope,
+        RedisScope.from_url(redis_url, name="api", prefix=prefix, **told) as scope,
     ):
         registry = fanout.Registry()
 
@@ -148,9 +146,20 @@ async def test_a_told_window_on_redis_causes_no_429(
             return f"item {n}"
 
         runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
-        calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(12)]
-        turn = await runner.run_turn(calls)
-        slack = scope.statistics().slack
+        turn = await runner.run_turn(
+            [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
+        )
+        return server, turn, scope.statistics()
+
+
+@pytest.mark.parametrize("model", ["fixed", "sliding"])
+async def test_a_told_window_on_redis_causes_no_429(
+    redis_url: str, prefix: str, model: Any
+) -> None:
+    """Against the throttling server, a Redis window keeps to N per W as a local one does."""
+    config = ServerConfig(rate=8, burst=4, model=model, headers="draft", latency=0.02)
+    server, turn, stats = await on_redis(redis_url, prefix, config, 12, limit=4, per=0.5)
+    slack = stats.slack
     assert all(r.status is fanout.Status.OK for r in turn.results)
     assert server.count(status=429) == 0
     # Three windows' worth, no later: each window after the first opens a window and the
@@ -171,22 +180,7 @@ async def test_a_told_window_on_redis_meets_one_keyed_by_the_clock_where_it_ends
     config = ServerConfig(
         rate=8, burst=4, model="fixed", headers="openai", latency=0.02, window_phase=0.6
     )
-    async with (
-        serve_throttled(config) as server,
-        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
-        RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=4, per=0.5) as scope,
-    ):
-        registry = fanout.Registry()
-
-        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
-        async def fetch(n: int) -> str:
-            response = await client.get(f"/items/{n}")
-            response.raise_for_status()
-            return f"item {n}"
-
-        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
-        calls = [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(8)]
-        turn = await runner.run_turn(calls)
+    server, turn, _ = await on_redis(redis_url, prefix, config, 8, limit=4, per=0.5)
     assert all(r.status is fanout.Status.OK for r in turn.results)
     assert server.count(status=429) == 0
     starts = sorted(server.starts())
@@ -195,35 +189,11 @@ async def test_a_told_window_on_redis_meets_one_keyed_by_the_clock_where_it_ends
     assert starts[-1] - starts[0] < 0.45
 
 
-async def learn_on_redis(
-    redis_url: str, prefix: str, config: ServerConfig, calls: int
-) -> tuple[ThrottlingServer, fanout.Turn, BucketStatistics]:
-    """``calls`` fetches against ``config`` through a Redis scope told nothing: the
-    server, the turn, and what the scope's tokens came to."""
-    async with (
-        serve_throttled(config) as server,
-        fanout.http_client(base_url=server.url, headers={"x-api-key": "k"}) as client,
-        RedisScope.from_url(redis_url, name="api", prefix=prefix) as scope,
-    ):
-        registry = fanout.Registry()
-
-        @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=30)
-        async def fetch(n: int) -> str:
-            response = await client.get(f"/items/{n}")
-            response.raise_for_status()
-            return f"item {n}"
-
-        runner = fanout.Runner(registry, scopes=[scope], inline_wait=None)
-        turn = await runner.run_turn(
-            [fanout.ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
-        )
-        return server, turn, scope.statistics().bucket
-
-
 async def test_a_redis_scope_learns_a_window_at_its_first_429(redis_url: str, prefix: str) -> None:
     """Told nothing, a Redis scope turns to a shared log as a local one does: one 429."""
     config = ServerConfig(rate=4, burst=4, model="sliding", headers="draft", latency=0.02)
-    server, turn, stats = await learn_on_redis(redis_url, prefix, config, 9)
+    server, turn, scope = await on_redis(redis_url, prefix, config, 9)
+    stats = scope.bucket
     assert all(r.status is fanout.Status.OK for r in turn.results)
     assert server.count(status=429) == 1
     assert (stats.burst, stats.window) == (4, 1.0)
@@ -340,7 +310,8 @@ async def test_a_redis_scope_learns_a_window_that_states_only_its_waits(
         rate=4, burst=4, model="sliding", headers="none", retry_after="ms", latency=0.02
     )
     for attempt in range(3):
-        _, turn, stats = await learn_on_redis(redis_url, f"{prefix}{attempt}", config, 16)
+        _, turn, scope = await on_redis(redis_url, f"{prefix}{attempt}", config, 16)
+        stats = scope.bucket
         assert all(r.status is fanout.Status.OK for r in turn.results)
         if stats.window is not None:
             break
@@ -365,7 +336,7 @@ async def test_a_redis_scope_probes_a_window_that_states_nothing_once_it_is_shut
     config = ServerConfig(
         rate=4, burst=8, model="fixed", headers="none", retry_after="absent", latency=0.02
     )
-    server, turn, _ = await learn_on_redis(redis_url, prefix, config, 30)
+    server, turn, _ = await on_redis(redis_url, prefix, config, 30)
     assert all(r.status is fanout.Status.OK for r in turn.results)
     starts = sorted(server.starts())
     assert starts[-1] - starts[0] <= 2 * 6.0
