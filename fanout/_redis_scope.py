@@ -50,6 +50,7 @@ import trio
 from ._bucket import SURPLUS, Booking, BucketStatistics, TokenBucket
 from ._exceptions import ConfigurationError, LimiterUnavailableError, UsageError
 from ._front import ScopeFront
+from ._learning import TOGETHER
 from ._ledger import Ledger
 from ._redis import (
     BucketReply,
@@ -570,7 +571,7 @@ class RedisBackend:
             with contextlib.suppress(LimiterUnavailableError):
                 await self._shared(
                     "sync", extra=count.remaining, elapsed=count.elapsed, reset=reset,
-                    late=count.late if of_limit else -1.0,
+                    late=max(TOGETHER, count.late) if of_limit else -1.0,
                 )  # fmt: skip
             return
         if self.rate is None:

@@ -387,7 +387,7 @@ local function forget(sent, remaining, late)  -- answered entries the count left
   for i = 1, #members do
     local held = tonumber(string.match(members[i], '^=[^|]+|([^|]+)|'))
     if held and starts[i] <= sent and sent < ends[i]
-       and held - window + math.max(0.005, late) <= sent then
+       and held - window + late <= sent then
       surely[#surely + 1] = i
       counted = counted + costs[i]
     end
