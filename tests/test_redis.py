@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
 
     from fanout import Booking
+    from fanout.testing import ThrottlingServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.realtime]  # Redis keeps its own time
 
@@ -443,14 +444,11 @@ async def test_a_learning_process_is_told_each_start_the_others_made_once(
         assert await other._backend.others_started() == []
 
 
-async def test_processes_learning_together_count_each_others_starts(
+async def learn_together(
     redis_url: str, prefix: str
-) -> None:
-    """Two processes learn a 20/s server (burst 10) together, each sending 30 calls.
-    The server's Remaining is drawn down by both: each counts the other's starts too, so
-    neither takes them for a slower refill. Counting only its own, a process learned a
-    fraction of the rate (under 1/s of 20 among four) and held the shared schedule to
-    it: these took 3.7-3.9 s with a 429, and 2.8-3.0 s with none once counted."""
+) -> tuple[ThrottlingServer, list[fanout.Turn], list[float]]:
+    """Two processes learn a 20/s server (burst 10) together, each sending 30 calls: the
+    server, their turns, and the rate each learned."""
     config = ServerConfig(rate=20, burst=10, headers="draft", latency=0.05)
     async with (
         serve_throttled(config) as server,
@@ -475,11 +473,48 @@ async def test_processes_learning_together_count_each_others_starts(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run, one)
             nursery.start_soon(run, other)
+        rates = [scope.statistics().bucket.rate or 0.0 for scope in (one, other)]
+    return server, turns, rates
+
+
+async def test_processes_learning_together_count_each_others_starts(
+    redis_url: str, prefix: str
+) -> None:
+    """The server's Remaining is drawn down by both processes: each counts the other's
+    starts too, so neither takes them for a slower refill. Counting only its own, a
+    process learned a fraction of the rate (under 1/s of 20 among four) and held the
+    shared schedule to it: 3.7-3.9 s with a 429, and 2.8-3.0 s with none once counted.
+
+    Each 429 holds the turn for its whole-second Retry-After, and two learning
+    processes draw two in about one real-time run in four, at the code before this
+    test's last change too (the rate they learn is too high:
+    `test_processes_learning_together_learn_the_servers_rate`): the makespan is
+    bounded with a second for each."""
+    server, turns, rates = await learn_together(redis_url, prefix)
     starts = server.starts()
     assert all(r.status is fanout.Status.OK for turn in turns for r in turn.results)
     assert server.count(status=429) <= 3
+    assert min(rates) >= 20 / 4  # not a fraction of the rate: under 1/s, counting its own
     # The burst, then 50 more at 20/s: 2.5 s. Counting only their own, 3.7-3.9 s.
-    assert max(starts) - min(starts) <= 1.4 * (60 - 10) / 20
+    assert max(starts) - min(starts) <= 1.4 * (60 - 10) / 20 + server.count(status=429)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: two processes learning one 20/s server on Redis learn 33-53/s each "
+    "(one alone learns 19.8/s), and in about one run in four the shared bucket lets a "
+    "burst and one more out after a 429's wait: a second 429; each counts about 20 of "
+    "the other's 30 starts, so the cause is not counting them twice",
+)
+async def test_processes_learning_together_learn_the_servers_rate(
+    redis_url: str, prefix: str
+) -> None:
+    """Found while a real-time run drew two 429s (4.0 s against 3.5): the rate each of
+    two processes learns together is far above the server's, or, where 429s cut it
+    back, it drew them."""
+    server, _, rates = await learn_together(redis_url, prefix)
+    assert server.count(status=429) == 0
+    assert all(rate <= 1.2 * 20 for rate in rates)
 
 
 def _guessing_5_per_s(redis_url: str, prefix: str) -> RedisScope:
