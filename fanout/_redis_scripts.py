@@ -308,15 +308,15 @@ if op == 'answered' and tonumber(ARGV[9]) + window > keep then
   keep = tonumber(ARGV[9]) + window
   redis.call('HSET', KEYS[2], 'longest', num(keep - window))
 end
-local members, starts, costs, ends = {}, {}, {}, {}
+local members, starts, costs, ends, helds = {}, {}, {}, {}, {}
 local function read()
-  members, starts, costs, ends = {}, {}, {}, {}
+  members, starts, costs, ends, helds = {}, {}, {}, {}, {}
   local raw = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   for i = 1, #raw, 2 do
     local member, start = raw[i], tonumber(raw[i + 1])
-    local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|')) or 0
+    local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|'))  -- answered
     local ends_at = tonumber(string.match(member, '^%-[^|]+|([^|]+)|'))
-                    or math.max(start + span, held)
+                    or math.max(start + span, held or 0)
     if ends_at + keep <= now then
       redis.call('ZREM', KEYS[1], member)
     else
@@ -324,6 +324,7 @@ local function read()
       costs[#costs + 1] = tonumber(string.match(member, '^[~=!%-]?([^|]+)'))
       starts[#starts + 1] = start
       ends[#ends + 1] = ends_at
+      helds[#ends] = held
     end
   end
 end
@@ -380,12 +381,12 @@ local function release(i, at)  -- an answered entry holds its tokens until ``at`
                  .. string.match(members[i], '^=[^|]+|[^|]+|(.*)$')
   redis.call('ZREM', KEYS[1], members[i])
   redis.call('ZADD', KEYS[1], num(starts[i]), member)
-  members[i], ends[i] = member, ends_at
+  members[i], ends[i], helds[i] = member, ends_at, nil
 end
 local function forget(sent, remaining, late)  -- answered entries the count left out
   local surely, counted = {}, 0
   for i = 1, #members do
-    local held = tonumber(string.match(members[i], '^=[^|]+|([^|]+)|'))
+    local held = helds[i]
     if held and starts[i] <= sent and sent < ends[i]
        and held - window + late <= sent then
       surely[#surely + 1] = i
