@@ -161,6 +161,8 @@ class RateLearner:
     _fastest: float = attrs.field(default=0.0, alias="_fastest")  # rate when refused, at most
     _latency: float = attrs.field(default=_BASELINE, alias="_latency")
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
+    # An answer found the bucket drawn down a baseline after the first: the rate is near.
+    _drawn: bool = attrs.field(default=False, alias="_drawn")
     _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
     # A stated limit of one: True while a bucket of one explains the answers.
@@ -273,6 +275,12 @@ class RateLearner:
         # 9 of 10; read as drawn down, both stayed at 11-13/s for 2.5 s.)
         if remaining + others_with < self.burst - 1:
             self._full_since = None
+            # Still drawn down a baseline after the first answer: the pace (the burst
+            # spent by then) is near the server's rate, and doubling it is no longer a
+            # slow start's (`on_success`). Two processes on Redis each found a 20/s
+            # bucket full now and then at 16-18/s, doubled to 30-45/s, and drew a 429.
+            anchor = self._anchor
+            self._drawn = self._drawn or (anchor is not None and at - anchor[0] >= _BASELINE)
         elif self._full_since is None:
             self._full_since = at
         # Counted by when they left, where the HTTP layer tells: a request booked
@@ -593,7 +601,7 @@ class RateLearner:
             return
         if began is None or self._anchor is None or began - self._anchor[0] < _BASELINE:
             return  # too soon for the refill to have shown: the guess stands until it could
-        if self._slow_start and self._headroom and latency is not None:
+        if self._slow_start and self._headroom and latency is not None and not self._drawn:
             # No 429 yet and the bucket is full whenever we ask: far below its rate
             # (a refill bound only proves we kept up): double per round trip. Below one
             # request in flight an answer is a round trip of its own: at most double.

@@ -194,6 +194,33 @@ def test_an_answer_short_of_full_by_another_process_s_request_still_found_it_ful
     assert shared.rate == pytest.approx(shared.measured + 2)  # e-fold in half a second
 
 
+def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> None:
+    """Unit level: a burst of 10. After a burst, 2 remain; 0.6 s and 8 requests later, 5:
+    the bucket refilled at least 16.7/s while it stayed drawn down, so the server's rate
+    is near that, not far above it. An answer then finds the bucket full (19/s now, just
+    under the server's), and a success grows the rate e-fold in half a second once it
+    has been full that long, where the slow start doubled it at once: two processes
+    sharing a 20/s server on Redis each doubled to 33-35/s from 17-18/s, and drew a
+    429. A learner whose every answer found the bucket full has measured only its own
+    pace, and still doubles."""
+    learner = RateLearner()
+    learner.from_headers(10, None, remaining=2, reset_after=1.0, at=0.0, started=8)
+    learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.6, started=16)
+    assert learner.rate == pytest.approx((5 - 2 + 8 - 1) / 0.6)
+    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=1.0, started=21)
+    assert learner.rate == pytest.approx(19)
+    learner.on_success(began=1.0, latency=0.05)
+    assert learner.rate == pytest.approx(19)
+    learner.on_success(began=1.6, latency=0.05)
+    assert learner.rate == pytest.approx(21)  # full since 1.0: e-fold in half a second
+
+    pace_only = RateLearner()
+    pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
+    pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    pace_only.on_success(began=0.6, latency=0.05)
+    assert pace_only.rate == pytest.approx(20)  # doubled: one request in flight
+
+
 def test_a_reset_first_stated_late_replaces_the_slow_start_s_guess() -> None:
     """Unit level: answers that state a limit of 40 and what remains but no reset are
     learned as if nothing were stated, with a slow start (one request a latency more per

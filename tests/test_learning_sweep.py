@@ -712,10 +712,11 @@ def test_a_measured_rate_grows_while_the_server_s_bucket_stays_full() -> None:
     under the refill measured before it (25/s, not half of the 20 sent that second):
     4.9 s, still two 429s. Grown while found full on arrival, whatever is in flight (the
     test below), it reaches its first 429 sooner, at 1.26 s for 1.40, and the fit after
-    it lands at 12.7/s for 25: 5.3 s, still two 429s. That is a loss here, against the
-    gains below and in the sweeps."""
+    it lands at 12.7/s for 25: 5.3 s, still two 429s. Once an answer found the bucket
+    drawn down half a second after the first, the slow start stopped doubling a pace
+    near the rate, and grows it only while the bucket stays full: 2.9 s, no 429."""
     server = Server("bucket", 30, 2, 0.05, 0.0, None, "x", "http-date", 60)
-    assert_learned(server, refused_at=[1.263312181, 3.507217295], makespan=5.3408429403077)
+    assert_learned(server, refused_at=[], makespan=2.9258440955486598)
 
 
 def test_a_bucket_found_full_on_arrival_grows_the_rate_with_more_in_flight_than_it_holds() -> None:
@@ -725,17 +726,24 @@ def test_a_bucket_found_full_on_arrival_grows_the_rate_with_more_in_flight_than_
     for a faster rate *now*, and the rate stayed at 9/s from 1.5 s to 7.6 s (7.02 s for
     a least of 2.15). Found full on arrival for half a second, it grows as after a first
     429 (5.06 s, no 429); up to twice the pace proven, as the answers that show the
-    bucket drawn down come a round trip late (the second server below)."""
+    bucket drawn down come a round trip late (the second server below). Once an answer
+    found the bucket drawn down half a second after the first, the slow start no longer
+    doubles the rate at an answer that found it full: 5.09 s."""
     server = Server("bucket", 40, 3, 0.25, 0.125, None, "draft", "seconds", 76, seed=2)
-    assert_learned(server, refused_at=[], makespan=5.061027366624896)
+    assert_learned(server, refused_at=[], makespan=5.087826739570477)
 
 
 def test_growth_on_a_bucket_found_full_stops_at_twice_the_pace_proven() -> None:
     """19.3/s, burst 3, 245 ms, jitter. Grown without a bound, the rate passed 30/s before
     an answer showed the bucket drawn down, twice (two 429s, 8.75 s, where staying at
-    the slow start's 16/s took 7.00 s); up to twice the pace proven, one 429: 6.42 s."""
+    the slow start's 16/s took 7.00 s); up to twice the pace proven, one 429: 6.42 s.
+    Once an answer found the bucket drawn down half a second after the first, the slow
+    start no longer doubles at an answer that found it full, and grows only once every
+    answer has for half a second: the 429 comes later, 7.20 s. A loss here; over 620
+    drawn servers (mock clock) the change drew 10 fewer 429s (436 of 446), 12 servers
+    took longer and 13 less, and the geometric mean went from 1.464 to 1.452."""
     server = Server("bucket", 19.33, 3, 0.2446, 0.1223, None, "draft", "http-date", 78, seed=1)
-    assert_learned(server, refused_at=[4.891094465], makespan=6.419295128776552)
+    assert_learned(server, refused_at=[5.794187056], makespan=7.197243978732041)
 
 
 def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
