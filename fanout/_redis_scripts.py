@@ -77,7 +77,11 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            of the bookings it voids come back
 #   rescale  the rate went up from ARGV[5] to ARGV[2]: what is booked ahead is
 #            booked at the new rate (the tokens held now stay as they are), so
-#            the schedule contracts towards now by ARGV[5] / ARGV[2]
+#            the schedule contracts towards now by ``laid`` (the fastest rate
+#            anything ahead was booked at; ARGV[5] where unknown) / ARGV[2], if
+#            that is a contraction at all (another process may have made it);
+#            ARGV[10]'s logged starts ahead move by ARGV[5] / ARGV[2], as its
+#            holders re-time theirs
 #   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
 #   adopt    the server holds at least ARGV[5] tokens now, by the counts of the
@@ -113,7 +117,7 @@ BUCKET = (
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
-                         'owner', 'foreign', 'opened')
+                         'owner', 'foreign', 'opened', 'laid')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
@@ -121,6 +125,7 @@ local applied = tonumber(state[4]) or 0
 local shift = tonumber(state[5]) or 0
 local owner, foreign = state[6] or '', tonumber(state[7]) or 0
 local opened = tonumber(state[8]) or 0
+local laid = tonumber(state[9]) or 0  -- the fastest rate anything ahead was booked at
 local me = ARGV[10] or ''
 local function tokens_now()
   if rate <= 0 then return burst end
@@ -130,6 +135,17 @@ local function slot(c)
   local start = math.max(now, blocked)
   if rate > 0 then start = math.max(start, full - (burst - c) / rate) end
   return start
+end
+-- Each logged start not yet due moves as its holder re-times its booking (``confirm``):
+-- left where it was booked, the others counted it when it had not started (or after),
+-- and a void took out a request that had started.
+local function move_starts(mine_only, moved)
+  local ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. num(now), '+inf', 'WITHSCORES')
+  for i = 1, #ahead, 2 do
+    if not mine_only or string.sub(ahead[i], 1, #me + 1) == me .. ' ' then
+      redis.call('ZADD', KEYS[3], 'XX', num(moved(tonumber(ahead[i + 1]))), ahead[i])
+    end
+  end
 end
 local granted, wait, write = 0, 0, true
 local before = full
@@ -144,6 +160,7 @@ if op == 'reserve' then
       foreign, owner = math.max(foreign, full), me  -- what others booked starts by then
     end
     if rate > 0 then
+      laid = full <= now and rate or math.max(laid, rate)
       local was_full = full <= start
       full = math.max(full, start) + cost / rate
       if was_full then
@@ -167,7 +184,7 @@ elseif op == 'refund' then
   end
 elseif op == 'drain' then
   epoch, void = epoch + 1, true
-  if rate > 0 then full = now + burst / rate end
+  if rate > 0 then full, laid = now + burst / rate, rate end
   blocked = math.max(blocked, now + extra)
 elseif op == 'block' then
   if now + extra > blocked then
@@ -186,7 +203,9 @@ elseif op == 'block' then
   end
 elseif op == 'widen' then
   if rate > 0 and full > now and extra > applied then
-    full, shift, applied = full + extra - applied, shift + extra - applied, extra
+    local move = extra - applied
+    move_starts(false, function(start) return start + move end)
+    full, shift, applied = full + move, shift + move, extra
   else
     write = false
   end
@@ -194,6 +213,7 @@ elseif op == 'owe' then
   if rate > 0 and extra > 0 then
     local move = extra / rate
     if full > now then
+      move_starts(false, function(start) return start + move end)
       full, shift = full + move, shift + move
     else
       full = now + move
@@ -203,7 +223,13 @@ elseif op == 'owe' then
   end
 elseif op == 'rescale' then
   if rate > 0 and extra > 0 and full > now then
-    full = now + (full - now) * extra / rate
+    -- This process's holders re-time theirs by its old rate (``_go_faster``), and their
+    -- logged starts move with them; the others' keep theirs.
+    move_starts(true, function(start) return now + (start - now) * extra / rate end)
+    -- The schedule, by the fastest rate anything ahead was booked at: two processes
+    -- that learn the same rise contract it once, not once each.
+    local by = (laid > 0 and laid or extra) / rate
+    if by < 1 then full, laid = now + (full - now) * by, rate end
   else
     write = false
   end
@@ -212,12 +238,13 @@ elseif op == 'adopt' then
   local sole = owner == me and foreign <= now - tonumber(ARGV[7])
   if rate > 0 and sole and extra >= present + SURPLUS then
     epoch, full, void = epoch + 1, now + (burst - math.min(extra, burst)) / rate, true
+    laid = rate
   else
     write = false
   end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
-    epoch, full, void = epoch + 1, now + (burst - extra) / rate, true
+    epoch, full, void, laid = epoch + 1, now + (burst - extra) / rate, true, rate
   else
     write = false
   end
@@ -227,7 +254,7 @@ end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
              'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
-             'owner', owner, 'foreign', num(foreign), 'opened', num(opened))
+             'owner', owner, 'foreign', num(foreign), 'opened', num(opened), 'laid', num(laid))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end

@@ -485,11 +485,10 @@ async def test_processes_learning_together_count_each_others_starts(
     process learned a fraction of the rate (under 1/s of 20 among four) and held the
     shared schedule to it: 3.7-3.9 s with a 429, and 2.8-3.0 s with none once counted.
 
-    Each 429 holds the turn for its whole-second Retry-After, and two learning
-    processes draw two in about one real-time run in four, at the code before this
-    test's last change too (the rate they learn is too high:
-    `test_processes_learning_together_learn_the_servers_rate`): the makespan is
-    bounded with a second for each."""
+    Each 429 holds the turn for its whole-second Retry-After. Two learning processes
+    drew two in about one real-time run in four while the rate they learned was too
+    high (`test_processes_learning_together_learn_the_servers_rate`, now none): the
+    makespan is bounded with a second for each."""
     server, turns, rates = await learn_together(redis_url, prefix)
     starts = server.starts()
     assert all(r.status is fanout.Status.OK for turn in turns for r in turn.results)
@@ -499,23 +498,21 @@ async def test_processes_learning_together_count_each_others_starts(
     assert max(starts) - min(starts) <= 1.4 * (60 - 10) / 20 + server.count(status=429)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two processes learning one 20/s server on Redis learn 33-53/s each "
-    "(one alone learns 19.8/s), and in about one run in four draw a second 429 after "
-    "a 429's wait; the refill measured is right (17-18/s), then each slow start "
-    "doubles it, reading the server's bucket as full, while each counts only 17-21 of "
-    "the other's 30 starts",
-)
 async def test_processes_learning_together_learn_the_servers_rate(
     redis_url: str, prefix: str
 ) -> None:
-    """Found while a real-time run drew two 429s (4.0 s against 3.5): the rate each of
-    two processes learns together is far above the server's, or, where 429s cut it
-    back, it drew them."""
+    """Found while a real-time run drew two 429s (4.0 s against 3.5): each of two
+    processes learned 33-53/s together (one alone learns 19.8/s). Each counted only
+    17-21 of the other's 30 starts (a start re-timed sooner stayed logged where it was
+    booked: `test_a_start_re_timed_sooner_is_told_as_started_and_no_void_takes_it`), and
+    each slow start doubled a rate the refill had measured near the server's on
+    finding the bucket full (`tests/test_learning.py`, a refill measured while drawn
+    down)."""
     server, _, rates = await learn_together(redis_url, prefix)
     assert server.count(status=429) == 0
-    assert all(rate <= 1.2 * 20 for rate in rates)
+    # Full now and then once paced near the rate, the bucket lets a rate grow slowly past
+    # it (e-fold in half a second, while full): 21-23/s seen.
+    assert all(rate <= 1.25 * 20 for rate in rates)
 
 
 def _guessing_5_per_s(redis_url: str, prefix: str) -> RedisScope:
@@ -553,6 +550,35 @@ async def test_a_faster_rate_brings_the_bookings_ahead_sooner_in_their_order(
     # confirmed 57 ms late. Kept at 5/s, neither would start sooner at all.
     assert first < eleventh.start - 0.05
     assert first + 0.03 < second < twelfth.start - 0.2 + 0.1  # a token at 20/s apart
+
+
+async def test_a_start_re_timed_sooner_is_told_as_started_and_no_void_takes_it(
+    redis_url: str, prefix: str
+) -> None:
+    """5/s, burst 10: one process books twelve, the last two 0.2 and 0.4 s ahead. The
+    server states 20/s, and that process starts them about 0.05 and 0.1 s on. Then a
+    block voids what is booked ahead; another process asking what started is told all
+    twelve, the two when they started. Logged where they were booked, ahead of the
+    block, the void took both out: never told, and their tokens given back though spent
+    (two processes learning one server together counted 17-21 of each other's 30)."""
+    async with (
+        _guessing_5_per_s(redis_url, prefix) as one,
+        _guessing_5_per_s(redis_url, prefix) as other,
+    ):
+        bookings = [await one.reserve(1, math.inf) for _ in range(12)]
+        ahead = bookings[10:]
+        assert all(booking is not None for booking in ahead)
+        await _told_20_per_s(one)
+        started = []
+        for booking in ahead:
+            assert booking is not None
+            assert await one.confirm(booking)
+            started.append(trio.current_time())
+        assert started[-1] < ahead[-1].start - 0.1  # sooner than booked  # type: ignore[union-attr]
+        await other.block_until(trio.current_time() + 1.0)
+        told = await other._backend.others_started()
+    assert len(told) == 12
+    assert [start for start, _ in told[10:]] == pytest.approx(started, abs=0.05)
 
 
 async def test_a_booking_asked_while_the_schedule_contracts_is_made_at_the_faster_rate(
@@ -662,16 +688,6 @@ async def test_a_block_wakes_this_processs_bucket_holders_to_book_again(
         assert not await scope.confirm(ahead)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two processes that learn the same rise each contract the shared "
-    "schedule, so it is contracted twice and the next booking goes at 0.075 s for 0.15 s; "
-    "contracting once (by the fastest rate each part of the schedule was laid at, holders "
-    "re-timed by what the script applied) passes this test, but two learning processes "
-    "then drew a 429 in 4 of 17 real-time runs against 2 of 20: paced below the server's "
-    "rate, each found its bucket full and doubled its rate (17 -> 33 -> 50/s against "
-    "20/s), and the tail burst was refused; taken back",
-)
 async def test_a_faster_rate_two_processes_learn_contracts_the_schedule_once(
     redis_url: str, prefix: str
 ) -> None:
