@@ -567,15 +567,14 @@ async def test_a_start_re_timed_sooner_is_told_as_started_and_no_void_takes_it(
         _guessing_5_per_s(redis_url, prefix) as other,
     ):
         bookings = [await one.reserve(1, math.inf) for _ in range(12)]
-        ahead = bookings[10:]
-        assert all(booking is not None for booking in ahead)
+        ahead = [booking for booking in bookings[10:] if booking is not None]
+        assert len(ahead) == 2
         await _told_20_per_s(one)
         started = []
         for booking in ahead:
-            assert booking is not None
             assert await one.confirm(booking)
             started.append(trio.current_time())
-        assert started[-1] < ahead[-1].start - 0.1  # sooner than booked  # type: ignore[union-attr]
+        assert started[-1] < ahead[-1].start - 0.1  # sooner than booked
         await other.block_until(trio.current_time() + 1.0)
         told = await other._backend.others_started()
     assert len(told) == 12
