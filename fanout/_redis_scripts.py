@@ -106,8 +106,9 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 # Every booking's start is also logged in the sorted set KEYS[3] (member
 # "<process> <sequence from KEYS[4]> <cost>", scored by its start) for
 # ``STARTS_KEPT`` s, so that a process learning the rate counts what the others
-# started (``STARTS``): a refund takes its entry out (ARGV[12]), and a new epoch
-# takes out every start not yet due, as it voids their bookings.
+# started (``STARTS``): a refund takes its entry out (ARGV[12]), a new epoch
+# takes out every start not yet due, as it voids their bookings, and a start
+# not yet due moves as its holder re-times it (rescale, widen, owe).
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
 # after, shift, opened, opened - now, entry} (KEYS[2] is the shared "quota
 # exhausted" marker, PTTL -2 when absent; ``opened`` is when the latest burst's
