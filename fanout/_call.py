@@ -116,8 +116,8 @@ class CallState:
     bound: dict[str, Any] | None = attrs.field(default=None, repr=False)
     started: bool = False
     attempts: int = 0
-    # Of them, refused while a scope had found its server shut: its probes, not the
-    # call's tries (`ScopeLike.shut_until`).
+    # Of them, refused as a scope's probe: its probes, not the call's tries
+    # (`ScopeLike.probed`).
     probes: int = 0
     result: ToolResult | None = None
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
@@ -495,12 +495,12 @@ async def _decide(
                 hint="the server asked for this call not to be retried; do not re-issue it now",
             )  # fmt: skip
         status = Status.RATE_LIMITED
-        # The scope found the server shut and sends one request when it may have
-        # reopened: a refusal then is the scope's probe, not the call's try, and a
-        # retry adds no load (four probes of a window of 5 per 10 s spent the retry
-        # budget, and a call was answered "downstream failing"). The wait stays
-        # charged to the call's budget.
-        probe = any(scope.shut_until() is not None for scope in targets)
+        # The scope's probe (its first wave while learning, or one request when a server
+        # it found shut may have reopened): a refusal then is the scope's, not the
+        # call's try, and a retry adds no load (four probes of a window of 5 per 10 s
+        # spent the retry budget, and a call was answered "downstream failing"). The
+        # wait stays charged to the call's budget.
+        probe = any(scope.probed(signal.sent_at) for scope in targets)
         if probe:
             state.probes += 1
     elif isinstance(signal, TransientError):

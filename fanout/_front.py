@@ -917,7 +917,7 @@ class ScopeFront:
             if self._learner.window is not None and self._window_length is None:
                 await self._count_in_learned_window(self._learner.window.length, now, blocked_for)
                 return
-            closed = self.shut_until()
+            closed = self._shut_until()
             if closed is not None:
                 # Shut (`RateLearner.closed_until`): one request, once it may reopen.
                 await self._backend.block_until(closed)
@@ -1255,11 +1255,27 @@ class ScopeFront:
         """When the spent quota returns, or None while the scope is usable."""
         return self._ledger.exhausted_until()
 
-    def shut_until(self) -> float | None:
+    def _shut_until(self) -> float | None:
         """When learning next tries a server it found shut (`RateLearner.closed_until`), or
         None: until then one request waits for that time, and its refusal is a probe."""
         closed = self._learner.closed_until if self._learner is not None else None
         return closed if closed is not None and closed > trio.current_time() else None
+
+    def probed(self, sent_at: float | None = None) -> bool:
+        """Whether a refusal of a request sent at ``sent_at`` was this scope's probe, which
+        spends neither its call's attempts nor the retry budget: learning, it was sent
+        before any answer came back (the first wave, up to four wide under a told cap:
+        `RateLearner.on_throttled`), or while the server is shut, one request when it
+        may have reopened (`RateLearner.closed_until`).
+
+        Spent, the first wave's refusals were the budget's floor: a probe four wide
+        against a bucket of one drew three, learning's next two 429s were retries
+        refused, and a call was answered "the downstream is failing" (`_call`).
+        """
+        if self._learner is None:
+            return False
+        blind = sent_at is not None and sent_at <= self._first_answer_at
+        return blind or self._shut_until() is not None
 
     def observe_call(self, seconds: float, *, ok: bool, warm: bool = True) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.

@@ -354,6 +354,18 @@ def test_the_probes_of_a_shut_server_spend_no_call_s_attempts() -> None:
     )
 
 
+def test_the_refusals_of_a_probe_sent_blind_spend_no_retry_budget() -> None:
+    """Told a cap of 8, learning probes four wide into a bucket of one at 2/s: three of the
+    probe are refused at once. Found by a wider seeded search: counted as retries, they
+    were the retry budget's floor (three), learning's two 429s after them were retries
+    refused, and a call of eight was answered rate_limited ("the downstream is
+    failing"). They are the scope's probe, as a shut server's are (`ScopeFront.probed`)."""
+    server = Server("bucket", 2.0, 1, 0.01, 0.0, 8, "draft", "absent", 8, reset="next", seed=1)
+    assert_learned(
+        server, refused_at=[0.0, 0.0, 0.0, 0.755, 2.162410468], makespan=5.375738161302631
+    )
+
+
 @pytest.mark.parametrize(
     ("server", "refused_at", "makespan"),
     [

@@ -10,7 +10,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fanout import ConfigurationError, RetryBudget, RetryBudgetStatistics, RetryPolicy
+from fanout import ConfigurationError, RetryBudget, RetryBudgetStatistics, RetryPolicy, Scope
 
 
 @given(
@@ -52,3 +52,18 @@ async def test_a_budget_allows_floor_plus_ratio_of_requests_in_its_window(
     assert budget.statistics() == RetryBudgetStatistics(requests=0, retries=0, refused=1)
     assert budget.recent_requests(10) == 0
     assert budget.try_spend() is True  # the floor again
+
+
+async def test_only_a_learning_scope_s_first_wave_is_its_probe(autojump_clock: Any) -> None:
+    """A refusal of a request sent before any answer came back is the probe's, which spends
+    no retry budget, on a scope that learns its limits; a told scope's first wave is
+    its calls', and a 429 to it shows the limits it was told are wrong."""
+    learning, told = Scope("api"), Scope("api", rate=5.0, burst=5.0)
+    await trio.sleep(0.2)
+    for scope in (learning, told):
+        await scope.on_throttled(None, sent_at=0.0)  # the first answer, at 0.2
+    assert learning.probed(sent_at=0.0)
+    assert learning.probed(sent_at=0.2)  # sent as it came: it could not know
+    assert not learning.probed(sent_at=0.3)
+    assert not learning.probed()  # a tool's own 429: when it was sent is not known
+    assert not told.probed(sent_at=0.0)
