@@ -898,6 +898,9 @@ class ScopeFront:
         if self._learner is not None:
             await self._count_others()
             self._forget_refused(sent)
+            trial = self._window_trial
+            if trial is not None and wait is not None:
+                self._window_trial = (max(trial[0], self._length_shown(sent, now, wait)), trial[1])
             unknown = self._limits[0] is None
             # What the server was sent in the last second: ours, and what the
             # processes sharing the bucket started (halved from ours alone, a
@@ -961,6 +964,35 @@ class ScopeFront:
         limit = self._limits[1]
         grow = limit / (limit - 1.0) if limit > 1.0 else 2.0
         self._count_in_windows(self._window_length * grow)
+
+    def _length_shown(self, sent: float, now: float, wait: float) -> float:
+        """The least a window on trial can be long, by a 429 to a request sent at ``sent``
+        whose exact ``wait``, read at ``now``, says when the server takes one again (0
+        when it shows nothing).
+
+        A log of ``limit`` frees a place as its oldest request leaves it, a
+        fixed window as it ends: either way the ``limit`` latest requests the
+        server had counted reach back a window from then. Counted among them,
+        those sent with the refused one (it may have overtaken them) make the
+        window the shortest it can be. A log of 10 per 2.07 s, guessed from
+        halved rates as 1.82 s long, sent nine at once each time it reopened;
+        its 429's wait of 0.25 s showed 2.07. Whole seconds, rounded up, show
+        nothing; nor do requests other processes sent, which it counted too.
+        An HTTP-date's wait is whole on the server's clock, not ours, and
+        shows up to a second too long, as the whole-second ``Reset`` the guess
+        already takes does (`_window_guess`); so it is read on trial only,
+        never to lengthen a window the scope counts in.
+        """
+        assert self._learner is not None
+        if not wait > 0 or whole_seconds(wait) or self._others:
+            return 0.0
+        reopens, limit = now + wait, self._learner.burst
+        counted = 0.0
+        for start, cost in reversed(self._recent.within(-math.inf, sent + TOGETHER)):
+            counted += cost
+            if counted >= limit:
+                return reopens - start
+        return 0.0
 
     def _late_first_arrival(self) -> None:
         """A 429 to a scope told its rate, before any warm call came back: the worst case.

@@ -286,6 +286,18 @@ def test_a_sliding_log_that_states_only_its_waits_is_counted_in_as_one() -> None
     assert_learned(server, refused_at=[1.114368132, 4.10563129], makespan=21.39210851648328)
 
 
+def test_a_window_on_trial_is_as_long_as_an_exact_wait_shows() -> None:
+    """10 per 2.07 s in a sliding log, stating its counts (X- headers) and waits in ms, 75
+    calls. The window trial took its length from the learned rate, halved at each 429
+    to 10 per 1.82 s, and the log sent nine at once as it reopened: all nine refused,
+    14 in all, and a call answered rate_limited once they spent the retry budget.
+    Found by a wider seeded search. The 429 that began the trial waited 0.25 s for the
+    oldest of the last ten requests to leave, sent 2.07 s before that: the log now
+    counts in 2.07 s, with two 429s."""
+    server = Server("sliding", 4.829359244625359, 10, 0.01, 0.005, None, "x", "ms", 75)
+    assert_learned(server, refused_at=[0.314222109, 2.801231841], makespan=16.62082893893708)
+
+
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(
     model=st.sampled_from(["sliding", "fixed"]),
