@@ -306,6 +306,8 @@ class ScopeFront:
     _first_answer_at: float = attrs.field(init=False, default=math.inf, repr=False)
     # A learned window on trial: its length, and when the server said it reopens.
     _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # The least the window on trial can be long, by its 429s' exact waits (`_length_shown`).
+    _window_shown: float = attrs.field(init=False, default=0.0, repr=False)
     _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
     # Set (and replaced) each time a learned rate rises (`rate_rising`).
     _rose: trio.Event = attrs.field(init=False, factory=trio.Event, repr=False)
@@ -888,7 +890,7 @@ class ScopeFront:
             if self._could_be_windows(now):
                 self._window_votes += 1
             if self._learner is not None and self._window_votes >= 1:
-                self._window_trial = (self._window_guess()[0], opened)
+                self._window_trial, self._window_shown = (self._window_guess()[0], opened), 0.0
             elif self._window_votes >= _WINDOW_VOTES:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
@@ -898,9 +900,9 @@ class ScopeFront:
         if self._learner is not None:
             await self._count_others()
             self._forget_refused(sent)
-            trial = self._window_trial
-            if trial is not None and wait is not None:
-                self._window_trial = (max(trial[0], self._length_shown(sent, now, wait)), trial[1])
+            if self._window_trial is not None and wait is not None:
+                shown = self._length_shown(sent, now, wait)
+                self._window_shown = max(self._window_shown, shown)
             unknown = self._limits[0] is None
             # What the server was sent in the last second: ours, and what the
             # processes sharing the bucket started (halved from ours alone, a
@@ -966,9 +968,11 @@ class ScopeFront:
         self._count_in_windows(self._window_length * grow)
 
     def _length_shown(self, sent: float, now: float, wait: float) -> float:
-        """The least a window on trial can be long, by a 429 to a request sent at ``sent``
-        whose exact ``wait``, read at ``now``, says when the server takes one again (0
-        when it shows nothing).
+        """The least a window on trial can be long, if it is one, by a 429 to a request sent
+        at ``sent`` whose exact ``wait``, read at ``now``, says when the server takes one
+        again (0 when it shows nothing). The trial's answer still judges whether it is
+        one by the guessed length (`_judge_window`): a bucket's wait is its next token,
+        and judged by this length, a bucket of 13 at 2/s passed for a log.
 
         A log of ``limit`` frees a place as its oldest request leaves it, a
         fixed window as it ends: either way the ``limit`` latest requests the
@@ -1098,7 +1102,9 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            self._count_in_windows(max(length, _shown_length(reset, sent - reopened)))
+            self._count_in_windows(
+                max(length, self._window_shown, _shown_length(reset, sent - reopened))
+            )
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
             later = self._started_between(sent, trio.current_time())

@@ -291,11 +291,32 @@ def test_a_window_on_trial_is_as_long_as_an_exact_wait_shows() -> None:
     calls. The window trial took its length from the learned rate, halved at each 429
     to 10 per 1.82 s, and the log sent nine at once as it reopened: all nine refused,
     14 in all, and a call answered rate_limited once they spent the retry budget.
-    Found by a wider seeded search. The 429 that began the trial waited 0.25 s for the
-    oldest of the last ten requests to leave, sent 2.07 s before that: the log now
-    counts in 2.07 s, with two 429s."""
+    Found by a wider seeded search. The 429 that began the trial that passed waited
+    0.25 s for the oldest of the last ten requests to leave, sent 2.07 s before then:
+    the log now counts in 2.07 s, with three 429s."""
     server = Server("sliding", 4.829359244625359, 10, 0.01, 0.005, None, "x", "ms", 75)
-    assert_learned(server, refused_at=[0.314222109, 2.801231841], makespan=16.62082893893708)
+    assert_learned(
+        server,
+        refused_at=[0.314222109, 2.801231841, 4.519517364],
+        makespan=15.927768751486639,
+    )
+
+
+def test_a_bucket_whose_waits_end_late_is_judged_by_the_guessed_window() -> None:
+    """2/s with a burst of 13, a cap of 1, Reset its next token, Retry-After as an
+    HTTP-date (a wait read against the server's finer clock, so not whole, and up to a
+    second long). Judged as a window of the length that wait showed (2.39 s), the trial
+    found 12 sent within it and one remaining, 13, a log's count: counted as 13 per
+    2.39 s, the bucket drew eight 429s. The trial judges by the guessed length."""
+    server = Server(
+        "bucket", 2.0, 13, 0.121365846066667, 0.0, 1, "draft", "http-date", 77, reset="next",
+        seed=3,
+    )  # fmt: skip
+    assert_learned(
+        server,
+        refused_at=[1.941853537, 3.830742426, 11.497409093],
+        makespan=33.80678517562002,
+    )
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
