@@ -286,6 +286,18 @@ def test_a_sliding_log_that_states_only_its_waits_is_counted_in_as_one() -> None
     assert_learned(server, refused_at=[1.114368132, 4.10563129], makespan=21.39210851648328)
 
 
+def test_calls_waiting_behind_a_cap_a_probe_s_503_showed_are_not_its_wave() -> None:
+    """nginx's ``limit_req`` at 2/s with no burst: it refuses with a bare 503. The probe's
+    second request is refused while the first is out, which shows a cap of one, and the
+    other 25 calls wait for the place. Counted as the probe's wave (26), they made the
+    slow start 2,700/s at the first answer, and its first 429 read 24 admitted, a
+    guess of 24/s: five refusals where a 429 draws two. Only what left counts."""
+    server = Server(
+        "bucket", 2.0, 1, 0.01, 0.0, None, "none", "absent", 27, seed=1, rate_status=503
+    )
+    assert_learned(server, refused_at=[0.0, 0.01, 1.35], makespan=19.29464888216587)
+
+
 def test_a_window_on_trial_is_as_long_as_an_exact_wait_shows() -> None:
     """10 per 2.07 s in a sliding log, stating its counts (X- headers) and waits in ms, 75
     calls. The window trial took its length from the learned rate, halved at each 429
