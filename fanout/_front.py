@@ -630,6 +630,11 @@ class ScopeFront:
         """The running total of tokens booked to start at or before ``when``."""
         return self._started - self._recent.cost_after(when)
 
+    def _sent_by(self, when: float) -> float:
+        """Of `_started_by`, those whose requests left: not still waiting for a place
+        on the wire or for their tool to send (`_parked_by`)."""
+        return self._started_by(when) - self._parked_by(when)
+
     def _started_between(self, since: float, now: float) -> float:
         """Tokens of bookings that started after the request sent at ``since``, up to ``now``.
 
@@ -919,7 +924,7 @@ class ScopeFront:
             # of one read 24 admitted, and guessed 24/s against 2/s.
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
-                started=self._started_by(sent) - self._parked_by(sent),
+                started=self._sent_by(sent),
                 pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
@@ -1243,8 +1248,8 @@ class ScopeFront:
             together = max(TOGETHER, late)
             # Calls admitted by then and still waiting for a place had not left,
             # by then or ``together`` before it.
-            started = self._started_by(sent) - self._parked_by(sent)
-            before = self._started_by(sent - together) - self._parked_by(sent - together)
+            started = self._sent_by(sent)
+            before = self._sent_by(sent - together)
             # Booked with it, or (where the HTTP layer tells) left with it. Calls
             # booked together whose requests left 7 ms later were counted one by
             # one, each as the only one, and three such answers measured 9.8/s at 1 s
