@@ -37,7 +37,7 @@ import attrs
 import trio
 
 from ._bucket import Booking, BucketStatistics, ServerCount
-from ._budget import QUOTA_HORIZON, Verdict
+from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
 from ._learning import TOGETHER, RateLearner, whole_seconds
 from ._ledger import Ledger
@@ -854,8 +854,12 @@ class ScopeFront:
         connection or with jitter, can draw a stray 429 there too.
         ``arriving``: the HTTP layer tells of the refusal as it arrives; the
         runner tells of it again later, and that telling changes nothing.
+        A wait no server could mean is read as the runner reads one
+        (`usable_wait`): an infinite one had crashed learning, which asks
+        whether it is whole seconds.
         """
         now = trio.current_time()
+        wait = usable_wait(wait)
         blocked_for = wait if wait is not None else 0.0
         opened = self._window_open_until
         sent = now if sent_at is None or not sent_at <= now else sent_at

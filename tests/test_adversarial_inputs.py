@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import fanout
+from fanout._budget import MAX_WAIT, usable_wait
 from fanout.http import parse_rate_limit_headers
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from tests.test_headers import HEADER_NAMES
@@ -851,3 +852,31 @@ def test_instrument_options_of_the_wrong_type_are_configuration_errors(make: str
     }
     with pytest.raises(fanout.ConfigurationError):
         builders[make]()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    waits=st.lists(
+        st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.just(1e308), max_size=4
+    ),
+    learn=st.booleans(),
+)
+def test_any_wait_told_to_a_scope_is_read_as_the_runner_reads_it(
+    waits: list[float | None], learn: bool
+) -> None:
+    """``Scope.on_throttled`` is public: told any wait (NaN, infinite, negative, huge), in
+    any order, a scope blocks for what ``usable_wait`` makes of it, at most ``MAX_WAIT``
+    and then a token at the least rate learning goes down to (0.1/s), and never raises.
+    An infinite wait to a learning scope raised ``OverflowError``."""
+
+    async def main() -> None:
+        scope = fanout.Scope("api") if learn else fanout.Scope("api", rate=5.0, burst=5.0)
+        for wait in waits:
+            await scope.on_throttled(wait, sent_at=trio.current_time())
+            usable = usable_wait(wait)
+            blocked = await scope.wait_for(1.0)
+            assert 0.0 <= blocked <= MAX_WAIT + 10.0
+            if not learn and usable is not None:
+                assert blocked >= usable
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
