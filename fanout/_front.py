@@ -932,8 +932,9 @@ class ScopeFront:
                 pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
-            if self._learner.window is not None and self._window_length is None:
-                await self._count_in_learned_window(self._learner.window.length, now, blocked_for)
+            window = self._learner.trusted_window
+            if window is not None and self._window_length is None:
+                await self._count_in_learned_window(window.length, now, blocked_for)
                 return
             closed = self._shut_until()
             if closed is not None:
@@ -1630,8 +1631,9 @@ class ScopeFront:
         return self._ledger.latency if self._rate_is_evidence() else None
 
     def _apply_learned(self, *, tokens: float | None = None) -> None:
-        """Pace at the learned rate; one at a time on a window's trial, and once learning
-        has spent its 429s unless it counts in a learned window.
+        """Pace at the learned rate; one at a time on a window's trial or at a window in
+        doubt (`RateLearner.trusted_window`), and once learning has spent its 429s
+        unless it counts in a learned window.
 
         A bucket of the server's burst at a rate a window allows still sends
         what a window refuses: its burst, then a request as soon as a token
@@ -1647,8 +1649,10 @@ class ScopeFront:
             # A cost of 1e308 a call "proved" an infinite rate: nothing a bucket can
             # pace at, and set, it failed a call that had finished.
             return
-        single = self._window_trial is not None or (
-            learner.spent_refusals and self._window_length is None
+        single = (
+            self._window_trial is not None
+            or learner.window_doubted_from is not None
+            or (learner.spent_refusals and self._window_length is None)
         )
         burst = 1.0 if single else max(1.0, learner.paced_burst)
         self._set(learner.rate, burst, tokens=tokens)
