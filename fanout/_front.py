@@ -1651,7 +1651,7 @@ class ScopeFront:
             return
         single = (
             self._window_trial is not None
-            or learner.window_doubted_from is not None
+            or learner.window_in_doubt
             or (learner.spent_refusals and self._window_length is None)
         )
         burst = 1.0 if single else max(1.0, learner.paced_burst)

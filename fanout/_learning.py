@@ -185,7 +185,7 @@ class RateLearner:
     )
     window: WindowGuess | None = None  # the window the answers showed (`fanout._window_fit`)
     # Shown only by waits in whole seconds, the window is paced from then (`_doubt_window`).
-    window_doubted_from: float | None = None
+    _doubted_from: float | None = attrs.field(default=None, alias="_doubted_from")
     _window_refuted: bool = attrs.field(default=False, alias="_window_refuted")
     _reopened: bool = attrs.field(default=False, alias="_reopened")  # paced as a window reopened
     # Paced as a window reopened from then: the first 429 since is that trial's.
@@ -453,8 +453,7 @@ class RateLearner:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in;
         or, where the server has shut, a probe once it may reopen (`_probe_closure`)."""
         self._log.note(sent_at, admitted=False)
-        doubted_from = self.window_doubted_from
-        if doubted_from is not None and sent_at >= doubted_from - TOGETHER:
+        if self._doubted_from is not None and sent_at >= self._doubted_from - TOGETHER:
             self._refute_window()
         self._blind_event(now, sent_at, started, pending, wait=wait)
         self._probe_closure(now, sent_at, pending, wait)
@@ -592,10 +591,10 @@ class RateLearner:
         self.window, self.burst = guess, float(guess.limit)
         self.rate = self._cap = rate
         if coarse and fit is not None and fit.high < rate * _WINDOW_DOUBTED:
-            self._doubt_window(now + wait)
+            self._doubt_window(now + wait, rate)
         return True
 
-    def _doubt_window(self, reopens: float) -> None:
+    def _doubt_window(self, reopens: float, rate: float) -> None:
         """A window shown only by waits in whole seconds, which a much slower bucket
         explains as well, is paced at its average from the wait's end, one request at a
         time, and not counted in (`trusted_window`).
@@ -611,18 +610,23 @@ class RateLearner:
         the fit after it was the slower (1.44-1.52 times the minimum on drawn
         buckets, against 1.19-1.25).
         """
-        self.window_doubted_from = reopens
-        self.rate = min(self.rate or _MIN_RATE, 1.0 / self._latency)
+        self._doubted_from = reopens
+        self.rate = min(rate, 1.0 / self._latency)
 
     @property
     def trusted_window(self) -> WindowGuess | None:
         """The window the scope counts in: one known and not in doubt."""
-        return self.window if self.window_doubted_from is None else None
+        return self.window if self._doubted_from is None else None
+
+    @property
+    def window_in_doubt(self) -> bool:
+        """A window is known but doubted: the scope paces at its average, one at a time."""
+        return self._doubted_from is not None
 
     def _refute_window(self) -> None:
         """A request paced at a doubted window's average was refused: the server is a
         bucket, fitted from here as one (`_blind_event`), and never taken for a window again."""
-        self.window, self.window_doubted_from, self._window_refuted = None, None, True
+        self.window, self._doubted_from, self._window_refuted = None, None, True
         self.burst, self._cap = 1.0, math.inf
 
     def on_success(
