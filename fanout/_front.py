@@ -279,8 +279,9 @@ class ScopeFront:
     _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `_observe_wake_lag`
-    # Bookings that took a full bucket, confirmed and not yet sent: (confirmed, start, cost).
-    _took_full: collections.deque[tuple[float, float, float]] = attrs.field(
+    # Bookings that took a full bucket, confirmed and not yet sent:
+    # (confirmed, start, cost, the refill pause kept after it).
+    _took_full: collections.deque[tuple[float, float, float, float]] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
     # The least and most time requests over open connections took to reach their headers.
@@ -510,7 +511,7 @@ class ScopeFront:
             self._observe_wake_lag(now - booking.start)
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
-            self._took_full.append((now, booking.start, booking.cost))
+            self._took_full.append((now, booking.start, booking.cost, booking.pause))
         return held
 
     def headers_left(self, admitted_at: float) -> None:
@@ -518,14 +519,23 @@ class ScopeFront:
 
         If its token emptied a full bucket (`TokenBucket.reserve`), the
         server's bucket stayed full until this request reached it, and lost
-        the refill meanwhile. The slack is the margin the schedule kept for
-        that; a request later than that (a new connection's handshake, a
-        busy process) owes the rest, up to its own cost (later still, the
-        booking after it took the server's full bucket first), and what is
-        booked after it books again. Against a burst of one at 20/s in real
-        time, a request that opened a connection reached the server 3 ms
-        late, the next one over a warm connection came 50 ms after it by the
-        client's clock, 49.5 by the server's: a 429 and a second's wait.
+        the refill meanwhile. Where a burst begins, the slack is the margin
+        the schedule kept for that; a request later than that (a new
+        connection's handshake, a busy process) owes the rest, up to its own
+        cost (later still, the booking after it took the server's full
+        bucket first), and what is booked after it books again. Against a
+        burst of one at 20/s in real time, a request that opened a
+        connection reached the server 3 ms late, the next one over a warm
+        connection came 50 ms after it by the client's clock, 49.5 by the
+        server's: a 429 and a second's wait.
+
+        A booking that took the bucket just as it filled again (a burst of
+        one, paced) owes all of its lateness: the slack kept after it
+        (``pause``) is for what no one here sees, the way to the server and
+        the server's own delay in reading it. Taken as an allowance for
+        leaving late, a request 3 ms late and 3 ms slower on its way in was
+        followed by one on time a token after it, and a 429 (in real time,
+        on a busy machine, about one told run in eight against 20/s).
         A scope that learns its rate owes nothing: its bucket is a guess
         (a guessed burst of one, and calls held under a learned cap, would
         owe tokens the server never had).
@@ -536,8 +546,9 @@ class ScopeFront:
             found = self._took_full.popleft()  # earlier ones' calls never sent
         if found is None or rate is None or self._learner is not None:
             return
-        _, start, cost = found
-        late = trio.current_time() - start - self._margin()
+        _, start, cost, pause = found
+        allowed = 0.0 if pause else self._margin()
+        late = trio.current_time() - start - allowed
         if late > 0.0:
             self._backend.owe(min(late * rate, cost))
 

@@ -436,6 +436,84 @@ def test_a_paced_burst_of_one_whose_requests_leave_late_draws_no_429(
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
+class _HeldAfterLeaving(httpx.AsyncBaseTransport):
+    """The request for item ``n`` reaches the server ``inbound[n]`` s after its headers
+    leave, as the client sees them leave: a server slow to read it, a busy network.
+    Nothing on the client's side can measure it."""
+
+    def __init__(self, inbound: dict[int, float]) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._inbound = inbound
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        n = int(request.url.path.rsplit("/", 1)[1])
+        told = request.extensions.get("trace")
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if told is not None:
+                await told(event, info)
+            if event.endswith(".send_request_headers.started"):
+                await trio.sleep(self._inbound.get(n, 0.0))
+
+        request.extensions["trace"] = trace
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+_SLACK = 0.004  # the first call's own set-up: the slack every later one is measured by
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    rate=st.sampled_from([5.0, 20.0, 50.0]),
+    calls=st.integers(3, 12),
+    leaves=st.lists(st.sampled_from([0.0, 0.001, 0.003, _SLACK]), min_size=12, max_size=12),
+    inbound=st.lists(st.sampled_from([0.0, 0.001, 0.003, _SLACK]), min_size=10, max_size=10),
+)
+def test_a_paced_burst_of_one_keeps_its_slack_for_the_way_to_the_server(
+    rate: float, calls: int, leaves: list[float], inbound: list[float]
+) -> None:
+    """A told burst of one whose requests leave up to the slack late (each tool's own
+    set-up), and from the third on reach the server up to the slack later than they
+    left, which nothing here can see. (The second leaves before any warm answer, and
+    waits out `warm_hold` instead.) The lateness the scope sees is owed whole, so the
+    slack kept after each full bucket is left for the way in: no 429, and each request
+    reaches the server a token after the one before it at least.
+
+    Before, a request that left up to the slack late owed nothing (the slack was its
+    allowance), and one on time after it left exactly a token later: 3 ms late, then 3
+    ms on the way in, and the next drew a 429. Told a bucket of one at 20/s, in real
+    time on a busy machine, about one run in eight drew one, and a second's wait."""
+
+    async def main() -> None:
+        config = ServerConfig(rate=rate, burst=1, latency=0.0, headers="draft")
+        way_in = _HeldAfterLeaving(dict(enumerate(inbound, 2)))
+        async with (
+            serve_throttled(config) as server,
+            fanout.http_client(way_in, base_url=server.url) as client,
+        ):
+            reg = Registry()
+
+            @reg.tool(kind=Kind.READS, scopes=["api"])
+            async def fetch(n: int) -> str:
+                await trio.sleep(_SLACK if n == 0 else leaves[n])
+                return (await client.get(f"/items/{n}")).text
+
+            scope = Scope("api", rate=rate, burst=1)
+            runner = Runner(reg, scopes=[scope], inline_wait=None)
+            turn = await runner.run_turn(
+                [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
+            )
+        assert all(r.status is fanout.Status.OK for r in turn.results)
+        assert server.count(status=429) == 0
+        starts = server.starts()
+        assert all(b - a >= 1 / rate - 1e-9 for a, b in itertools.pairwise(starts))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 async def test_a_booking_woken_late_widens_the_slack(autojump_clock: Any) -> None:
     """A burst of one: the second call's token is due at 0.25 s and its holder is woken
     10 ms later (a busy loop). The server's bucket, full from 0.25 s, loses that refill:
