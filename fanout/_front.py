@@ -535,7 +535,7 @@ class ScopeFront:
         the server's own delay in reading it. Taken as an allowance for
         leaving late, a request 3 ms late and 3 ms slower on its way in was
         followed by one on time a token after it, and a 429 (in real time,
-        on a busy machine, about one told run in eight against 20/s).
+        5 of 35 told runs against 20/s).
         A scope that learns its rate owes nothing: its bucket is a guess
         (a guessed burst of one, and calls held under a learned cap, would
         owe tokens the server never had).
