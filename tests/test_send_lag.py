@@ -69,14 +69,18 @@ class _LateRun:
 
 
 async def _late_turn(
-    config: ServerConfig, scope: Scope, calls: int, leave: Callable[[int], float]
+    config: ServerConfig,
+    scope: Scope,
+    calls: int,
+    leave: Callable[[int], float],
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> _LateRun:
     """``calls`` calls through ``scope`` against a throttling server of ``config``, the
     tool of call ``n`` sending its one request ``leave(n)`` s after it starts (its own
-    set-up)."""
+    set-up), through ``transport`` if given."""
     async with (
         serve_throttled(config) as server,
-        fanout.http_client(base_url=server.url) as client,
+        fanout.http_client(transport, base_url=server.url) as client,
     ):
         reg = Registry()
 
@@ -491,25 +495,13 @@ def test_a_paced_burst_of_one_keeps_its_slack_for_the_way_to_the_server(
     async def main() -> None:
         config = ServerConfig(rate=rate, burst=1, latency=0.0, headers="draft")
         way_in = _HeldAfterLeaving(dict(enumerate(inbound, 2)))
-        async with (
-            serve_throttled(config) as server,
-            fanout.http_client(way_in, base_url=server.url) as client,
-        ):
-            reg = Registry()
-
-            @reg.tool(kind=Kind.READS, scopes=["api"])
-            async def fetch(n: int) -> str:
-                await trio.sleep(_SLACK if n == 0 else leaves[n])
-                return (await client.get(f"/items/{n}")).text
-
-            scope = Scope("api", rate=rate, burst=1)
-            runner = Runner(reg, scopes=[scope], inline_wait=None)
-            turn = await runner.run_turn(
-                [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)]
-            )
-        assert all(r.status is fanout.Status.OK for r in turn.results)
-        assert server.count(status=429) == 0
-        starts = server.starts()
+        scope = Scope("api", rate=rate, burst=1)
+        run = await _late_turn(
+            config, scope, calls, lambda n: _SLACK if n == 0 else leaves[n], way_in
+        )
+        assert all(r.status is fanout.Status.OK for r in run.turn.results)
+        assert run.server.count(status=429) == 0
+        starts = run.server.starts()
         assert all(b - a >= 1 / rate - 1e-9 for a, b in itertools.pairwise(starts))
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
