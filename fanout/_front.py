@@ -297,6 +297,8 @@ class ScopeFront:
     _warm_since: float = attrs.field(init=False, default=math.inf, repr=False)
     _emptied: bool = attrs.field(init=False, default=False, repr=False)  # said Remaining 0
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
+    # The pause kept after the paced fill whose request is leaving now (`headers_left`).
+    _leaving_pause: float = attrs.field(init=False, default=0.0, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
@@ -542,11 +544,13 @@ class ScopeFront:
         """
         rate, _ = self._limits
         found = None
+        self._leaving_pause = 0.0
         while self._took_full and self._took_full[0][0] <= admitted_at:
             found = self._took_full.popleft()  # earlier ones' calls never sent
         if found is None or rate is None or self._learner is not None:
             return
         _, start, cost, pause = found
+        self._leaving_pause = pause
         allowed = 0.0 if pause else self._margin()
         late = trio.current_time() - start - allowed
         if late > 0.0:
@@ -1449,6 +1453,7 @@ class ScopeFront:
         before; nor does a scope that learns its rate, whose bucket is itself
         a guess (learning paces its own start).
         """
+        pause, self._leaving_pause = self._leaving_pause, 0.0  # this request's, if first
         rate, burst = self._limits
         told = rate is not None and self._learner is None
         if self.slack is not None or not told or self._warm_fastest is not None:
@@ -1459,6 +1464,10 @@ class ScopeFront:
         present = self._backend.bucket_statistics().present  # after this request's own
         if present is None:
             return 0.0
+        # The pause kept after this request's own paced fill is a margin for its way in,
+        # not tokens the server lacks: counted as spent, the hold used it up, and a
+        # request 1 ms slower on its way in than it left drew a 429 to the next.
+        present += pause * rate
         now = trio.current_time()
         # The worst case is this much further behind; the tokens at hand cover some of it.
         behind = self._burst[1] - self._burst[0] - self._measured_slack() - self._unanswered(now)
