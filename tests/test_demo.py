@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -139,4 +140,5 @@ def test_stream_demo_text_shows_the_model_writing_while_calls_run() -> None:
     live = text[text.index("Live:") : text.index("The message that goes back")]
     assert "(model)                   wrote call 1 of 6, still writing" in live
     assert live.index("toolu_01  search_tickets  running") < live.index("message complete")
-    assert "the message took 0.40s to arrive" in text
+    # A 0.4 s stream in real time: a busy machine delivers its last chunk a few ms late.
+    assert re.search(r"the message took 0\.4\ds to arrive", text)

@@ -324,7 +324,9 @@ async def test_a_wider_slack_moves_the_shared_schedule_once_keeping_its_order(
         await trio.sleep_until(third.start)
         confirmed_from = trio.current_time()
         assert await one.confirm(third)
-        assert trio.current_time() - confirmed_from >= 0.3
+        # Its start is read off Redis's clock through a round trip: a busy machine put it
+        # 0.3 ms short of the 0.3 s in one run of many.
+        assert trio.current_time() - confirmed_from >= 0.3 - 0.005
 
 
 async def test_a_shared_booking_that_took_a_full_bucket_owes_what_its_late_request_lost(
