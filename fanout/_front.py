@@ -1290,6 +1290,7 @@ class ScopeFront:
                 at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
                 now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
                 others_with=min(alongside, others_with),
+                after_with=self._started_between(sent, min(now, sent + together)),
             ):  # fmt: skip
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

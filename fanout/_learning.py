@@ -16,7 +16,11 @@ Three sources, in order of trust:
    below the limit is then exact). That bound holds
    whatever the server's burst, and whether or not its
    bucket was full on the way; the learner keeps the best bound seen, so the
-   estimate only ever rises with evidence. The stated limit is the burst.
+   estimate only ever rises with evidence. Where the bucket was found drawn
+   down at both answers and never full between, it did not spill, and the
+   same counts bound the rate from above, ``(r2 + 1 - r1 + n) / (t2 -
+   t1)``: growth never passes that, and a rate above it comes down to it
+   before any 429. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
    the first guess: 429s correct it downward (AIMD), the refill upward. A
    server that states its limit and what remains but no reset and no
@@ -171,6 +175,11 @@ class RateLearner:
     # An answer found the bucket drawn down a baseline after the first: the rate is near.
     _drawn: bool = attrs.field(default=False, alias="_drawn")
     _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
+    # The first answer of those found drawn down since the last found full (sent alone):
+    # when its request was sent, what remained, and the requests counted by then.
+    _drawn_from: tuple[float, float, float] | None = attrs.field(default=None, alias="_drawn_from")
+    # The fastest refill the answers found drawn down allow (`_bound_refill`).
+    _refill_at_most: float = attrs.field(default=math.inf, alias="_refill_at_most")
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
     # A stated limit of one: True while a bucket of one explains the answers.
     _one_token: bool | None = attrs.field(default=None, alias="_one_token")
@@ -233,6 +242,7 @@ class RateLearner:
         left_with: float = 0.0,
         late: float = 0.0,
         others_with: float = 0.0,
+        after_with: float = 0.0,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -247,6 +257,8 @@ class RateLearner:
         how much later than another a request may reach the server after
         leaving (the spread of the scope's latencies). ``others_with``: of
         those sent with it, how many other processes sharing the limit sent.
+        ``after_with``: of ``after``, how many were sent with it (as soon after
+        it as ``alongside`` before): they may have reached the server first.
         """
         changed = False
         if limit == 1 and self._one_token is None:
@@ -291,8 +303,12 @@ class RateLearner:
             # bucket full now and then at 16-18/s, doubled to 30-45/s, and drew a 429.
             anchor = self._anchor
             self._drawn = self._drawn or (anchor is not None and at - anchor[0] >= _BASELINE)
-        elif self._full_since is None:
-            self._full_since = at
+            if not (alongside or after_with):  # one sent with it may yet say full
+                changed |= self._bound_refill(remaining, at, started, late)
+        else:
+            self._drawn_from = None
+            if self._full_since is None:
+                self._full_since = at
         # Counted by when they left, where the HTTP layer tells: a request booked
         # before this one that left after it reached the server after it.
         sent = (started - alongside, False) if left is None else (left - left_with, True)
@@ -329,11 +345,57 @@ class RateLearner:
         if not (math.isfinite(bound) and bound > max(self.measured or 0.0, _MIN_RATE)):
             return False
         self.measured = bound
+        if bound > self._refill_at_most:
+            self._refill_at_most = math.inf  # refuted: it spilled unseen, or others refilled it
         if self.rate is None or bound > self.rate:
             self._paced = self.rate
             self.rate = self._reference = bound
             return True
         return False
+
+    def _bound_refill(self, remaining: float, at: float, started: float, late: float) -> bool:
+        """Bound the server's refill from above by an answer found drawn down; True
+        when that takes back a rate past it.
+
+        Between two answers that found the bucket drawn down, with none found
+        full between (nor sent with the later one, before or after it: its
+        answer may yet say full, and the later one is not taken), it
+        did not spill: what it regained, with ``n`` requests counted here
+        reaching it between, is all it refilled, so ``rate <= (r + 1 - r0 +
+        n) / t``, ``t`` narrowed by the spread of arrivals. Growth never passes
+        the lowest such bound (`on_success`), and before any 429 a rate above
+        it, a first guess or a slow start's doubling, comes down to it: only a
+        429 brought it back before, and a turn can end first. Two processes
+        sharing a 20/s bucket took turns in finding it full at 18-20/s; one
+        doubled to 38/s, and the next turn would have begun there. A first
+        guess of 13/s against 2/s drew three 429s (now one).
+
+        Between two answers here, the bucket may have been full where only
+        another process's answer saw it, and the bound is then too low: a
+        refill proven above it refutes it (`_measure`), and it never takes
+        the rate below the refill proven. Nor is a bound below that proven
+        refill kept: that is a window's count, falling by exactly what was
+        sent until it reopens all at once, not a bucket's refill.
+        """
+        drawn_from = self._drawn_from
+        if not (remaining >= 0 and math.isfinite(at + started)):
+            return False  # no count: garbage proves nothing either way
+        late = max(0.0, late)  # a spread that is no number, or negative, narrows nothing
+        if drawn_from is None or at < drawn_from[0]:
+            self._drawn_from = (at, remaining, started)
+            return False
+        then, before, sent_before = drawn_from
+        span = at - then - _SPREAD_MARGIN * late
+        if span < max(TOGETHER, _SPREADS * late):
+            return False
+        bound = (remaining + 1.0 - before + started - sent_before) / span
+        if not math.isfinite(bound) or bound < max(self.measured or 0.0, _MIN_RATE):
+            return False
+        self._refill_at_most = min(self._refill_at_most, bound)
+        if self._events or self.measured is None or self.rate is None or self.rate <= bound:
+            return False
+        self.rate = bound
+        return True
 
     def _exact_bound(self, remaining: float, at: float, sent: _Count, late: float) -> float:
         """The refill bound from the answers that found the server's bucket full.
@@ -439,6 +501,7 @@ class RateLearner:
         # The answers after the 429 measure afresh (the bound may have been a little
         # high): until they do, the rate is not evidence, and a wait refills it little.
         self.measured, self._anchor = None, None
+        self._drawn_from = None  # a window may have reopened since
         self._exact.clear()
 
     def _throttled_blind(
@@ -673,6 +736,8 @@ class RateLearner:
             grown = self.rate + _STEP * self._reference
         else:
             return
+        # Never past the refill a drawn-down bucket allowed (`_bound_refill`).
+        grown = min(grown, max(self.rate, self._refill_at_most))
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
 
     def _full_for_a_while(self, began: float) -> bool:

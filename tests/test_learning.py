@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._admission import take_tokens
 from fanout._budget import Budget, Verdict
-from fanout._learning import RateLearner
+from fanout._learning import TOGETHER, RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -212,13 +212,120 @@ def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> 
     learner.on_success(began=1.0, latency=0.05)
     assert learner.rate == pytest.approx(19)
     learner.on_success(began=1.6, latency=0.05)
-    assert learner.rate == pytest.approx(21)  # full since 1.0: e-fold in half a second
+    # Full since 1.0: e-fold in half a second (21/s), but no faster than the bucket's
+    # refill while drawn down allowed: 6 tokens back, 8 requests, 0.6 s.
+    assert learner.rate == pytest.approx((5 + 1 - 2 + 8) / 0.6)
+    learner.on_success(began=1.7, latency=0.05)
+    assert learner.rate == pytest.approx(20)
 
     pace_only = RateLearner()
     pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
     pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
     pace_only.on_success(began=0.6, latency=0.05)
     assert pace_only.rate == pytest.approx(20)  # doubled: one request in flight
+
+
+def test_a_slow_start_doubles_no_faster_than_the_bucket_refilled_while_drawn_down() -> None:
+    """Unit level, a 20/s bucket of 10 paced at a first guess of 10/s: 5 remain at 0.0 s,
+    8 at 0.3 s with three requests between (at most 4 tokens in 0.3 s, 23.3/s), full at
+    0.5 s. The second answer came before a baseline: the bucket was not yet "still drawn
+    down", and the slow start doubled 16/s to 20/s, then 40/s, on the next answers that
+    found it full. Two processes sharing one 20/s bucket each saw every other answer;
+    one that missed the drawn-down ones past a baseline doubled to 36-38/s, and ended
+    the turn there (1 run in 12; more on a busy machine). The doubling now stops at
+    the refill the bucket showed while drawn down; a learner that never saw it drawn
+    down between answers doubles as before."""
+
+    def paced(*, seen_drawn_down: bool) -> list[float | None]:
+        learner = RateLearner()
+        learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.0, started=5)
+        if seen_drawn_down:
+            learner.from_headers(10, None, remaining=8, reset_after=1.0, at=0.3, started=8)
+        learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.5, started=10)
+        rates = [learner.rate]
+        for began in (0.6, 0.7, 0.8):
+            learner.from_headers(10, None, remaining=9, reset_after=1.0, at=began, started=11)
+            learner.on_success(began=began, latency=0.05)
+            rates.append(learner.rate)
+        return rates
+
+    proven = (9 - 5 + 5 - 1) / 0.5  # 16/s: the refill the full answer at 0.5 s proved
+    at_most = (8 + 1 - 5 + 3) / 0.3
+    assert paced(seen_drawn_down=True) == pytest.approx([proven, 20, at_most, at_most])
+    # One request a latency (20/s) more per answer, from the pace before the proof.
+    assert paced(seen_drawn_down=False) == pytest.approx([proven, 20, 40, 60])
+
+
+# A token bucket's rate and burst, the spread of arrivals, and when each request was
+# sent, reached it, and was answered.
+_Sent = tuple[float, int, float, list[float], list[float], list[float]]
+
+
+@st.composite
+def _sent_to_a_bucket(draw: st.DrawFn) -> _Sent:
+    """Any pattern of requests (alone or several at once), each reaching the bucket
+    up to ``late`` after leaving and answered as much later again after a latency."""
+    rate, burst = draw(st.floats(1.0, 60.0)), draw(st.integers(2, 25))
+    late = draw(st.sampled_from([0.0, 0.005, 0.02, 0.06]))
+    latency = draw(st.floats(0.0, 0.3))
+    sent: list[float] = []
+    for gap, wave in draw(
+        st.lists(st.tuples(st.floats(0.0, 0.4), st.integers(1, 4)), min_size=2, max_size=40)
+    ):
+        sent += [(sent[-1] if sent else 0.0) + gap] * wave
+    arrived = [t + draw(st.floats(0.0, late)) for t in sent]
+    answered = [t + latency + draw(st.floats(0.0, late)) for t in arrived]
+    return rate, burst, late, sent, arrived, answered
+
+
+def _read(case: _Sent) -> RateLearner:
+    """The bucket's floored counts, read as the scope reads them, as they are answered."""
+    rate, burst, late, sent, arrived, answered = case
+    tokens, updated = float(burst), 0.0
+    remaining: dict[int, float] = {}
+    for i in sorted(range(len(sent)), key=lambda i: arrived[i]):
+        tokens = min(burst, tokens + (arrived[i] - updated) * rate)
+        updated = arrived[i]
+        if tokens >= 1.0:  # else refused: a 429's count is learned elsewhere
+            tokens -= 1.0
+            remaining[i] = math.floor(tokens + 1e-9)
+    learner = RateLearner()
+    together = max(late, TOGETHER)
+    for i in sorted(remaining, key=lambda i: answered[i]):
+        at, now = sent[i], answered[i]
+        started = sum(sent[j] <= at for j in remaining)
+        learner.from_headers(
+            burst, None, remaining=remaining[i], reset_after=1.0, at=at, started=started,
+            alongside=sum(at - together <= sent[j] <= at for j in remaining) - 1,
+            after=sum(at < sent[j] <= now for j in remaining), now=now, late=late,
+            after_with=sum(at < sent[j] <= min(now, at + together) for j in remaining),
+        )  # fmt: skip
+    return learner
+
+
+_SPILLED = [0.0, 0.0625, 0.3125, 0.375]  # full again at 0.3125 s, drawn down at 0.375 s
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(case=_sent_to_a_bucket())
+# Found by the draws, each a bound that was low. Full in between: the 0.25 s gap at 10/s
+# refilled the bucket of two, and spilled. A request sent 2 ms after another reached it
+# first and found it full, answered after the other: read as drawn down since, that one
+# was not sent with it, and so not held back.
+@example(case=(10.0, 2, 0.0, _SPILLED, _SPILLED, _SPILLED))
+@example(
+    case=(18.0, 2, 0.005, [0.0, 0.0, 0.0625, 0.1875, 0.189453125],
+          [0.0, 0.0, 0.0625, 0.19140625, 0.189453125],
+          [0.0, 0.0, 0.0625, 0.19140625, 0.194]),
+)  # fmt: skip
+def test_a_bucket_s_fall_never_bounds_its_refill_below_its_rate(case: _Sent) -> None:
+    """Whatever the bucket and however requests are paced, sent and delayed on their
+    way in and out, the refill bound from above that caps growth is never below the
+    server's rate: capped there, a scope would never reach it. Nor is the rate ever
+    below what its refill proved."""
+    learner = _read(case)
+    assert learner._refill_at_most >= case[0] * (1 - 1e-9)
+    assert learner.rate is None or learner.rate >= (learner.measured or 0.0)
 
 
 def test_a_reset_first_stated_late_replaces_the_slow_start_s_guess() -> None:

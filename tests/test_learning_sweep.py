@@ -370,16 +370,19 @@ def test_a_bucket_whose_waits_end_late_is_judged_by_the_guessed_window() -> None
     HTTP-date (a wait read against the server's finer clock, so not whole, and up to a
     second long). Judged as a window of the length that wait showed (2.39 s), the trial
     found 12 sent within it and one remaining, 13, a log's count: counted as 13 per
-    2.39 s, the bucket drew eight 429s. The trial judges by the guessed length."""
+    2.39 s, the bucket drew eight 429s. The trial judged by the guessed length, and
+    three were drawn (at 1.94, 3.83 and 11.50 s; 33.81 s in all).
+
+    The first guess (13 per reset) no longer lasts until a 429: the bucket, drawn
+    down one request at a time, regained too little for it (2.75/s at most by 0.6 s,
+    `RateLearner._bound_refill`), and the rate comes down towards 2/s before any 429.
+    One is drawn, and the window is never guessed: this server no longer reaches the
+    trial it was found by."""
     server = Server(
         "bucket", 2.0, 13, 0.121365846066667, 0.0, 1, "draft", "http-date", 77, reset="next",
         seed=3,
     )  # fmt: skip
-    assert_learned(
-        server,
-        refused_at=[1.941853537, 3.830742426, 11.497409093],
-        makespan=33.80678517562002,
-    )
+    assert_learned(server, refused_at=[2.486768288], makespan=32.892157252334634)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
