@@ -136,6 +136,10 @@ async def _serve_http(server: MCPServer) -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is announced, a client connecting at once waits in the
+    # backlog until the server accepts. Announced before, it could be refused: uvicorn
+    # listens only once started, and a busy machine lost a CI run to that.
+    sock.listen(128)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
