@@ -358,11 +358,11 @@ class RateLearner:
         when that takes back a rate past it.
 
         Between two answers that found the bucket drawn down, with none found
-        full between (nor sent with the later one, before or after it: its
-        answer may yet say full, and the later one is not taken), it
-        did not spill: what it regained, with ``n`` requests counted here
-        reaching it between, is all it refilled, so ``rate <= (r + 1 - r0 +
-        n) / t``, ``t`` narrowed by the spread of arrivals. Growth never passes
+        full between, it did not spill (an answer sent with others, before or
+        after it, is not taken here: one of theirs may yet say full). What it
+        regained, with ``n`` requests counted here reaching it between, is
+        all it refilled, so ``rate <= (r + 1 - r0 + n) / t``, ``t`` narrowed
+        by the spread of arrivals. Growth never passes
         the lowest such bound (`on_success`), and before any 429 a rate above
         it, a first guess or a slow start's doubling, comes down to it: only a
         429 brought it back before, and a turn can end first. Two processes
@@ -377,10 +377,10 @@ class RateLearner:
         refill kept: that is a window's count, falling by exactly what was
         sent until it reopens all at once, not a bucket's refill.
         """
-        drawn_from = self._drawn_from
         if not (remaining >= 0 and math.isfinite(at + started)):
             return False  # no count: garbage proves nothing either way
         late = max(0.0, late)  # a spread that is no number, or negative, narrows nothing
+        drawn_from = self._drawn_from
         if drawn_from is None or at < drawn_from[0]:
             self._drawn_from = (at, remaining, started)
             return False
