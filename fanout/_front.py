@@ -144,6 +144,7 @@ class Backend(Protocol):
     ) -> None: ...
     def set_slack(self, slack: float) -> None: ...
     def use_window(self, window: float) -> None: ...
+    def leave_window(self) -> None: ...
     async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None: ...
     async def answered(self, sent: float, arrived_by: float) -> None: ...
     def delayed(self, booked_by: float) -> None: ...
@@ -311,6 +312,12 @@ class ScopeFront:
     _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     # The least the window on trial can be long, by its 429s' exact waits (`_length_shown`).
     _window_shown: float = attrs.field(init=False, default=0.0, repr=False)
+    # Counting in a window a reopening showed (`_count_in_reopened`): its first 429 ends it.
+    _window_reopened: bool = attrs.field(init=False, default=False, repr=False)
+    # What the log it began holds from before (`_count_in_reopened`): the next booking
+    # waits until it is held, and the first to come holds it.
+    _to_hold: list[tuple[float, float]] | None = attrs.field(init=False, default=None, repr=False)
+    _held: trio.Event | None = attrs.field(init=False, default=None, repr=False)
     _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
     # Set (and replaced) each time a learned rate rises (`rate_rising`).
     _rose: trio.Event = attrs.field(init=False, factory=trio.Event, repr=False)
@@ -482,6 +489,8 @@ class ScopeFront:
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
         """Book ``cost`` tokens; the booking (with its wait), or None (nothing consumed)."""
         self.check_cost(cost)
+        if self._held is not None:
+            await self._hold_before_booking(self._held)
         try:
             booking = await self._backend.reserve(cost, max(0.0, max_wait))
         finally:
@@ -947,6 +956,11 @@ class ScopeFront:
                 pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
+            if self._window_reopened and self._learner.window is None:
+                # Refused in a window a reopening showed: a bucket again, and empty.
+                self._window_length, self._window_reopened = None, False
+                self._backend.leave_window()
+                await self._backend.drain(blocked_for)
             window = self._learner.trusted_window
             if window is not None and self._window_length is None:
                 await self._count_in_learned_window(window.length, now, blocked_for)
@@ -1088,6 +1102,42 @@ class ScopeFront:
         await self._backend.block_until(now + wait)
         since = math.nextafter(now - length, math.inf)
         await self._backend.hold_started(self._recent.within(since, now))
+
+    def _count_in_reopened(self) -> None:
+        """Count in the window learning came to trust on an answer
+        (`RateLearner._trust_reopened`), with what started in its length held as the
+        server holds it.
+
+        Its bookings are void (`use_window`), and each holder books again in
+        the log; the first to come holds what started before it (phantoms, a
+        trip to Redis on a shared log) and the rest wait for that, so none
+        books into room those hold.
+        """
+        learner = self._learner
+        if learner is None or self._window_length is not None:
+            return
+        window = learner.trusted_window
+        if window is None:
+            return
+        now = trio.current_time()
+        self._to_hold = self._recent.within(math.nextafter(now - window.length, math.inf), now)
+        self._held = trio.Event()
+        self._count_in_windows(window.length)
+        self._window_reopened = True
+        self._apply_learned()
+
+    async def _hold_before_booking(self, held: trio.Event) -> None:
+        """Book only once the log holds what started before it (`_count_in_reopened`)."""
+        starts, self._to_hold = self._to_hold, None
+        if starts is None:
+            await held.wait()
+            return
+        try:
+            with trio.CancelScope(shield=True):  # held in part, the log would book into room
+                await self._backend.hold_started(starts)
+        finally:
+            self._held = None
+            held.set()
 
     def _count_in_windows(self, length: float | None = None) -> None:
         """The server counts in windows: keep ``burst`` per the guessed window in a log."""
@@ -1375,6 +1425,7 @@ class ScopeFront:
             wave = self._started - self._parked_by(now)
             self._learner.on_success(began=now - seconds, latency=self._ledger.latency, wave=wave)
             self._apply_learned()
+            self._count_in_reopened()
 
     def _observe_arrival(self, seconds: float, *, warm: bool = False) -> None:
         """How late the first request of the latest burst reached the server, at most.

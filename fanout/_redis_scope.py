@@ -182,10 +182,7 @@ class RedisBackend:
         self._gate = trio.CapacityLimiter(cap) if cap is not None else None
         if self.fallback is not None:
             share = self.fallback.share
-            rate = self.rate * share if self.rate is not None else None
-            self._fallback_bucket = TokenBucket(rate, max(1.0, self.burst * share))
-            if self.window is not None:
-                self._fallback_bucket = SlidingLog(max(1.0, self.burst * share), self.window)
+            self._fallback_bucket = self._local_fallback(share)
             if cap is not None:
                 self._fallback_cap = max(1, math.floor(cap * share))
         if self.leases is not None:
@@ -279,12 +276,29 @@ class RedisBackend:
 
     # -- tokens ----------------------------------------------------------------
 
+    def _local_fallback(self, share: float) -> TokenBucket | SlidingLog:
+        """The local bucket (or log) that takes ``share`` of the limits while Redis is away."""
+        burst = max(1.0, self.burst * share)
+        if self.window is not None:
+            return SlidingLog(burst, self.window)
+        return TokenBucket(self.rate * share if self.rate is not None else None, burst)
+
     def use_window(self, window: float) -> None:
         """Keep tokens in the shared log from now on (and in a local one while Redis is away)."""
         self.window = window
         self._told = None  # a log has no balance to lower
         if self._fallback_bucket is not None and self.fallback is not None:
-            self._fallback_bucket = SlidingLog(max(1.0, self.burst * self.fallback.share), window)
+            self._fallback_bucket = self._local_fallback(self.fallback.share)
+
+    def leave_window(self) -> None:
+        """Keep tokens in the shared bucket again (a window learned wrong), and in a local
+        one while Redis is away. The log's bookings are void (their epochs are the log's,
+        begun from the clock, never the bucket's): their holders wake and book again. The
+        front drains the bucket with the refusal's wait."""
+        self.window = None
+        if self._fallback_bucket is not None and self.fallback is not None:
+            self._fallback_bucket = self._local_fallback(self.fallback.share)
+        self._wake()
 
     async def _shared(
         self,

@@ -173,6 +173,11 @@ class LocalBackend:
         log.block_until(bucket.blocked_until)
         self.log = log
 
+    def leave_window(self) -> None:
+        """Count tokens in the bucket again: a window learned wrong. The front drains it
+        with the refusal's wait, which voids the log's bookings too (they share epochs)."""
+        self.log = None
+
     def has_free_slot(self) -> bool:
         if self.limiter is None:
             return True

@@ -7,6 +7,7 @@ asserted within ``SLACK`` of what the local log (on the same schedule) says.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -292,6 +293,53 @@ async def test_requests_started_before_a_learned_log_hold_it_alike_on_redis_and_
         await one._backend.hold_started(before)
         assert close([await local.wait_for(1), await local.wait_for(2)], [0.4, 0.7])
         assert close([await other.wait_for(1), await other.wait_for(2)], [0.4, 0.7])
+
+
+async def leave_log(scope: fanout.Scope | RedisScope) -> None:
+    """2/s with a burst of one, counted in a log of one per second drained just now: one
+    booked a second ahead and one two; the log is left and the bucket drained while the
+    second's holder sleeps until its start. It is void, its holder woken at once, and
+    the next is the bucket's, half a second on."""
+    scope._backend.use_window(1.0)
+    await scope._backend.drain(0.0)  # full for a second, in the log's next epoch
+    first = await scope.reserve(1, math.inf)
+    ahead = await scope.reserve(1, math.inf)
+    assert close(waits([first, ahead]), [1.0, 2.0])
+    assert ahead is not None
+    held: list[tuple[bool, float]] = []
+
+    async def hold(booking: Booking) -> None:
+        # As admission holds a booking: until its start, or until it is voided.
+        voided = scope.voided()
+        assert voided is not None  # both kinds wake their holders
+        with trio.move_on_at(booking.start):
+            await voided.wait()
+        held.append((await scope.confirm(booking), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, ahead)
+        await trio.sleep(0.1)
+        left = trio.current_time()
+        scope._backend.leave_window()
+        await scope._backend.drain(0.0)
+    assert scope.statistics().bucket.window is None
+    assert held[0][0] is False
+    assert held[0][1] - left <= SLACK  # woken at once, not at its start
+    again = await scope.reserve(1, math.inf)
+    assert again is not None
+    assert 0.5 - SLACK <= again.wait <= 0.5
+
+
+async def test_a_scope_that_leaves_its_log_books_in_its_bucket_alike_on_redis_and_locally(
+    redis_url: str, prefix: str
+) -> None:
+    """A log left (a window learning guessed, refused: `ScopeFront.on_throttled`) and the
+    bucket drained, as the 429 that showed it wrong does (`leave_log`): its bookings
+    are void and their holders book again in the bucket, on Redis as locally. (The
+    log was drained once: on Redis its epochs are its own, never the bucket's.)"""
+    await leave_log(fanout.Scope("api", rate=2, burst=1))
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix, rate=2, burst=1) as shared:
+        await leave_log(shared)
 
 
 async def test_a_redis_scope_learns_a_window_that_states_only_its_waits(

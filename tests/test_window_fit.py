@@ -122,15 +122,28 @@ SHUT += [(0.268, True), (0.379, True), (0.536, True), (1.071, False)]
 
 def test_a_server_that_shut_after_a_run_is_a_closure() -> None:
     assert closure_before(SHUT, 0.379, tolerance=TOLERANCE) == Closure(
-        admitted=10, first=0.0, closed_at=0.268, refused=2
+        admitted=10, first=0.0, closed_at=0.268, refused=2, last_refused=0.379
     )
-    assert closure_before(SHUT, 0.536, tolerance=TOLERANCE) == Closure(10, 0.0, 0.268, 3)
+    assert closure_before(SHUT, 0.536, tolerance=TOLERANCE) == Closure(10, 0.0, 0.268, 3, 0.536)
 
 
 def test_a_closure_reopened_is_the_run_per_the_time_to_its_reopening() -> None:
     closure = closure_before(SHUT, 0.536, tolerance=TOLERANCE)
     assert closure is not None
     assert closure.reopened(1.071) == WindowGuess(limit=10, length=1.071, first=0.0)
+
+
+def test_a_closure_counted_in_is_whole_seconds_where_they_fit() -> None:
+    """Reopened at 1.071 s, last refused at 0.536: a window of one second. Refused at 1.05
+    s and reopened at 1.9, it is no whole number of seconds (two is too long, one too
+    short): it stays as the reopening showed it."""
+    closure = closure_before(SHUT, 0.536, tolerance=TOLERANCE)
+    assert closure is not None
+    assert closure.whole(1.071) == WindowGuess(limit=10, length=1.0, first=0.0)
+    late = closure_before([*SHUT[:13], (1.05, True)], 1.05, tolerance=TOLERANCE)
+    assert late is not None
+    assert late.whole(1.9) == WindowGuess(limit=10, length=1.9, first=0.0)
+    assert closure.whole(0.9) == WindowGuess(limit=10, length=0.9, first=0.0)  # under a second
 
 
 def test_an_admission_among_the_refusals_ends_the_closure() -> None:
@@ -143,7 +156,7 @@ def test_a_refusal_that_overtook_an_admission_of_the_run_is_part_of_the_run() ->
     """Sent a millisecond before the run's last admission, a refusal reached the server
     after it (on Redis, under load): the run is the ten admitted, not the last one."""
     answers = sorted([*SHUT[:9], (0.253, True), *SHUT[9:13]])
-    assert closure_before(answers, 0.536, tolerance=TOLERANCE) == Closure(10, 0.0, 0.268, 3)
+    assert closure_before(answers, 0.536, tolerance=TOLERANCE) == Closure(10, 0.0, 0.268, 3, 0.536)
     apart = sorted([*SHUT[:9], (0.248, True), *SHUT[9:13]])  # 6 ms: not reordered
     assert closure_before(apart, 0.536, tolerance=TOLERANCE) is None
 
@@ -159,7 +172,7 @@ def test_a_closure_needs_a_run_of_two_and_a_refusal() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     limit=st.integers(2, 30),
-    length=st.floats(0.5, 60.0),
+    length=st.floats(0.5, 60.0) | st.integers(1, 60).map(float),
     spread=st.floats(0.0, 0.99),
     probes=st.lists(st.floats(0.01, 3.0), min_size=1, max_size=12),
 )
@@ -181,7 +194,10 @@ def test_a_sliding_log_reopened_is_never_guessed_faster_than_it_allows(
     assume(reopened is not None)
     assert reopened is not None
     closure = closure_before(answers, math.nextafter(reopened, -math.inf), tolerance=TOLERANCE)
-    refused = sum(1 for t, r in answers if r and t < reopened)
-    assert closure == Closure(limit, 0.0, sends[limit], refused)
+    refused = [t for t, r in answers if r and t < reopened]
+    assert closure == Closure(limit, 0.0, sends[limit], len(refused), refused[-1])
     guess = closure.reopened(reopened)
     assert guess.limit / guess.length <= limit / length
+    if length.is_integer():  # windows are whole seconds: counted in whole, no faster
+        counted = closure.whole(reopened)
+        assert counted.limit / counted.length <= limit / length
