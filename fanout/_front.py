@@ -1136,7 +1136,8 @@ class ScopeFront:
             with trio.CancelScope(shield=True):  # held in part, the log would book into room
                 await self._backend.hold_started(starts)
         finally:
-            self._held = None
+            if self._held is held:  # not a later window's, counted in meanwhile
+                self._held = None
             held.set()
 
     def _count_in_windows(self, length: float | None = None) -> None:
