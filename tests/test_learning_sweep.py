@@ -416,25 +416,26 @@ def test_a_window_that_states_only_exact_waits_is_learned_within_twice_the_minim
     [
         # The benchmark's row: paced at the window's average until the end, 6.29 s (1.25
         # times the fastest); counted in as 10 per second once no bucket explained the
-        # answers, at 1.46 s, each window's requests go as it opens: 5.51 s.
+        # answers and more than half of it was admitted, at 1.67 s, each window's
+        # requests go as it opens: 5.72 s.
         (
             Server("fixed", 10, 10, 0.05, 0.0, None, "none", "absent", 60),
             [0.133928571, 0.245039683, 0.484793833],
-            5.50571135399728,
+            5.71571135399728,
         ),
         # 20 per 4 s: before, each 429 in the shut window cut the rate again, to
         # 0.23/s, and four were drawn; 445.9 s for what takes 20.3 s (then 28.4 s, paced).
         (
             Server("fixed", 5, 20, 0.3, 0.0, None, "none", "absent", 120),
             [1.114368132, 1.166999711, 1.813983397],
-            23.193974527725867,
+            23.896026450802765,
         ),
         # 30 per 10 s: before, paced at 0.08/s, 58 of the 135 calls would not fit the
         # turn and were answered rate_limited (then 49.7 s, paced).
         (
             Server("fixed", 3, 30, 0.3, 0.0, None, "none", "absent", 135),
             [1.308858466, 1.343341224, 1.965201745, 2.748602778, 5.497205556],
-            42.607371851851155,
+            46.70513629629535,
         ),
     ],
 )
@@ -455,10 +456,10 @@ def test_the_probes_of_a_shut_server_spend_no_call_s_attempts() -> None:
     at 2.1, 4.2 and 8.4 s (each a 429) and takes one again at 16.8 s. Those three are the
     scope's probes: counted as the calls' tries and retries, they spent the scope's
     retry budget, and a call was answered rate_limited ("the downstream is
-    failing"). (64.6 s paced at its average to the end; 54.7 s counted in.)"""
+    failing"). (64.6 s paced at its average to the end; 57.5 s counted in.)"""
     server = Server("sliding", 0.6, 6, 0.1, 0.0, None, "none", "absent", 24)
     assert_learned(
-        server, refused_at=[0.2, 0.4, 0.858051974, 2.1, 4.2, 8.4], makespan=54.66666666666669
+        server, refused_at=[0.2, 0.4, 0.858051974, 2.1, 4.2, 8.4], makespan=57.46666666666669
     )
 
 
@@ -479,11 +480,11 @@ def test_the_refusals_of_a_probe_sent_blind_spend_no_retry_budget() -> None:
     [
         # Before: 11 429s. The second run "proved" 13.3/s as a bucket's refill after the
         # first 429, and that floor held the pace over the closure's 9.5/s: a 429 a window.
-        # (5.47 s paced to the end; 4.86 counted in from its reopening at 1.35 s.)
+        # (5.47 s paced to the end; 4.95 counted in after its reopening at 1.35 s.)
         (
             Server("fixed", 10, 10, 0.05, 0.0, None, "none", "absent", 60, window_phase=0.8),
             [0.133928571, 0.847519853, 0.926938072, 1.00635629],
-            4.859779495873923,
+            4.951853669275449,
         ),
         # Before: 68 429s, and 40 of the 100 calls answered rate_limited. The first closure's
         # guess (30 per 4.2 s) was twice the server's, and its floor held it there. The
@@ -493,7 +494,7 @@ def test_the_refusals_of_a_probe_sent_blind_spend_no_retry_budget() -> None:
         (
             Server("fixed", 3, 30, 0.05, 0.0, None, "none", "absent", 100, window_phase=0.8),
             [0.218143078, 0.252625836, 0.358412839, 1.05, 4.1, 4.24, 4.52, 6.3, 10.5],
-            35.0,
+            40.03666666666665,
         ),
     ],
 )  # fmt: skip
@@ -604,6 +605,10 @@ def windows_stating_nothing(draw: st.DrawFn) -> Server:
 
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(server=windows_stating_nothing())
+# Found by a wider draw: 9 per 2 s met at 0.7 of a window, guessed 18 per 4 s (the run
+# spanned an edge), was counted in with half of that admitted; eight requests went at
+# once and were refused, twelve 429s in all (`RateLearner._trust_reopened`).
+@example(server=Server("fixed", 4.5, 9, 0.25, 0.0, None, "none", "absent", 36, window_phase=0.7))
 def test_a_window_that_states_nothing_is_learned_within_three_times_the_minimum(
     server: Server,
 ) -> None:
