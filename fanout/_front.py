@@ -1100,8 +1100,12 @@ class ScopeFront:
         self._count_in_windows(length)
         self._apply_learned()
         await self._backend.block_until(now + wait)
-        since = math.nextafter(now - length, math.inf)
-        await self._backend.hold_started(self._recent.within(since, now))
+        await self._backend.hold_started(self._started_in_last(length, now))
+
+    def _started_in_last(self, length: float, now: float) -> list[tuple[float, float]]:
+        """What started in the ``length`` seconds up to ``now``: what a new log must hold,
+        as the server still counts it."""
+        return self._recent.within(math.nextafter(now - length, math.inf), now)
 
     def _count_in_reopened(self) -> None:
         """Count in the window learning came to trust on an answer
@@ -1120,7 +1124,7 @@ class ScopeFront:
         if window is None:
             return
         now = trio.current_time()
-        self._to_hold = self._recent.within(math.nextafter(now - window.length, math.inf), now)
+        self._to_hold = self._started_in_last(window.length, now)
         self._held = trio.Event()
         self._count_in_windows(window.length)
         self._window_reopened = True
