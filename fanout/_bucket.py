@@ -384,29 +384,43 @@ class TokenBucket:
         # block: it still holds from then, not from now, at the new rate.
         since = max(now, self._paused_until)
         faster = rate is None or (self.rate is not None and rate > self.rate)
-        slower = rate is not None and self.rate is not None and rate < self.rate
-        rebook = faster or (slower and self._blocked_until <= now)
-        if rebook and self._ahead_of(now):
-            # Faster now: what is booked ahead could start sooner. Slower: it would
-            # start at the old pace (calls that booked while a 429 was being taken
-            # in, before the rate it taught was applied, drew a fourth). Either
-            # way it books again at the new rate.
+        stricter = rate is not None and self.rate is not None and rate < self.rate
+        stricter = (stricter or burst < self.burst) and self._ahead_of(now)
+        blocked = rate is not None and self._blocked_until > now
+        if (faster and self._ahead_of(now)) or (stricter and not blocked):
+            # Faster now: what is booked ahead could start sooner. Slower, or a
+            # shallower burst: it would start at the old pace, or together in the
+            # old burst (calls that booked while a 429 was being taken in, before
+            # the rate it taught was applied, drew a fourth). Either way it books
+            # again at the new limits.
             balance = self._present(now)
             self._void()
-        else:
+        elif stricter:
+            # Booked during a block, for its end, at the old limits: they book again
+            # too (kept, the bookings made in a 429's block at 6.5/s with a burst of
+            # 13 went eight at once as it ended, against the burst of one it taught).
+            # Their tokens come back, and the bucket holds at the block's end what
+            # it holds now refilled through the block at the new rate, no more: read
+            # from the pause those bookings began, it held a whole old burst.
+            assert rate is not None
+            kept, _ = self._unstarted_tokens(now, taken_since=math.inf, upto=now)
+            ready = max(0.0, self._tokens(now)) + (self._blocked_until - now) * rate
+            since = self._blocked_until
+            balance = min(self._tokens(since) + kept, ready)
+            self._void()
+        elif rate is not None and self._blocked_until > since:
             # A booking made during a block starts at its end, and the balance now
             # counts the whole block as tokens spent at the old rate: it is read at
             # the block's end instead, where the bookings took theirs. (Read now and
             # refilled at a slower rate, a 1 s block at 408/s became 13 s at 32/s.)
             # Until then it refills at the new rate, from what it holds now.
-            if rate is not None and self._blocked_until > since:
-                ready = max(0.0, self._tokens(now)) + (self._blocked_until - since) * rate
-                since = self._blocked_until
-                balance = min(self._tokens(since), ready)
-            elif self.rate is None:
-                balance = burst  # nothing was counted: the new bucket starts full
-            else:
-                balance = self._tokens(since)
+            ready = max(0.0, self._tokens(now)) + (self._blocked_until - since) * rate
+            since = self._blocked_until
+            balance = min(self._tokens(since), ready)
+        elif self.rate is None:
+            balance = burst  # nothing was counted: the new bucket starts full
+        else:
+            balance = self._tokens(since)
         if tokens is not None and math.isfinite(tokens):
             balance = tokens if self.rate is None else min(balance, tokens)
         self.rate, self.burst = rate, burst
