@@ -1555,7 +1555,12 @@ class ScopeFront:
         if overflow >= 1.0 - 1e-9:
             return 0.0
         if overflow > 0.0:
-            self._backend.owe(overflow)
+            # Full as they leave, the server refills from the first of them to arrive,
+            # as where a burst begins: the slack is kept once for each group held. (On
+            # a clock that moves at every reading, 7 held at 40.2/s left over 0.2 ms,
+            # and the next request, a token after, came 50 us early: a 429.)
+            first = not any(end > now for end in self._holds)
+            self._backend.owe(overflow + (self._margin() * rate if first else 0.0))
         self._holds = held
         return hold
 
