@@ -11,9 +11,17 @@ is ``tick`` later than the one before, as a busy process's would be.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
 import trio.testing
 
-__all__ = ["ticking_clock"]
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["replayable_run", "ticking_clock"]
+
+T = TypeVar("T")
 
 
 def ticking_clock(tick: float = 5e-6) -> trio.testing.MockClock:
@@ -32,3 +40,22 @@ def ticking_clock(tick: float = 5e-6) -> trio.testing.MockClock:
 
     clock.current_time = current_time  # type: ignore[method-assign]
     return clock
+
+
+def replayable_run(
+    main: Callable[..., Awaitable[T]], *args: object, seed: int, clock: trio.abc.Clock | None = None
+) -> T:
+    """``trio.run(main, *args)`` on ``clock`` (a MockClock, autojumping, by default).
+
+    trio's scheduler shuffles wake-ups at random, so it is seeded (privately:
+    trio has no public switch) for a counterexample to replay; the stream it
+    had is restored, so other tests keep theirs.
+    """
+    scheduler = trio._core._run._r
+    state = scheduler.getstate()
+    scheduler.seed(seed)
+    try:
+        clock = clock if clock is not None else trio.testing.MockClock(autojump_threshold=0)
+        return trio.run(main, *args, clock=clock)
+    finally:
+        scheduler.setstate(state)

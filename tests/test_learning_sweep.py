@@ -33,7 +33,7 @@ import fanout
 from benchmarks.scenarios import FULL, jittered_makespan, min_makespan
 from fanout import Scope, Status
 from fanout.testing import ServerConfig, ThrottlingServer
-from tests.clocks import ticking_clock
+from tests.clocks import replayable_run, ticking_clock
 from tests.test_learning_no_numbers import learn
 
 _REFUSED = 3  # 429s and 503s a learning scope may draw
@@ -132,17 +132,8 @@ async def learn_on(server: Server) -> tuple[ThrottlingServer, fanout.Turn, float
 def run(
     server: Server, clock: trio.testing.MockClock | None = None
 ) -> tuple[ThrottlingServer, fanout.Turn, float]:
-    """One turn on a MockClock (or ``clock``: `tests.clocks`); trio's scheduler shuffles
-    wake-ups at random, so it is seeded (privately: trio has no public switch) for a
-    counterexample to replay."""
-    scheduler = trio._core._run._r
-    state = scheduler.getstate()  # other tests keep the stream they would have had
-    scheduler.seed(server.seed)
-    try:
-        clock = clock if clock is not None else trio.testing.MockClock(autojump_threshold=0)
-        return trio.run(learn_on, server, clock=clock)
-    finally:
-        scheduler.setstate(state)
+    """One turn on a MockClock (or ``clock``), replayable (`tests.clocks`)."""
+    return replayable_run(learn_on, server, seed=server.seed, clock=clock)
 
 
 @st.composite
@@ -746,6 +737,23 @@ async def test_a_draft_reset_sent_as_an_epoch_is_read_as_one(
     assert took <= 1.05 * ((60 - 10) / 20 + 0.05)
 
 
+def proven_rates(server: Server, clock: trio.testing.MockClock | None = None) -> list[float]:
+    """Every rate the scope took as proven by how ``Remaining`` refilled, in ``server``'s
+    turn."""
+    proven: list[float] = []
+    take_in = fanout._learning.RateLearner.from_headers
+
+    def recording(learner: fanout._learning.RateLearner, *args: Any, **kwargs: Any) -> bool:
+        changed = take_in(learner, *args, **kwargs)
+        if learner.measured is not None:
+            proven.append(learner.measured)
+        return changed
+
+    with unittest.mock.patch.object(fanout._learning.RateLearner, "from_headers", recording):
+        run(server, clock)
+    return proven
+
+
 # Told nothing, not even the cap of one: the probe's second request drew a 503, its own
 # token was left out of the count its answer stated twice, and the first probe's
 # admission counted as come after it: 3.9/s against 2/s.
@@ -762,35 +770,7 @@ def test_a_refill_bound_never_exceeds_the_server_s_rate(server: Server) -> None:
     admission (the request took no token): 6.5/s proven against 5/s, burst 2, and up
     to 1.42 times the server's rate across 150 drawn servers."""
     assume(server.model == "bucket" and server.headers != "none" and server.calls > 2)
-    proven: list[float] = []
-    take_in = fanout._learning.RateLearner.from_headers
-
-    def recording(learner: fanout._learning.RateLearner, *args: Any, **kwargs: Any) -> bool:
-        changed = take_in(learner, *args, **kwargs)
-        if learner.measured is not None:
-            proven.append(learner.measured)
-        return changed
-
-    with unittest.mock.patch.object(fanout._learning.RateLearner, "from_headers", recording):
-        run(server)
-    assert max(proven, default=0.0) <= server.rate
-
-
-def proven_rates(server: Server, clock: trio.testing.MockClock | None = None) -> list[float]:
-    """Every rate the scope took as proven by how ``Remaining`` refilled, in ``server``'s
-    turn (`test_a_refill_bound_never_exceeds_the_server_s_rate`)."""
-    proven: list[float] = []
-    take_in = fanout._learning.RateLearner.from_headers
-
-    def recording(learner: fanout._learning.RateLearner, *args: Any, **kwargs: Any) -> bool:
-        changed = take_in(learner, *args, **kwargs)
-        if learner.measured is not None:
-            proven.append(learner.measured)
-        return changed
-
-    with unittest.mock.patch.object(fanout._learning.RateLearner, "from_headers", recording):
-        run(server, clock)
-    return proven
+    assert max(proven_rates(server), default=0.0) <= server.rate
 
 
 @st.composite

@@ -71,7 +71,7 @@ from benchmarks.strategies import configured_scope
 from fanout import Scope, Status
 from fanout._throttle_server import parse_command_line
 from fanout.testing import ThrottlingServer
-from tests.clocks import ticking_clock
+from tests.clocks import replayable_run, ticking_clock
 from tests.test_learning_no_numbers import learn
 from tests.test_learning_sweep import Server
 from tests.test_learning_sweep import fastest as fastest_learned
@@ -174,16 +174,8 @@ async def run_told(s: Scenario) -> Outcome:
 
 
 def run(s: Scenario, clock: trio.testing.MockClock | None = None) -> Outcome:
-    """``s``'s turn on a MockClock, or on ``clock`` (`tests.clocks`), with trio's
-    scheduler seeded (`tests.test_learning_sweep.run`) so that a counterexample replays."""
-    scheduler = trio._core._run._r
-    state = scheduler.getstate()
-    scheduler.seed(s.seed)
-    try:
-        clock = clock if clock is not None else trio.testing.MockClock(autojump_threshold=0)
-        return trio.run(run_told, s, clock=clock)
-    finally:
-        scheduler.setstate(state)
+    """``s``'s turn on a MockClock, or on ``clock``, replayable (`tests.clocks`)."""
+    return replayable_run(run_told, s, seed=s.seed, clock=clock)
 
 
 def _grid(low: int, high: int, per: int) -> st.SearchStrategy[float]:
