@@ -340,10 +340,13 @@ class RateLearner:
         bound = self._exact_bound(remaining, at, sent, late)
         anchor = self._anchor
         if anchor is None or at < anchor[0]:
-            # Those sent just after it may have reached the server first, and be in its
-            # count: counted as come after it, one sent 0.1 ms later that overtook it
-            # proved 2.18/s against 2/s (on a clock that ticks, as real time does).
-            self._anchor = (at, remaining, started + after_with)
+            # Not one with others sent just after it: they may have reached the server
+            # first, and be in its count. Counted as come after it, one sent 0.1 ms later
+            # that overtook it proved 2.18/s against 2/s (on a clock that ticks, as real
+            # time does); counted as in it, where two processes share a limit, the
+            # anchor held the rate they learned too low (a turn a tenth slower).
+            if not after_with:
+                self._anchor = (at, remaining, started)
         elif at - anchor[0] >= _BASELINE:  # over a shorter span, floored counts are noise
             then, before, started_then = anchor
             admitted = started - alongside - started_then
