@@ -383,11 +383,12 @@ class TokenBucket:
         # The balance is as of the end of a refill pause (a burst's slack) or of a
         # block: it still holds from then, not from now, at the new rate.
         since = max(now, self._paused_until)
-        faster = rate is None or (self.rate is not None and rate > self.rate)
-        stricter = rate is not None and self.rate is not None and rate < self.rate
-        stricter = (stricter or burst < self.burst) and self._ahead_of(now)
+        ahead = self._ahead_of(now)
+        faster = ahead and (rate is None or (self.rate is not None and rate > self.rate))
+        slower = rate is not None and self.rate is not None and rate < self.rate
+        stricter = ahead and (slower or burst < self.burst)
         blocked = rate is not None and self._blocked_until > now
-        if (faster and self._ahead_of(now)) or (stricter and not blocked):
+        if faster or (stricter and not blocked):
             # Faster now: what is booked ahead could start sooner. Slower, or a
             # shallower burst: it would start at the old pace, or together in the
             # old burst (calls that booked while a 429 was being taken in, before

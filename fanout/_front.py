@@ -1559,7 +1559,7 @@ class ScopeFront:
             # as where a burst begins: the slack is kept once for each group held. (On
             # a clock that moves at every reading, 7 held at 40.2/s left over 0.2 ms,
             # and the next request, a token after, came 50 us early: a 429.)
-            first = not any(end > now for end in self._holds)
+            first = len(held) == 1  # no other hold is still running
             self._backend.owe(overflow + (self._margin() * rate if first else 0.0))
         self._holds = held
         return hold
