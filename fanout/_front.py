@@ -367,6 +367,8 @@ class ScopeFront:
             width = _BLIND_PROBE_WIDTH if told is None else min(told, _PROBE_WIDTH)
             self._learner = RateLearner(probe_fills_cap=width == self.max_concurrency)
             self._probe = Probe(width=width)
+            if told is None:  # the probe goes at once; past it, one at a time (`_slots`)
+                self._cap.try_past(width)
 
     # -- admission --------------------------------------------------------
 
@@ -768,12 +770,19 @@ class ScopeFront:
 
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
-        started up to ``late`` s before it, or together with it (in either order)."""
-        within = self._sent_within(sent - max(late, TOGETHER), sent + TOGETHER)
+        started up to ``late`` s before it, or together with it (in either order),
+        and what took its tokens before that and has not left yet."""
+        since = sent - max(late, TOGETHER)
+        within = self._sent_within(since, sent + TOGETHER)
         # Or, where the HTTP layer tells, as many as left together with it, if more
         # (calls booked before it whose requests left with it: `_started_between`).
         left = self._left_within(sent - TOGETHER, sent + TOGETHER)
-        return max(0.0, within - 1.0, left - 1.0)  # itself aside
+        # Calls held at the wire (under a learned cap, or past the most proven there,
+        # `fanout._slots`) will reach the server on tokens they took before: left
+        # out, a 503's count of 8 raised the bucket to 6 while 2 such waited, and
+        # the ninth request after it drew a 429.
+        held = self._parked_by(math.nextafter(since, -math.inf))
+        return max(0.0, within - 1.0, left - 1.0) + held  # itself aside
 
     def _sent_within(self, since: float, sent: float) -> float:
         """Tokens of bookings that started from ``since`` to ``sent``, both included."""
@@ -1221,7 +1230,8 @@ class ScopeFront:
         sent_at: float | None = None,
         refused: bool = False,
         opened: bool | None = None,
-        overloaded_with: Leaving | None = None,
+        left_with: Leaving | None = None,
+        overloaded: bool = False,
     ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
@@ -1231,13 +1241,16 @@ class ScopeFront:
         the server takes to answer one it admits. ``opened``: whether the
         request opened a connection (None: the transport cannot tell), so
         may have reached the server late (`fanout._window.Arrivals`).
-        ``overloaded_with``: the answer was a 503 to a request that left so
-        (with how many others of the scope on the wire), which may show a cap
-        (`_slots`).
+        ``left_with``: how its request left (with how many others of the scope
+        on the wire); ``overloaded``: the answer was a 503, which may show a cap
+        (`_slots`), where an admitted one proves the server took that many.
         """
         now = trio.current_time()
         self._first_answer_at = min(self._first_answer_at, now)
         sent = now if sent_at is None or not sent_at <= now else sent_at
+        overloaded_with = left_with if overloaded else None
+        if left_with is not None and not refused:
+            self._cap.proved(left_with)
         leaving = overloaded_with if self.learn else None
         # A 503 with no wait is the rate's while learning it (as a bare 429, once the
         # HTTP layer tells of it), whatever cap it also shows: nginx's limit_req and

@@ -395,7 +395,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,
-                overloaded_with=place.leaving[id(scope)] if overloaded else None,
+                left_with=place.leaving.get(id(scope)), overloaded=overloaded,
             )  # fmt: skip
         if context.recorder.active:
             detail = _response_detail(response, info)

@@ -26,6 +26,17 @@ of a cap: it is the rate's (or the server's) to answer for.
 
 A cap learned from one overloaded moment is not a law: it grows by one
 every minute without a refusal, so a long-lived scope finds its way back.
+
+Until a refusal shows the cap, every request over it is refused: a scope told
+nothing sent the wave its stated burst allowed after the probe, and against a
+cap of 4 drew four 503s at once. So a scope nobody told a cap sends the
+requests that would put more on the wire than an answer ever proved the
+server takes (`LearnedCap.try_past`) one at a time, `TRIAL_SPACING` apart:
+where a server refuses over its cap as a request arrives, and its refusal is
+back within that spacing, the first over the cap is the only one refused.
+A refusal that takes longer (a distant server) is not waited for: spacing
+a burst by a network's round trip would cost every scope told nothing that
+much a request, cap or not.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ __all__ = ["LearnedCap", "Leaving", "take_slot"]
 
 _REGROW = 60.0  # seconds without a refusal for the learned cap to grow by one
 _GAP_TRIES = 4  # round trips the gap after an answer may grow to before a cap is lowered
+TRIAL_SPACING = 0.002  # seconds between requests on the wire past the most proven (docstring)
 
 
 async def take_slot(limiter: trio.CapacityLimiter, holder: object, deadline: float) -> bool:
@@ -91,6 +103,11 @@ class LearnedCap:
     _throttled: int = 0  # the rate's refusals so far
     _answered_at: float = -math.inf
     _gap: float = 0.0  # how long after an answer its place is used again
+    # Nobody told a cap: the most on the wire at once an answer proved (`try_past`),
+    # and when the latest request past it left. None: requests leave as they come.
+    _proven: int | None = None
+    _tried_at: float = -math.inf
+    _trying: int = 0  # requests waiting to go past it
     on_the_wire: int = 0
 
     @property
@@ -108,15 +125,18 @@ class LearnedCap:
         told so: the token it was admitted on was spent before that refusal
         emptied the bucket, and it must not go out on it, as a booking the
         refusal voided would not (a storm of 48 429s, each refused request's
-        place passed at once to the next).
+        place passed at once to the next). So is one that waited to go past
+        the most proven (`try_past`): a wave of 429s 2 ms apart, otherwise.
         """
+        throttled = self._throttled
+        if self._proven is not None and self.limit is None:
+            await self._past_proven()
         limit = self.limit
         if limit is None:
             self.on_the_wire += 1
-            return Leaving(self.on_the_wire - 1)
+            return Leaving(self.on_the_wire - 1, overruled=self._throttled != throttled)
         # A cancel point before the check, none between it and taking the place.
         await trio.lowlevel.checkpoint_if_cancelled()
-        throttled = self._throttled
         if self.on_the_wire >= limit or self._waiting:
             await self._waiting.park()  # ``answered`` handed its place over, counted
         else:
@@ -132,6 +152,39 @@ class LearnedCap:
             since_answer=trio.current_time() - self._answered_at,
             under_cap=True,
         )
+
+    def try_past(self, proven: int) -> None:
+        """Nobody told this scope a cap: requests beyond ``proven`` on the wire at once
+        (and beyond what answers prove later, `proved`) leave `TRIAL_SPACING` apart."""
+        self._proven = proven
+
+    def proved(self, leaving: Leaving) -> None:
+        """The server admitted a request that left as ``leaving`` says: it took that
+        many of the scope's requests at once (or fewer, had some been answered)."""
+        if self._proven is not None:
+            self._proven = max(self._proven, leaving.others + 1)
+
+    async def _past_proven(self) -> None:
+        """Wait while this request would be on the wire past the most proven, or others
+        wait so, until `TRIAL_SPACING` after the latest one that went; none between
+        the last check and the caller counting it on the wire.
+
+        Those waiting leave one at a time even once answers prove more: they took
+        their tokens at the pace of their bookings, and let go together when an
+        answer proved room for them, four reached a log that had none at once.
+        """
+        self._trying += 1
+        try:
+            while self.limit is None and self._proven is not None:
+                if self._trying == 1 and self.on_the_wire < self._proven:
+                    return
+                now = trio.current_time()
+                if now >= self._tried_at + TRIAL_SPACING:
+                    self._tried_at = now
+                    return
+                await trio.sleep_until(self._tried_at + TRIAL_SPACING)
+        finally:
+            self._trying -= 1
 
     def throttled(self) -> None:
         """The rate refused a request (a 429): requests waiting here need a token anew."""

@@ -573,17 +573,20 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     never counted: every later answer showed a token more than the bucket held. Once
     the refill measures a rate, the next answer makes up what that rate proves. The
     first probe found the bucket full (9 left is exact, no floor); the first of the
-    eight sent at 0.1 s found 8 left, after 2: a token in 0.105 s (the span widened by
-    ``TOGETHER``), 200/21 a second. Made up at 0.2 s, the next call starts 0.1/21 s
-    later, not at 0.3 s (a floored count proved 8/s only from 0.5 s, and the call
-    started at 0.62 s). Left a token short, 27 of 40 calls under a 2 s deadline
+    eight sent from 0.1 s found 8 left, after 2: a token in 0.105 s (the span widened
+    by ``TOGETHER``), 200/21 a second. Past the probe's two they leave 2 ms apart
+    (`fanout._slots`), so the answers at 0.2 s count the later ones as started since,
+    and the one at 0.3 s makes up what 400/41 a second proves: the next call starts
+    0.1/41 s later, not at 0.4 s (a floored count proved 8/s only from 0.5 s, and the
+    call started at 0.62 s). Left a token short, 27 of 40 calls under a 2 s deadline
     answered ok where 28 can (benchmarks' deadline row); made up, 28, and none is sent
     that would end late."""
     config = ServerConfig(rate=10, burst=10, latency=0.1, headers="draft")
     async with api(config) as (server, client):
         runner = Runner(registry(client, timeout=2.0), scopes=[Scope("key")], inline_wait=None)
         turn = await runner.run_turn(calls(40))
-    waves = [0.0] * 2 + [0.1] * 8 + [0.2] + [t + 0.1 / 21 for t in (0.2, 0.3, 0.4, 0.5)]
+    past_probe = [0.1, 0.1, 0.1, 0.102, 0.104, 0.106, 0.108, 0.11]
+    waves = [0.0] * 2 + past_probe + [0.2, 0.3] + [t + 0.1 / 41 for t in (0.3, 0.4, 0.5)]
     assert server.starts()[:15] == pytest.approx(waves, abs=1e-9)
     assert server.count(status=429) == 0
     assert ok(turn) == 28

@@ -16,11 +16,12 @@ failure until learning meets it; ``README.md``, "Learning limits").
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
 import unittest.mock
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -30,11 +31,15 @@ from hypothesis import Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 import fanout
+import fanout._slots
 from benchmarks.scenarios import FULL, jittered_makespan, min_makespan
 from fanout import Scope, Status
 from fanout.testing import ServerConfig, ThrottlingServer
 from tests.clocks import replayable_run, ticking_clock
 from tests.test_learning_no_numbers import learn
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _REFUSED = 3  # 429s and 503s a learning scope may draw
 _WITHIN = 1.20  # times the minimum makespan
@@ -380,8 +385,8 @@ def test_a_window_on_trial_is_as_long_as_an_exact_wait_shows() -> None:
     server = Server("sliding", 4.829359244625359, 10, 0.01, 0.005, None, "x", "ms", 75)
     assert_learned(
         server,
-        refused_at=[0.314222109, 2.801231841, 4.519517364],
-        makespan=15.927768751486639,
+        refused_at=[0.314222109, 2.814231496, 4.524906929],
+        makespan=15.932907745187194,
     )
 
 
@@ -714,7 +719,9 @@ def test_a_leaky_bucket_of_40_at_2_a_second_stating_its_level_is_learned() -> No
         model="bucket", rate=2.0, burst=40, latency=0.1, jitter=0.0, max_in_flight=None,
         headers="shopify", retry_after="seconds", calls=80,
     )  # fmt: skip
-    assert_learned(server, refused_at=[0.1, 1.796415392, 12.498731519], makespan=21.2973681302591)
+    assert_learned(
+        server, refused_at=[0.172, 1.727629476, 14.490500067], makespan=21.223752132693985
+    )
     assert fastest(server) == pytest.approx(20.1)  # 1.06 times
 
 
@@ -783,18 +790,61 @@ def test_a_refill_bound_counts_a_request_that_overtook_the_earliest_answered() -
     assert max(proven_rates(server, ticking_clock(1e-6))) <= server.rate
 
 
+@contextlib.contextmanager
+def refusals_from_afar() -> Iterator[None]:
+    """A server whose 503 takes longer to come back than `fanout._slots.TRIAL_SPACING`
+    (a distant one): past the probe, a scope told nothing sends the wave its burst
+    allows at once, every request of it gone before the first refusal could be read.
+    The test server refuses at once, so the spacing is what is set to none."""
+    with unittest.mock.patch.object(fanout._slots, "TRIAL_SPACING", 0.0):
+        yield
+
+
+_ACROSS_A_429 = Server("bucket", 6.0, 19, 0.1875, 0.0, 4, "draft", "seconds", 28, cap_told=False)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: told nothing, on a clock that ticks, a refill measured across a 429 "
     "counts one admission too many (6.19/s proven against 6/s; 5.31/s on a mock clock)",
 )
 def test_a_refill_bound_measured_across_a_429_as_time_moves_on() -> None:
-    """6/s with a burst of 19 and a cap of 4 nobody told, 187.5 ms answers: after the
-    429 that ends the first burst, the next anchor's count and the bookings since
-    differ by one admission on a clock that ticks, and the bound exceeds the rate. A
-    generated property over such servers found it; kept here as found, until fixed."""
-    server = Server("bucket", 6.0, 19, 0.1875, 0.0, 4, "draft", "seconds", 28, cap_told=False)
-    assert max(proven_rates(server, ticking_clock(1e-6))) <= server.rate
+    """6/s with a burst of 19 and a cap of 4 nobody told, 187.5 ms answers, its 503s
+    from afar: after the 429 that ends the first burst, the next anchor's count and
+    the bookings since differ by one admission on a clock that ticks, and the bound
+    exceeds the rate. A generated property over such servers found it; kept here as
+    found, until fixed."""
+    with refusals_from_afar():
+        assert max(proven_rates(_ACROSS_A_429, ticking_clock(1e-6))) <= _ACROSS_A_429.rate
+
+
+def test_a_refill_bound_past_a_cap_crossed_one_request_at_a_time_as_time_moves_on() -> None:
+    """The server above, its 503s read as they come: past the probe, requests go one at a
+    time until the cap refuses one (`fanout._slots`); the one 429 is where the burst runs
+    out under the first guess (a burst a second, against 6/s), and every rate proven
+    is within the server's."""
+    throttling, turn, _ = run(_ACROSS_A_429, ticking_clock(1e-6))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert [r.status for r in throttling.records if r.status != 200] == [503, 429]
+    assert max(proven_rates(_ACROSS_A_429, ticking_clock(1e-6))) <= _ACROSS_A_429.rate
+
+
+def test_calls_held_past_the_proven_are_left_out_of_a_proven_refill_as_time_moves_on() -> None:
+    """40.4/s with a burst of 22 and a cap of 12 nobody told, X- headers, waits in ms,
+    jittered 17 ms answers, on a clock that ticks: past the probe, calls that took
+    their tokens wait to leave one at a time (`fanout._slots`). The 503 that crossed
+    the cap stated 8 left, and the refill a proven rate makes up raised the bucket to
+    6 as if the calls still waiting had not taken theirs: the ninth request after it
+    drew a 429, read as a window's, and the turn took 2.76 times the fastest. They
+    will reach the server, so that refill leaves them out: one 503, no 429."""
+    server = Server(
+        "bucket", 40.370772599080986, 22, 0.017326445438924646, 0.008663222719462323, 12,
+        "x", "ms", 52, seed=2, cap_told=False,
+    )  # fmt: skip
+    throttling, turn, took = run(server, ticking_clock(5e-6))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert [r.status for r in throttling.records if r.status != 200] == [503]
+    assert took <= 1.05 * fastest(server)
 
 
 def test_a_cap_nobody_told_leaves_the_learned_rate_alone_as_time_moves_on() -> None:
@@ -916,7 +966,7 @@ def test_a_deep_bucket_whose_trial_shows_its_refill_is_no_sliding_log() -> None:
     enough for a log, it was taken for one, and the last 5 calls waited 6 s (7.09 s; the
     minimum is 2.02 s)."""
     server = Server("bucket", 5, 30, 0.02, 0.0, None, "draft", "seconds", 40)
-    assert_learned(server, refused_at=[0.053333333, 1.14], makespan=2.180000000000002)
+    assert_learned(server, refused_at=[0.07, 1.156666667], makespan=2.1966666666666694)
 
 
 def test_a_stated_bucket_of_one_is_fitted_as_one() -> None:
