@@ -806,6 +806,7 @@ class ScopeFront:
         finally:
             self._parked.remove(admitted_at)
         if leaving.overruled:  # it does not leave on this place (`request_back`)
+            self._overruled(admitted_at)
             return leaving
         now = trio.current_time()
         if (leaving.under_cap or first) and now > admitted_at + TOGETHER:
@@ -815,6 +816,16 @@ class ScopeFront:
             self._left_total += 1
             self._sent_lately()  # drops what is over a second old
         return leaving
+
+    def _overruled(self, admitted_at: float) -> None:
+        """A call admitted at ``admitted_at`` may not go out on that token: a 429 came
+        while it waited for its place (`Leaving.overruled`), and it books again. Its
+        first booking is no start the server saw: left counted beside the second,
+        the refill measured across that 429 counted one admission too many (6.19/s
+        proven against 6/s, a cap of 4 nobody told, on a clock that ticks)."""
+        entry = self._recent.take_latest(admitted_at)
+        if entry is not None:
+            self._started -= entry[1]
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a
