@@ -21,6 +21,7 @@ from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._admission import take_tokens
 from fanout._budget import Budget, Verdict
 from fanout._learning import TOGETHER, RateLearner
+from fanout._slots import TRIAL_SPACING
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -574,7 +575,7 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     the refill measures a rate, the next answer makes up what that rate proves. The
     first probe found the bucket full (9 left is exact, no floor); the first of the
     eight sent from 0.1 s found 8 left, after 2: a token in 0.105 s (the span widened
-    by ``TOGETHER``), 200/21 a second. Past the probe's two they leave 2 ms apart
+    by ``TOGETHER``), 200/21 a second. Past the probe's two they leave one at a time
     (`fanout._slots`), so the answers at 0.2 s count the later ones as started since,
     and the one at 0.3 s makes up what 400/41 a second proves: the next call starts
     0.1/41 s later, not at 0.4 s (a floored count proved 8/s only from 0.5 s, and the
@@ -585,7 +586,7 @@ async def test_a_refill_the_probe_never_counted_is_made_up_once_a_rate_is_proven
     async with api(config) as (server, client):
         runner = Runner(registry(client, timeout=2.0), scopes=[Scope("key")], inline_wait=None)
         turn = await runner.run_turn(calls(40))
-    past_probe = [0.1, 0.1, 0.1, 0.102, 0.104, 0.106, 0.108, 0.11]
+    past_probe = [0.1] * 3 + [0.1 + k * TRIAL_SPACING for k in range(1, 6)]
     waves = [0.0] * 2 + past_probe + [0.2, 0.3] + [t + 0.1 / 41 for t in (0.3, 0.4, 0.5)]
     assert server.starts()[:15] == pytest.approx(waves, abs=1e-9)
     assert server.count(status=429) == 0

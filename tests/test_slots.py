@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
-from fanout._slots import LearnedCap, Leaving
+from fanout._slots import TRIAL_SPACING, LearnedCap, Leaving
 from fanout.testing import ServerConfig, ThrottlingServer
 from tests.clocks import ticking_clock
 from tests.test_learning_no_numbers import learn, shape
@@ -148,11 +148,13 @@ async def _leave_together(cap: LearnedCap, n: int) -> list[tuple[float, Leaving]
 
 async def test_requests_past_the_most_proven_leave_one_at_a_time(autojump_clock: Any) -> None:
     """Nobody told a cap, two proven (a probe's): the third goes at once, and each after
-    it `TRIAL_SPACING` after the one before; none is held back by a cap."""
+    it `TRIALTRIAL_SPACING` after the one before; none is held back by a cap."""
     cap = LearnedCap()
     cap.try_past(2)
     left = await _leave_together(cap, 5)
-    assert [when for when, _ in left] == pytest.approx([0.0, 0.0, 0.0, 0.002, 0.004])
+    assert [when for when, _ in left] == pytest.approx(
+        [0.0, 0.0, 0.0, TRIAL_SPACING, 2 * TRIAL_SPACING]
+    )
     assert [leaving.others for _, leaving in left] == [0, 1, 2, 3, 4]
     assert not any(leaving.overruled for _, leaving in left)
     assert cap.limit is None
@@ -166,7 +168,7 @@ async def test_an_admitted_answer_proves_how_many_the_server_took(autojump_clock
     cap.proved(Leaving(4))
     cap.proved(Leaving(1))
     left = await _leave_together(cap, 7)
-    assert [when for when, _ in left] == pytest.approx([0.0] * 6 + [0.002])
+    assert [when for when, _ in left] == pytest.approx([0.0] * 6 + [TRIAL_SPACING])
 
 
 async def test_a_scope_told_a_cap_sends_nothing_one_at_a_time(autojump_clock: Any) -> None:
@@ -192,7 +194,7 @@ async def test_a_429_while_waiting_past_the_proven_needs_a_token_anew(autojump_c
         cap.throttled()
     assert not first.overruled
     assert [leaving.overruled for leaving in outcomes] == [True]
-    assert trio.current_time() == pytest.approx(0.002)
+    assert trio.current_time() == pytest.approx(TRIAL_SPACING)
 
 
 async def test_a_cap_shown_while_waiting_past_the_proven_holds_the_rest(
@@ -356,18 +358,20 @@ async def test_a_cap_nobody_told_costs_one_503_past_the_probe(autojump_clock: An
     """The issue's 40 calls at 10/s with a cap of 4 and 400 ms, the scope told nothing.
 
     The probe's two answers at 0.4 s prove the server takes two at once; the
-    wave its burst allows then goes one request at a time past those two, 2 ms
-    apart, and the fifth is refused as it arrives: one 503, read before the
-    sixth would leave. From then on no more than 4 are out. Sent at once, the
+    wave its burst allows then goes one request at a time past those two,
+    `TRIAL_SPACING` (2 ms) apart, and the fifth is refused as it arrives: one
+    503, read before the sixth would leave. From then on no more than 4 are out. Sent at once, the
     wave drew three (`test_..._from_a_wave_of_503s`).
     """
     scope = Scope("key")
     server, turn = await learn(_FORTY, 40, scope)
     assert all(r.status is Status.OK for r in turn.results)
     assert [r.start for r in server.records if r.start < 0.5] == [
-        0.0, 0.0, 0.4, 0.4, 0.4, 0.402, pytest.approx(0.404)
+        0.0, 0.0, 0.4, 0.4, 0.4, 0.4 + TRIAL_SPACING, pytest.approx(0.4 + 2 * TRIAL_SPACING)
     ]  # fmt: skip
-    assert [r.start for r in server.records if r.status == 503] == [pytest.approx(0.404)]
+    assert [r.start for r in server.records if r.status == 503] == [
+        pytest.approx(0.4 + 2 * TRIAL_SPACING)
+    ]
     _, later = _after_first_503(server)
     assert all(r.status == 200 and r.in_flight_at_start < 4 for r in later)
     assert max(r.end for r in server.records) == pytest.approx(4.4)  # the minimum is 4.0 s

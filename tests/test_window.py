@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import ConfigurationError, FanoutTransport, Runner, Scope, ServerCount, Status
+from fanout._slots import TRIAL_SPACING
 from fanout._window import Arrivals, SlidingLog
 from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
@@ -580,9 +581,9 @@ async def test_learning_tries_a_window_at_its_first_429_and_keeps_it(
     assert all(r.status is Status.OK for r in turn.results)
     assert server.count(status=429) == 1
     starts = collections.Counter(round(t, 6) for t in server.starts())
-    # The probe (two), eight on the guessed bucket (past the probe's two on the wire, 2 ms
-    # apart: `fanout._slots`), the 429, the trial, then windows.
-    past_probe = {0.05: 3, 0.052: 1, 0.054: 1, 0.056: 1, 0.058: 1, 0.06: 1}
+    # The probe (two), eight on the guessed bucket (past the probe's two on the wire, one
+    # at a time: `fanout._slots`), the 429, the trial, then windows.
+    past_probe = {0.05: 3, **{round(0.05 + k * TRIAL_SPACING, 6): 1 for k in range(1, 6)}}
     assert starts == {0.0: 2, **past_probe, 0.15: 1, 1.15: 1, 1.2: 9, 2.2: 10, 3.2: 10}
     assert [round(r.start, 6) for r in server.records if r.status == 429] == [0.15]
     stats = scope.statistics().bucket
