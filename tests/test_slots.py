@@ -114,11 +114,20 @@ async def test_a_request_cancelled_while_it_waits_takes_no_place(autojump_clock:
     assert (await cap.sending()).others == 0  # at once: nobody waits
 
 
-async def test_a_request_that_waited_through_a_429_needs_a_token_anew(autojump_clock: Any) -> None:
+@pytest.mark.parametrize("held", ["under a learned cap", "past the most proven"])
+async def test_a_request_that_waited_through_a_429_needs_a_token_anew(
+    autojump_clock: Any, held: str
+) -> None:
+    """A request waiting for its place (under a learned cap, or to go past the most
+    proven on the wire) took its token before a 429 emptied the bucket: it leaves
+    overruled, to book again."""
     cap = LearnedCap()
-    _refused(cap, 1)
+    if held == "under a learned cap":
+        _refused(cap, 1)
+    else:
+        cap.try_past(0)
     first = await cap.sending()
-    outcomes = []
+    outcomes: list[Leaving] = []
 
     async def leave() -> None:
         outcomes.append(await cap.sending())
@@ -175,26 +184,6 @@ async def test_a_scope_told_a_cap_sends_nothing_one_at_a_time(autojump_clock: An
     """Without `try_past` (a cap told, or a rate), requests leave as they come."""
     left = await _leave_together(LearnedCap(), 5)
     assert [when for when, _ in left] == [0.0] * 5
-
-
-async def test_a_429_while_waiting_past_the_proven_needs_a_token_anew(autojump_clock: Any) -> None:
-    """A request waiting to go past the most proven took its token before a 429 emptied
-    the bucket: it leaves overruled, as one waiting for a place under a cap does."""
-    cap = LearnedCap()
-    cap.try_past(0)
-    first = await cap.sending()
-    outcomes: list[Leaving] = []
-
-    async def leave() -> None:
-        outcomes.append(await cap.sending())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(leave)
-        await trio.testing.wait_all_tasks_blocked()
-        cap.throttled()
-    assert not first.overruled
-    assert [leaving.overruled for leaving in outcomes] == [True]
-    assert trio.current_time() == pytest.approx(TRIAL_SPACING)
 
 
 async def test_a_cap_shown_while_waiting_past_the_proven_holds_the_rest(
