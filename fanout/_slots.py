@@ -29,14 +29,14 @@ every minute without a refusal, so a long-lived scope finds its way back.
 
 Until a refusal shows the cap, every request over it is refused: a scope told
 nothing sent the wave its stated burst allowed after the probe, and against a
-cap of 4 drew four 503s at once. So a scope nobody told a cap sends the
-requests that would put more on the wire than an answer ever proved the
-server takes (`LearnedCap.try_past`) one at a time, `TRIAL_SPACING` apart:
-where a server refuses over its cap as a request arrives, and its refusal is
-back within that spacing, the first over the cap is the only one refused.
-A refusal that takes longer (a distant server) is not waited for: spacing
-a burst by a network's round trip would cost every scope told nothing that
-much a request, cap or not.
+cap of 4 drew four 503s at once. So a scope that learns its rate, told no
+cap, sends the requests that would put more on the wire than an answer ever
+proved the server takes (`LearnedCap.try_past`) one at a time, `TRIAL_SPACING`
+apart: where a server refuses over its cap as a request arrives, and its
+refusal is back within that spacing, the first over the cap is the only one
+refused. A refusal that takes longer (a distant server) is not waited for:
+spacing a burst by a network's round trip would cost every scope told
+nothing that much a request, cap or not.
 """
 
 from __future__ import annotations
