@@ -642,9 +642,7 @@ class ScopeFront:
         Counted, a wave of 429s would read as requests the server's refill
         paid for, and "proves" a rate many times the true one.
         """
-        entry = self._recent.take_latest(sent)
-        if entry is not None:
-            self._started -= entry[1]
+        self._forget_start(sent)
         # Nor among the requests that left (kept a second; counted only before that):
         # the latest departure by ``sent``, which the HTTP layer reads off the clock
         # after the departure was counted. Only on a mock clock do the two agree;
@@ -656,6 +654,13 @@ class ScopeFront:
             self._left_total -= 1
         elif self._left_total and sent <= trio.current_time() - 1.0:
             self._left_total -= 1
+
+    def _forget_start(self, by: float) -> None:
+        """Take the latest booking to start by ``by`` out of what learning counts as
+        started: no start the server saw."""
+        entry = self._recent.take_latest(by)
+        if entry is not None:
+            self._started -= entry[1]
 
     def _latest_departure(self, by: float) -> int | None:
         """The index in ``_left`` of the latest departure at or before ``by``, if any
@@ -806,7 +811,11 @@ class ScopeFront:
         finally:
             self._parked.remove(admitted_at)
         if leaving.overruled:  # it does not leave on this place (`request_back`)
-            self._overruled(admitted_at)
+            # It books again, and its first booking is no start the server saw: left
+            # counted beside the second, the refill measured across the 429 that
+            # overruled it counted one admission too many (6.19/s proven against 6/s,
+            # a cap of 4 nobody told, on a clock that ticks).
+            self._forget_start(admitted_at)
             return leaving
         now = trio.current_time()
         if (leaving.under_cap or first) and now > admitted_at + TOGETHER:
@@ -816,16 +825,6 @@ class ScopeFront:
             self._left_total += 1
             self._sent_lately()  # drops what is over a second old
         return leaving
-
-    def _overruled(self, admitted_at: float) -> None:
-        """A call admitted at ``admitted_at`` may not go out on that token: a 429 came
-        while it waited for its place (`Leaving.overruled`), and it books again. Its
-        first booking is no start the server saw: left counted beside the second,
-        the refill measured across that 429 counted one admission too many (6.19/s
-        proven against 6/s, a cap of 4 nobody told, on a clock that ticks)."""
-        entry = self._recent.take_latest(admitted_at)
-        if entry is not None:
-            self._started -= entry[1]
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a

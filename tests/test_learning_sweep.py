@@ -808,7 +808,7 @@ def test_a_refill_bound_measured_across_a_429_as_time_moves_on() -> None:
     overruled, and booked again, but the start its first booking noted stayed
     counted. On a clock that ticks, the next anchor's count then held one admission
     too many, and the refill bound proved 6.19/s against 6/s (a strict expected
-    failure until found: `ScopeFront._overruled`). A generated property over such
+    failure until found: `ScopeFront.request_leaving`). A generated property over such
     servers found it."""
     with refusals_from_afar():
         assert max(proven_rates(_ACROSS_A_429, ticking_clock(1e-6))) <= _ACROSS_A_429.rate
