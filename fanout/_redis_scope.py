@@ -371,13 +371,25 @@ class RedisBackend:
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
             burst_began=self._burst_began(reply, asked), entry=reply.entry,
-            took_full=self._took_full(reply),
+            took_full=self._took_full(reply), pause=self._pause(reply),
         )  # fmt: skip
 
     def _took_full(self, reply: BucketReply) -> bool:
         """Whether this booking took a full shared bucket: it opened the latest burst
         (the script marks where a booking found the bucket full, ``opened``)."""
         return self.window is None and reply.opened > 0 and reply.opened_in == reply.wait
+
+    def _pause(self, reply: BucketReply) -> float:
+        """The slack the script kept after this booking if it took the bucket just as it
+        filled again (a burst of one, paced: it starts when the bucket was full before
+        it, ``before``), as a local bucket's ``Booking.pause``.
+
+        That margin is for the request's way to the server, so its lateness is owed
+        whole (`ScopeFront.headers_left`); a booking that opened an idle bucket keeps
+        it as the burst's allowance for leaving late, and has none.
+        """
+        paced = self._took_full(reply) and reply.before == reply.opened
+        return self.slack if paced else 0.0
 
     def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
         """When the shared burst this booking belongs to began, the first time this
