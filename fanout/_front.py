@@ -125,7 +125,9 @@ class Backend(Protocol):
     raises from them. The others raise ``LimiterUnavailableError`` when the
     backend cannot answer (fail closed). ``others_started`` says what other
     processes sharing the tokens started since it was last asked (a local
-    backend: nothing), so that learning counts every start the server saw.
+    backend: nothing), so that learning counts every start the server saw;
+    ``prove`` tells them the refill this process proved, and ``proven`` is the
+    fastest any of them proved (a local backend: 0).
     """
 
     def has_free_slot(self) -> bool: ...
@@ -139,6 +141,8 @@ class Backend(Protocol):
     async def block_until(self, when: float) -> None: ...
     async def sync(self, count: ServerCount) -> None: ...
     async def others_started(self) -> list[tuple[float, float]]: ...
+    def prove(self, rate: float) -> None: ...
+    def proven(self) -> float: ...
     def set_limits(
         self, rate: float | None, burst: float, *, tokens: float | None = None
     ) -> None: ...
@@ -270,6 +274,7 @@ class ScopeFront:
     _others: collections.deque[tuple[float, float]] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
+    _others_total: float = attrs.field(init=False, default=0.0, repr=False)  # every one so far
     # When the calls of the requests waiting for a place on the wire took their tokens.
     _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When the calls took their tokens whose first request has not reached the HTTP
@@ -627,9 +632,15 @@ class ScopeFront:
         for start, cost in await self._backend.others_started():
             self._remember(start, cost)
             self._others.append((start, cost))
+            self._others_total += cost
         horizon = trio.current_time() - 1.0
         while self._others and self._others[0][0] < horizon:
             self._others.popleft()
+
+    def _others_by(self, when: float) -> float:
+        """The running total of tokens other processes started by ``when`` (as far as
+        last counted; ``when`` within the second kept)."""
+        return self._others_total - self._others_since(when)
 
     def _others_since(self, since: float, until: float = math.inf) -> float:
         """Tokens other processes started after ``since``, up to ``until`` (as far as
@@ -1379,15 +1390,25 @@ class ScopeFront:
             # before it. Counted as admitted, a 429's Remaining: 0 measured a refill of
             # 10.6/s against 10/s (burst 2), the bound the next decrease lands on.
             own = 1.0 if refused else 0.0
+            # The other processes sharing the limit drew the server's count down too:
+            # counted among what left by their starts. Left out, an exact count took
+            # their requests for a slower refill, and four processes learning one 20/s
+            # server stayed at their first guess of 10/s for most of a second.
             departed = self._left_by(sent)
-            departed = None if departed is None else departed - own
-            if self._learner.from_headers(
+            departed = None if departed is None else departed - own + self._others_by(sent)
+            measured = self._learner.measured
+            changed = self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
-                now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
+                now=now, left=departed, left_with=max(0.0, left - 1.0) + others_with, late=late,
                 others_with=min(alongside, others_with),
                 after_with=self._started_between(sent, min(now, sent + together)),
-            ):  # fmt: skip
+            )  # fmt: skip
+            # What other processes sharing the limit proved, and what this one did.
+            changed |= self._learner.proved_elsewhere(self._backend.proven())
+            if (self._learner.measured or 0.0) > (measured or 0.0):
+                self._backend.prove(self._learner.measured or 0.0)
+            if changed:
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.
                 tokens = None

@@ -355,6 +355,28 @@ class RateLearner:
             # against 50/s, and drew a 429 (the issue's 200-call row, real time).
             span = at - then + _SPREAD_MARGIN * late
             bound = max(bound, (remaining - before + admitted - 1) / span)
+        return self._proved(bound)
+
+    def proved_elsewhere(self, bound: float) -> bool:
+        """Another process sharing the limit proved by its counts that the server refills
+        ``bound`` tokens a second at least (`fanout._redis_scope`): taken as a count
+        read here would be; True when the rate rose. Not before this scope's first
+        answer (its probe is out), nor where a rate is stated.
+
+        Its proof is the end of this scope's slow start, as an answer found drawn
+        down is (`on_success`): a process that waited while the others spent the
+        turn found the bucket full when its own turn came, doubled a proven 19/s
+        to 33/s, and drew a 429 and a second's wait.
+        """
+        if self.rate is None or self.ceiling is not None or not math.isfinite(bound):
+            return False
+        if bound <= max(self.measured or 0.0, _MIN_RATE):
+            return False  # nothing this scope had not proved (its own, come back)
+        self._drawn = True
+        return self._proved(bound)
+
+    def _proved(self, bound: float) -> bool:
+        """The server refills ``bound`` tokens a second at least; True when the rate rose."""
         if not (math.isfinite(bound) and bound > max(self.measured or 0.0, _MIN_RATE)):
             return False
         self.measured = bound

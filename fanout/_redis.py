@@ -172,6 +172,7 @@ class BucketReply:
     opened: float = 0.0  # when the latest burst began, on Redis's clock (0: none yet)
     opened_in: float = 0.0  # ... as seconds from the moment the script ran
     entry: str = ""  # a booking's name in the log of starts (``STARTS``)
+    proven: float = 0.0  # the fastest refill a process sharing the bucket proved (``prove``)
 
 
 @attrs.define(eq=False)
@@ -228,6 +229,7 @@ class SharedBucket:
             exhausted_for=exhausted_ms / 1000 if exhausted_ms > 0 else None,
             epoch=int(raw[5]), before=float(raw[6]), after=float(raw[7]), shift=float(raw[8]),
             opened=float(raw[9]), opened_in=float(raw[10]), entry=str(raw[11]),
+            proven=float(raw[12]),
         )  # fmt: skip
 
     async def started_by_others(

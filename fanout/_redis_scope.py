@@ -174,6 +174,7 @@ class RedisBackend:
     _committed: list[tuple[float, float]] = attrs.field(init=False, factory=list)
     # What the server said remains when the limits were learned, and when (``set_limits``).
     _told: tuple[float, float] | None = attrs.field(init=False, default=None)
+    _proven: float = attrs.field(init=False, default=0.0)  # the fastest refill any process proved
 
     def open(self, nursery: trio.Nursery) -> None:
         """What needs trio running: the local gate, the fallback, the background tasks."""
@@ -336,6 +337,7 @@ class RedisBackend:
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
+        self._proven = max(self._proven, reply.proven)
         if reply.exhausted_for is not None:
             self.ledger.exhaust(now + reply.exhausted_for)
         return reply
@@ -580,9 +582,9 @@ class RedisBackend:
             self._wake()  # the block gave back what it voided: book again now
 
     async def sync(self, count: ServerCount) -> None:
-        """Only ever lowers the shared bucket to the server's estimate, and only from
-        above the most it can have (`TokenBucket.sync`): other processes' starts
-        since are unknown here, so a surplus is never added.
+        """Lowers the shared bucket to the server's estimate, only from above the most it
+        can have (`TokenBucket.sync`), and raises it to the least the server holds,
+        less what the others started that it may not have counted (`_adopt`).
 
         It goes alone (``_Turns``): this process's bookings sure to start that
         the count could not take off (Redis took them after it was made) are
@@ -620,7 +622,11 @@ class RedisBackend:
                 adopt = count.at_least(self.burst) - unseen
                 ahead = self._own_ahead()
                 if adopt >= self._projected()[0] + ahead + SURPLUS:  # as last seen: worth asking
-                    await self._adopt(adopt, ahead, since=count.elapsed + count.late, epoch=before)
+                    # The others' requests sent up to the spread of arrivals before this
+                    # one may have reached the server after it, and each leaves up to
+                    # the slack after its start.
+                    since = count.elapsed + max(TOGETHER, count.late) + self.slack
+                    await self._adopt(adopt, ahead, since=since, epoch=before)
 
     def _commit(self, start: float, cost: float) -> None:
         """A booking of this process's is sure to start at ``start`` (a void cannot take it)."""
@@ -687,10 +693,15 @@ class RedisBackend:
 
     async def _adopt(self, adopt: float, ahead: float, *, since: float, epoch: int) -> None:
         """Raise the shared bucket to ``adopt``, the least the server holds by this
-        process's counts, if this process alone booked since its request was sent
-        (``adopt`` in ``BUCKET``), as the local bucket adds a surplus it could not
-        see the server refill. Its own bookings ahead (``ahead`` tokens) are void,
-        and wake to book again."""
+        process's counts, less what the other processes started in the last ``since``
+        s (``adopt`` in ``BUCKET``), as the local bucket adds a surplus it could not
+        see the server refill. Every booking ahead (``ahead`` tokens of them this
+        process's) is void, and wakes to book again.
+
+        Only the sole booker adopted before: four processes learning one 20/s
+        server took turns to book, none ever was, and they paced at their first
+        guess of 10/s while the server's bucket filled up (1.5-2.0 times the
+        minimum)."""
         reply = await self._shared("adopt", extra=adopt, booking=(0, since, 0.0), ahead=ahead)
         if reply.epoch != epoch:
             self._ahead.clear()
@@ -764,11 +775,11 @@ class RedisBackend:
         The bookings ahead keep their order and start sooner: each holder
         here wakes (``voided``) and re-times its own (``confirm``). Other
         processes' holders start at their old times, later than they may:
-        never sooner than allowed. The script contracts the schedule by the
-        fastest rate anything ahead was booked at, so processes that learn
-        the same rise contract it once (contracted by each, the next booking
-        went at 0.075 s where 20/s allows 0.15 s), and each re-times its own
-        holders by its own old rate. If Redis does not answer, nothing was
+        never sooner than allowed. The script reads the schedule at the rate
+        of whoever laid it last, so processes that learn the same rise
+        contract it once (contracted by each, the next booking went at 0.075
+        s where 20/s allows 0.15 s), and each re-times its own holders by its
+        own old rate. If Redis does not answer, nothing was
         contracted, and booking at the faster rate against the longer
         schedule only starts later.
 
@@ -842,6 +853,27 @@ class RedisBackend:
     async def _owe(self, tokens: float) -> None:
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("owe", extra=tokens)
+
+    def prove(self, rate: float) -> None:
+        """This process's counts proved the server refills ``rate`` tokens a second at
+        least: every process sharing the bucket learns it with its next op (``prove``).
+
+        Each learned only from its own answers before, one in four where four
+        shared the limit: paced at their first guess of 10/s against a 20/s server
+        for half a second or more after one had proved 17/s, each booking at its
+        own rate. A rate one process only guessed (a slow start's) is not shared.
+        """
+        if self.nursery is not None and self.window is None and rate > self._proven:
+            self._proven = rate
+            self.nursery.start_soon(self._prove, rate)
+
+    async def _prove(self, rate: float) -> None:
+        with contextlib.suppress(LimiterUnavailableError):
+            await self._shared("prove", extra=rate)
+
+    def proven(self) -> float:
+        """The fastest refill any process sharing the bucket proved, as last seen."""
+        return self._proven
 
     def share_exhaustion(self, until: float) -> None:
         """Tell every process the quota is spent (a marker key with a TTL)."""

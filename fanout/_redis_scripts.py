@@ -77,20 +77,17 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            of the bookings it voids come back
 #   rescale  the rate went up from ARGV[5] to ARGV[2]: what is booked ahead is
 #            booked at the new rate (the tokens held now stay as they are), so
-#            the schedule contracts towards now by ``laid`` (the fastest rate
-#            anything ahead was booked at; ARGV[5] where unknown) / ARGV[2], if
-#            that is a contraction at all (another process may have made it);
+#            the schedule contracts towards now by ``laid`` (the rate it was laid
+#            at; ARGV[5] where unknown) / ARGV[2], as every op at a new rate does;
 #            ARGV[10]'s logged starts ahead move by ARGV[5] / ARGV[2], as its
 #            holders re-time theirs
 #   sync     the server holds about ARGV[5] tokens now and at most ARGV[7]: adopt
 #            ARGV[5], new epoch, if the bucket holds more than ARGV[7]
-#   adopt    the server holds at least ARGV[5] tokens now, by the counts of the
-#            process ARGV[10], which has ARGV[11] tokens booked ahead: adopt
-#            ARGV[5], new epoch, if that is a token (``SURPLUS``) or more above the bucket,
-#            and only if that process is the sole booker since ARGV[7] s ago
-#            (``owner`` booked last; ``foreign`` is when everything anyone else
-#            booked had started, at the latest): a surplus others' starts could
-#            have spent is never added
+#   adopt    the server held at least ARGV[5] tokens, by the counts of the process
+#            ARGV[10], which has ARGV[11] tokens booked ahead; the others' starts
+#            logged in the last ARGV[7] s it may not have counted: adopt ARGV[5]
+#            less those, new epoch, if that is a token (``SURPLUS``) or more above
+#            the bucket with every booking ahead given back (all are void)
 #   widen    a process measured a slack of ARGV[5], wider than the burst under way
 #            was booked with: a busy bucket's whole schedule moves that much
 #            later. ``full`` moves, and ``shift`` (the total moved) tells each
@@ -98,6 +95,8 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 #            with the shift it was booked at). ``slack`` keeps the widest
 #            applied, so processes that each measure it add it once, not once each;
 #            a burst opens with the widest, whoever books first.
+#   prove    a process proved by its counts that the server refills ARGV[5] tokens a
+#            second at least: kept if faster than any proved before (``proven``)
 #   owe      the server lost ARGV[5] tokens (a request that took a full bucket left
 #            late): a busy bucket's whole schedule moves ARGV[5] / rate later, as
 #            ``widen`` moves it; a full one holds that much less
@@ -110,24 +109,36 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 # takes out every start not yet due, as it voids their bookings, and a start
 # not yet due moves as its holder re-times it (rescale, widen, owe).
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch, before,
-# after, shift, opened, opened - now, entry} (KEYS[2] is the shared "quota
+# after, shift, opened, opened - now, entry, proven} (KEYS[2] is the shared "quota
 # exhausted" marker, PTTL -2 when absent; ``opened`` is when the latest burst's
-# first booking starts, 0 before any; ``entry``, a booking's name in the log).
+# first booking starts, 0 before any; ``entry``, a booking's name in the log;
+# ``proven``, the fastest refill proved, 0 before any).
 BUCKET = (
     _TOKEN_OP
     + """
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
-                         'owner', 'foreign', 'opened', 'laid')
+                         'opened', 'laid', 'proven')
 local full = tonumber(state[1]) or 0
 local blocked = tonumber(state[2]) or 0
 local epoch = tonumber(state[3]) or math.floor(now * 1000000)
 local applied = tonumber(state[4]) or 0
 local shift = tonumber(state[5]) or 0
-local owner, foreign = state[6] or '', tonumber(state[7]) or 0
-local opened = tonumber(state[8]) or 0
-local laid = tonumber(state[9]) or 0  -- the fastest rate anything ahead was booked at
+local opened = tonumber(state[6]) or 0
+local laid = tonumber(state[7]) or 0  -- the rate ``full`` was laid at: its last writer's
+local proven = tonumber(state[8]) or 0  -- the fastest refill any process proved (``prove``)
 local me = ARGV[10] or ''
+-- What is booked ahead is the same tokens at any rate: a caller at another rate than
+-- the one ``full`` was laid at reads them at its own, and refills them at its own from
+-- now on. Read as time instead, a process that slowed down (a 429) counted fewer
+-- tokens booked than were, and booked sooner than the others: eleven at once after a
+-- block against a burst of 10. A rate that went up (``rescale``) contracts the schedule
+-- so, once however many processes make the same rise.
+if op == 'rescale' and laid <= 0 then laid = extra end  -- an older hash: the caller's
+if rate > 0 then
+  if laid > 0 and laid ~= rate and full > now then full = now + (full - now) * laid / rate end
+  laid = rate
+end
 local function tokens_now()
   if rate <= 0 then return burst end
   return burst - math.max(0, full - now) * rate
@@ -157,11 +168,7 @@ if op == 'reserve' then
   wait = start - now
   if wait <= extra then
     granted = 1
-    if owner ~= me then
-      foreign, owner = math.max(foreign, full), me  -- what others booked starts by then
-    end
     if rate > 0 then
-      laid = full <= now and rate or math.max(laid, rate)
       local was_full = full <= start
       full = math.max(full, start) + cost / rate
       if was_full then
@@ -185,7 +192,7 @@ elseif op == 'refund' then
   end
 elseif op == 'drain' then
   epoch, void = epoch + 1, true
-  if rate > 0 then full, laid = now + burst / rate, rate end
+  if rate > 0 then full = now + burst / rate end
   blocked = math.max(blocked, now + extra)
 elseif op == 'block' then
   if now + extra > blocked then
@@ -226,26 +233,35 @@ elseif op == 'rescale' then
   if rate > 0 and extra > 0 and full > now then
     -- This process's holders re-time theirs by its old rate (``_go_faster``), and their
     -- logged starts move with them; the others' keep theirs.
+    -- (The schedule contracted as this op began.)
     move_starts(true, function(start) return now + (start - now) * extra / rate end)
-    -- The schedule, by the fastest rate anything ahead was booked at: two processes
-    -- that learn the same rise contract it once, not once each.
-    local by = (laid > 0 and laid or extra) / rate
-    if by < 1 then full, laid = now + (full - now) * by, rate end
   else
     write = false
   end
 elseif op == 'adopt' then
-  local present = tokens_now() + tonumber(ARGV[11])
-  local sole = owner == me and foreign <= now - tonumber(ARGV[7])
-  if rate > 0 and sole and extra >= present + SURPLUS then
-    epoch, full, void = epoch + 1, now + (burst - math.min(extra, burst)) / rate, true
-    laid = rate
+  -- What the others started since the request was sent, the server may not have
+  -- counted: taken off. What they booked ahead is void, as this process's is, and
+  -- comes back to the bucket to be booked again.
+  local started, ahead = 0, tonumber(ARGV[11])
+  local logged = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. num(now - tonumber(ARGV[7])),
+                            '+inf', 'WITHSCORES')
+  for i = 1, #logged, 2 do
+    if string.sub(logged[i], 1, #me + 1) ~= me .. ' ' then
+      local c = tonumber(string.match(logged[i], '(%S+)$')) or 0
+      if tonumber(logged[i + 1]) <= now then started = started + c else ahead = ahead + c end
+    end
+  end
+  local least = extra - started
+  if rate > 0 and least >= tokens_now() + ahead + SURPLUS then
+    epoch, full, void = epoch + 1, now + (burst - math.min(least, burst)) / rate, true
   else
     write = false
   end
+elseif op == 'prove' then
+  if extra > proven then proven = extra else write = false end
 elseif op == 'sync' then
   if rate > 0 and tonumber(ARGV[7]) < tokens_now() - 1e-9 then
-    epoch, full, void, laid = epoch + 1, now + (burst - extra) / rate, true, rate
+    epoch, full, void = epoch + 1, now + (burst - extra) / rate, true
   else
     write = false
   end
@@ -255,7 +271,7 @@ end
 if write then
   redis.call('HSET', KEYS[1], 'full', num(full), 'blocked', num(blocked),
              'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
-             'owner', owner, 'foreign', num(foreign), 'opened', num(opened), 'laid', num(laid))
+             'opened', num(opened), 'laid', num(laid), 'proven', num(proven))
   local idle = math.max(0, blocked - now, full - now)
   redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
 end
@@ -267,7 +283,7 @@ if entry ~= '' then
 end
 return {granted, num(wait), num(tokens_now()), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[2]), string.format('%d', epoch), num(before), num(full),
-        num(shift), num(opened), num(opened - now), entry}
+        num(shift), num(opened), num(opened - now), entry, num(proven)}
 """.replace("STARTS_KEPT", str(STARTS_KEPT)).replace("SURPLUS", repr(SURPLUS))
 )
 

@@ -243,6 +243,12 @@ class LocalBackend:
     async def others_started(self) -> list[tuple[float, float]]:
         return []  # no other process shares these tokens
 
+    def prove(self, rate: float) -> None:
+        pass  # no other process to tell
+
+    def proven(self) -> float:
+        return 0.0
+
     def set_limits(self, rate: float | None, burst: float, *, tokens: float | None = None) -> None:
         self.tokens.set_limits(rate, burst, tokens=tokens)
 

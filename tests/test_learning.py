@@ -226,6 +226,41 @@ def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> 
     assert pace_only.rate == pytest.approx(20)  # doubled: one request in flight
 
 
+def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start() -> None:
+    """Unit level: a learner at its first guess (10/s, every answer found the bucket
+    full) takes a refill another process sharing the limit proved, 19/s, as a count
+    read here would be, and a success no longer doubles it (it grows as a bucket full
+    for a while lets it): that proof shows the bucket was drawn down near 19/s. A
+    process that waited while the others spent the turn doubled a proven 19/s to 33/s
+    when its own turn came, and drew a 429. Its own proof, come back, and a slower one
+    are nothing new; nothing is taken before a first answer, or where the headers
+    state the rate."""
+    learner = RateLearner()
+    assert not learner.proved_elsewhere(19.0)  # its probe is still out
+    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
+    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    assert learner.rate == pytest.approx(10)
+    assert learner.proved_elsewhere(19.0)
+    assert (learner.rate, learner.measured) == (19.0, 19.0)
+    assert not learner.proved_elsewhere(19.0)
+    assert not learner.proved_elsewhere(15.0)
+    assert not learner.proved_elsewhere(math.inf)
+    learner.on_success(began=0.6, latency=0.05)
+    # Full for half a second: e-fold growth (21/s), not the slow start's doubling (38/s).
+    assert learner.rate == pytest.approx(21)
+
+    alone = RateLearner()  # the same answers, no proof: the slow start doubles
+    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
+    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    alone.on_success(began=0.6, latency=0.05)
+    assert alone.rate == pytest.approx(20)
+
+    stated = RateLearner()
+    stated.from_headers(10, 1.0, remaining=9)
+    assert not stated.proved_elsewhere(19.0)
+    assert stated.rate == 10
+
+
 def test_a_slow_start_doubles_no_faster_than_the_bucket_refilled_while_drawn_down() -> None:
     """Unit level, a 20/s bucket of 10 paced at a first guess of 10/s: 5 remain at 0.0 s,
     8 at 0.3 s with three requests between (at most 4 tokens in 0.3 s, 23.3/s), full at

@@ -757,13 +757,66 @@ async def test_a_faster_rate_two_processes_learn_contracts_the_schedule_once(
     assert following.start >= booked + 0.15 - 0.01
 
 
-async def test_a_surplus_the_server_shows_is_adopted_only_by_the_sole_booker(
+async def test_a_process_at_a_slower_rate_books_no_sooner_than_one_at_a_faster(
+    redis_url: str, prefix: str
+) -> None:
+    """One process at 20/s books the whole burst of 10; another, slowed to 10/s (a 429
+    it drew), books a token. The ten are ten tokens whatever the rate: the slower
+    process waits for one to come back at its own rate, 0.1 s. Read as time (0.5 s of
+    schedule, at 10/s), they were five tokens, and it booked at once: a process that
+    slowed down booked sooner than the others, and after a block eleven went at once
+    against a burst of 10 (four processes learning, real time)."""
+    common: dict[str, Any] = {"name": "api", "prefix": prefix, "burst": 10, "learn": False}
+    async with (
+        RedisScope.from_url(redis_url, rate=20, **common) as fast,
+        RedisScope.from_url(redis_url, rate=10, **common) as slow,
+    ):
+        for _ in range(10):
+            booking = await fast.reserve(1, math.inf)
+            assert booking is not None
+            assert booking.wait == 0.0
+        slower = await slow.reserve(1, math.inf)
+        assert slower is not None
+        # Less what came back while the ten were booked (some ms of Redis round trips).
+        assert 0.07 < slower.wait <= 0.1
+        # And back at 20/s, the schedule reads as the same eleven tokens.
+        following = await fast.reserve(1, math.inf)
+        assert following is not None
+        assert 0.07 < following.wait <= 0.1
+
+
+async def test_a_refill_one_process_proved_reaches_the_others(redis_url: str, prefix: str) -> None:
+    """A refill one process proved is every sharer's with its next op on the bucket; a
+    slower one proved later changes nothing."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 10}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        assert other._backend.proven() == 0.0
+        one._backend.prove(17.5)
+        await trio.sleep(0.02)  # told in the scope's own nursery
+        assert await other.reserve(1, math.inf) is not None
+        assert other._backend.proven() == 17.5
+        other._backend.prove(12.0)
+        await trio.sleep(0.02)
+        assert await one.reserve(1, math.inf) is not None
+        assert one._backend.proven() == 17.5
+
+
+async def test_a_surplus_the_server_shows_is_adopted_less_what_the_others_just_started(
     redis_url: str, prefix: str
 ) -> None:
     """10/s, burst 10, fifteen booked: five wait. A response says 9 remain (the burst did
-    not all reach the server): the one process that booked raises the shared bucket to
-    it, its bookings ahead are void and book again at once. Once another process has
-    booked too, a surplus it could have spent is never added."""
+    not all reach the server): the process raises the shared bucket to it, its bookings
+    ahead are void and book again at once. Another process then starts ten: a count
+    whose request was sent as they began may not have counted them, and they are taken
+    off it, so nothing is added. Half a second later the server has surely counted them, and a
+    count of 9 is adopted, though the other process booked last.
+
+    Only the sole booker adopted before: four processes learning one 20/s server took
+    turns to book, none ever was, and they paced at their first guess of 10/s while the
+    server's bucket filled up (1.5-2.0 times the minimum)."""
     options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 10}
     async with (
         RedisScope.from_url(redis_url, **options) as one,
@@ -777,10 +830,15 @@ async def test_a_surplus_the_server_shows_is_adopted_only_by_the_sole_booker(
         await one.observe_headers(RateLimitInfo(remaining=9), sent_at=trio.current_time())
         assert not await one.confirm(ahead)  # void: book again
         assert await one.wait_for(1) == 0.0
+        sent = trio.current_time()
         for _ in range(10):
             assert await other.reserve(1, math.inf) is not None
-        await one.observe_headers(RateLimitInfo(remaining=9), sent_at=trio.current_time())
+        await one.observe_headers(RateLimitInfo(remaining=9), sent_at=sent)
         assert await one.wait_for(1) > 0.0
+        await trio.sleep(0.5)
+        assert await one.wait_for(9) > 0.3  # refilled some 5 of the 9
+        await one.observe_headers(RateLimitInfo(remaining=9), sent_at=trio.current_time())
+        assert await other.wait_for(9) == 0.0
 
 
 async def test_slots_are_capped_across_clients(
