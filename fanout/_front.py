@@ -274,7 +274,6 @@ class ScopeFront:
     _others: collections.deque[tuple[float, float]] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
-    _others_total: float = attrs.field(init=False, default=0.0, repr=False)  # every one so far
     # When the calls of the requests waiting for a place on the wire took their tokens.
     _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When the calls took their tokens whose first request has not reached the HTTP
@@ -632,15 +631,9 @@ class ScopeFront:
         for start, cost in await self._backend.others_started():
             self._remember(start, cost)
             self._others.append((start, cost))
-            self._others_total += cost
         horizon = trio.current_time() - 1.0
         while self._others and self._others[0][0] < horizon:
             self._others.popleft()
-
-    def _others_by(self, when: float) -> float:
-        """The running total of tokens other processes started by ``when`` (as far as
-        last counted; ``when`` within the second kept)."""
-        return self._others_total - self._others_since(when)
 
     def _others_since(self, since: float, until: float = math.inf) -> float:
         """Tokens other processes started after ``since``, up to ``until`` (as far as
@@ -1363,6 +1356,12 @@ class ScopeFront:
         else:
             await trio.lowlevel.checkpoint()
 
+    def _take_proof(self) -> None:
+        """Take in the fastest refill any process sharing the limit proved
+        (`Backend.proven`), between this process's own answers."""
+        if self._learner is not None and self._learner.proved_elsewhere(self._backend.proven()):
+            self._apply_learned()
+
     def _adopt_stated(self, info: RateLimitInfo, sent: float, *, refused: bool = False) -> None:
         if self._learner is not None:
             first = self._limits[0] is None
@@ -1390,17 +1389,18 @@ class ScopeFront:
             # before it. Counted as admitted, a 429's Remaining: 0 measured a refill of
             # 10.6/s against 10/s (burst 2), the bound the next decrease lands on.
             own = 1.0 if refused else 0.0
-            # The other processes sharing the limit drew the server's count down too:
-            # counted among what left by their starts. Left out, an exact count took
-            # their requests for a slower refill, and four processes learning one 20/s
-            # server stayed at their first guess of 10/s for most of a second.
+            # Only this process's own: the others' are known by their bookings, not by
+            # when their requests left. Counted among what left, two probes 5 ms apart
+            # with three of the others' between "proved" 91.5/s against 20/s (their new
+            # connections reached the server in another order), and every process
+            # sharing it drew a 429, twelve in all (real time, four processes).
             departed = self._left_by(sent)
-            departed = None if departed is None else departed - own + self._others_by(sent)
+            departed = None if departed is None else departed - own
             measured = self._learner.measured
             changed = self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
                 at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
-                now=now, left=departed, left_with=max(0.0, left - 1.0) + others_with, late=late,
+                now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
                 others_with=min(alongside, others_with),
                 after_with=self._started_between(sent, min(now, sent + together)),
             )  # fmt: skip

@@ -80,6 +80,7 @@ _RESCALES_KEPT = 64  # rate increases remembered, to re-time bookings made befor
 _COMMITTED_KEPT = 5.0  # seconds a booking sure to start is kept for a sync's count
 _FIRST_PAUSE = 0.005  # seconds between polls for a lease, doubling up to _LAST_PAUSE
 _LAST_PAUSE = 0.05
+_HEAR_EVERY = 0.1  # seconds between asks for the others' proofs while calls wait here
 
 
 def _optional_fallback(
@@ -966,7 +967,26 @@ class RedisScope(ScopeFront):
         backend = self._backend
         assert isinstance(backend, RedisBackend)
         backend.open(self._nursery)
+        if self._learner is not None:
+            self._nursery.start_soon(self._hear_proofs)
         return self
+
+    async def _hear_proofs(self) -> None:
+        """While calls of this process wait on the shared bucket, ask Redis every
+        ``_HEAR_EVERY`` s what the others proved the server refills (`_take_proof`).
+
+        Its holders sleep until their bookings start, booked at the pace this
+        process knew then, and only its own answers told it of a faster one: a
+        process whose calls all waited had none. Four processes learning one
+        20/s server took turns, the last waiting at its first guess of 10/s for
+        two seconds after another had proved 19/s.
+        """
+        while True:
+            await trio.sleep(_HEAR_EVERY)
+            if self._ledger.waiting:
+                with contextlib.suppress(LimiterUnavailableError):
+                    await self._backend.wait_for(1.0)  # a read: each reply tells the proof
+                self._take_proof()
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -804,6 +804,30 @@ async def test_a_refill_one_process_proved_reaches_the_others(redis_url: str, pr
         assert one._backend.proven() == 17.5
 
 
+async def test_a_process_whose_calls_wait_hears_a_refill_another_proved(
+    redis_url: str, prefix: str
+) -> None:
+    """A learning process at its first guess (10/s) whose calls all wait has no answer
+    to read the others' proof from: it asks Redis while they wait, and paces at the
+    19/s another process proved within a fifth of a second. Before, it waited for its
+    own next answer, booked at 10/s: the last of four processes learning one 20/s
+    server waited two seconds so."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix}
+    async with (
+        RedisScope.from_url(redis_url, **options) as one,
+        RedisScope.from_url(redis_url, **options) as other,
+    ):
+        info = RateLimitInfo(limit=10, remaining=9, reset_after=1.0)
+        await other.observe_headers(info, sent_at=trio.current_time())
+        assert other.statistics().bucket.rate == 10.0
+        one._backend.prove(19.0)
+        await trio.sleep(0.3)
+        assert other.statistics().bucket.rate == 10.0  # nothing waits: nothing asked
+        other.note_waiting(+1)
+        await trio.sleep(0.2)
+        assert other.statistics().bucket.rate == 19.0
+
+
 async def test_a_surplus_the_server_shows_is_adopted_less_what_the_others_just_started(
     redis_url: str, prefix: str
 ) -> None:
