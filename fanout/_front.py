@@ -1404,10 +1404,10 @@ class ScopeFront:
                 others_with=min(alongside, others_with),
                 after_with=self._started_between(sent, min(now, sent + together)),
             )  # fmt: skip
-            # What other processes sharing the limit proved, and what this one did.
-            changed |= self._learner.proved_elsewhere(self._backend.proven())
+            # What this process proved, told to the others sharing the limit; and theirs.
             if (self._learner.measured or 0.0) > (measured or 0.0):
                 self._backend.prove(self._learner.measured or 0.0)
+            changed |= self._learner.proved_elsewhere(self._backend.proven())
             if changed:
                 # The first answer is a probe's: what it says remains is what the
                 # bucket may spend now, less the other probes it may not have counted.

@@ -371,10 +371,11 @@ class RedisBackend:
         else:
             self._commit(now, cost)
         before = member or reply.before  # a log's booking is named by its member
+        took_full = self._took_full(reply)
         return Booking(
             now + reply.wait, reply.wait, cost, reply.epoch, before, reply.after, reply.shift,
             burst_began=self._burst_began(reply, asked), entry=reply.entry,
-            took_full=self._took_full(reply), pause=self._pause(reply),
+            took_full=took_full, pause=self._pause(reply) if took_full else 0.0,
         )  # fmt: skip
 
     def _took_full(self, reply: BucketReply) -> bool:
@@ -383,16 +384,15 @@ class RedisBackend:
         return self.window is None and reply.opened > 0 and reply.opened_in == reply.wait
 
     def _pause(self, reply: BucketReply) -> float:
-        """The slack the script kept after this booking if it took the bucket just as it
-        filled again (a burst of one, paced: it starts when the bucket was full before
-        it, ``before``), as a local bucket's ``Booking.pause``.
+        """The slack the script kept after this booking, which took a full bucket, if
+        it took it just as it filled again (a burst of one, paced: it starts when the
+        bucket was full before it, ``before``), as a local bucket's ``Booking.pause``.
 
         That margin is for the request's way to the server, so its lateness is owed
         whole (`ScopeFront.headers_left`); a booking that opened an idle bucket keeps
         it as the burst's allowance for leaving late, and has none.
         """
-        paced = self._took_full(reply) and reply.before == reply.opened
-        return self.slack if paced else 0.0
+        return self.slack if reply.before == reply.opened else 0.0
 
     def _burst_began(self, reply: BucketReply, asked: float) -> float | None:
         """When the shared burst this booking belongs to began, the first time this
@@ -849,11 +849,13 @@ class RedisBackend:
         if isinstance(self._fallback_bucket, TokenBucket):
             self._fallback_bucket.owe(tokens)
         if self.nursery is not None and self.window is None and self.rate is not None:
-            self.nursery.start_soon(self._owe, tokens)
+            self.nursery.start_soon(self._tell, "owe", tokens)
 
-    async def _owe(self, tokens: float) -> None:
+    async def _tell(self, op: str, extra: float) -> None:
+        """Run ``op`` (``owe``, ``prove``) on the shared bucket from the scope's own
+        nursery; if Redis does not answer, only what it would have told is lost."""
         with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("owe", extra=tokens)
+            await self._shared(op, extra=extra)
 
     def prove(self, rate: float) -> None:
         """This process's counts proved the server refills ``rate`` tokens a second at
@@ -866,11 +868,7 @@ class RedisBackend:
         """
         if self.nursery is not None and self.window is None and rate > self._proven:
             self._proven = rate
-            self.nursery.start_soon(self._prove, rate)
-
-    async def _prove(self, rate: float) -> None:
-        with contextlib.suppress(LimiterUnavailableError):
-            await self._shared("prove", extra=rate)
+            self.nursery.start_soon(self._tell, "prove", rate)
 
     def proven(self) -> float:
         """The fastest refill any process sharing the bucket proved, as last seen."""
