@@ -127,6 +127,9 @@ local shift = tonumber(state[5]) or 0
 local opened = tonumber(state[6]) or 0
 local laid = tonumber(state[7]) or 0  -- the rate ``full`` was laid at: its last writer's
 local proven = tonumber(state[8]) or 0  -- the fastest refill any process proved (``prove``)
+-- Rates only: read as one, a "1e999" another writer left stretched the schedule forever.
+if not (laid > 0 and laid < math.huge) then laid = 0 end
+if not (proven > 0 and proven < math.huge) then proven = 0 end
 local me = ARGV[10] or ''
 -- What is booked ahead is the same tokens at any rate: a caller at another rate than
 -- the one ``full`` was laid at reads them at its own, and refills them at its own from

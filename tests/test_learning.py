@@ -261,6 +261,28 @@ def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start
     assert stated.rate == 10
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    bound=st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1e308, -0.0]),
+    measured=st.floats(0.5, 100.0),
+)
+def test_a_proof_from_elsewhere_never_lowers_the_rate_nor_makes_it_no_number(
+    bound: float, measured: float
+) -> None:
+    """Any number taken for another process's proof (NaN, infinities, negatives, huge
+    ones): nothing raises, the rate stays a finite number, and it never goes down."""
+    learner = RateLearner()
+    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
+    learner.proved_elsewhere(measured)
+    before = learner.rate
+    assert before is not None
+    raised = learner.proved_elsewhere(bound)
+    assert learner.rate is not None
+    assert math.isfinite(learner.rate)
+    assert learner.rate >= before
+    assert raised == (learner.rate > before)
+
+
 def test_a_slow_start_doubles_no_faster_than_the_bucket_refilled_while_drawn_down() -> None:
     """Unit level, a 20/s bucket of 10 paced at a first guess of 10/s: 5 remain at 0.0 s,
     8 at 0.3 s with three requests between (at most 4 tokens in 0.3 s, 23.3/s), full at

@@ -778,6 +778,33 @@ async def test_a_refill_one_process_proved_reaches_the_others(redis_url: str, pr
         assert one._backend.proven() == 17.5
 
 
+@pytest.mark.parametrize("garbage", ["nan", "-inf", "1e999", "twenty", "-5", ""])
+async def test_garbage_in_the_shared_proof_is_no_proof(
+    redis_url: str, prefix: str, client: coredis.Redis[str], garbage: str
+) -> None:
+    """Whatever another writer left in the bucket's ``proven`` and ``laid`` fields, a
+    booking still goes, nothing is taken for a proof, and the schedule is read at the
+    caller's own rate. A ``laid`` of "1e999", read as a rate, stretched the schedule
+    forever: no booking went again."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "rate": 10, "burst": 2}
+    async with RedisScope.from_url(redis_url, **options) as scope:
+        assert await scope.reserve(1, math.inf) is not None
+        await client.hset(scope._backend.bucket.key, {"proven": garbage, "laid": garbage})
+        second = await scope.reserve(1, math.inf)
+        third = await scope.reserve(1, math.inf)
+        assert second is not None
+        assert third is not None
+        assert second.wait == 0.0
+        assert 0.05 < third.wait <= 0.1  # a token at 10/s, the burst spent
+        assert scope._backend.proven() == 0.0
+        info = RateLimitInfo(limit=2, remaining=1, reset_after=1.0)
+        learning = RedisScope.from_url(redis_url, name="api", prefix=prefix)
+        async with learning:
+            await learning.observe_headers(info, sent_at=trio.current_time())
+            learning._take_proof()
+            assert learning.statistics().bucket.rate == 2.0  # its first guess stands
+
+
 async def test_a_process_whose_calls_wait_hears_a_refill_another_proved(
     redis_url: str, prefix: str
 ) -> None:
