@@ -73,6 +73,7 @@ _RECENT_FOR = 60.0  # seconds a booking is remembered
 _COUNTS_KEPT = 64
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
+_EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
@@ -305,6 +306,9 @@ class ScopeFront:
     # The pause kept after the paced fill whose request is leaving now (`headers_left`).
     _leaving_pause: float = attrs.field(init=False, default=0.0, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # The server's bucket as this process's requests leave (`_departure_wait`): its
+    # tokens, as of a time (later than now while a request waits for one).
+    _departed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -811,6 +815,9 @@ class ScopeFront:
         first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
         self._parked.append(admitted_at)
         try:
+            wait = self._departure_wait()
+            if wait > 0:
+                await trio.sleep(wait)
             leaving = await self._cap.sending()
         finally:
             self._parked.remove(admitted_at)
@@ -829,6 +836,40 @@ class ScopeFront:
             self._left_total += 1
             self._sent_lately()  # drops what is over a second old
         return leaving
+
+    def _departure_wait(self) -> float:
+        """How long a request leaving now must wait for the told bucket to have a token,
+        counted by when this process's requests leave rather than when their calls
+        were admitted; the token is taken.
+
+        The bucket books a call's first token at its admission, and the server
+        counts it when the request arrives. A tool that sets up for a while
+        before sending reorders the two: a burst whose tools took 0.3 s left
+        the server's bucket full until then, a call admitted at its token at
+        0.2 s went first, and the burst found 1.5 tokens for its two
+        requests: a 429, and a second's wait. Counted as they leave, the
+        burst's second request waits 0.1 s here instead. Requests that leave
+        as they were admitted never wait here: the bucket already spaced
+        them, and kept the slack. One that does wait keeps the spread of the
+        requests' way out (`observe_write_lag`), not the whole slack: that
+        is mostly the set-up that reordered them.
+
+        Only for a told token bucket: a window counts otherwise, and a
+        learned rate is a guess. Requests sent through another client are
+        not seen, and take nothing here.
+        """
+        rate, burst = self._limits
+        if rate is None or self._learner is not None or self._window_length is not None:
+            return 0.0
+        now = trio.current_time()
+        tokens, at = self._departed if self._departed is not None else (burst, now)
+        tokens = min(burst, tokens + (now - at) * rate)
+        wait = 0.0
+        if tokens < 1.0 - _EPSILON:
+            lowest, highest = self._write_lags  # requests on their way arrive this far apart
+            wait = (1.0 - tokens) / rate + max(0.0, highest - lowest)
+        self._departed = (tokens + wait * rate - 1.0, now + wait)
+        return wait
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a

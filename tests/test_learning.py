@@ -74,13 +74,16 @@ async def test_remaining_zero_with_a_known_rate_waits_one_token_not_the_reset(
 async def test_a_fixed_window_costs_at_most_two_429s_then_remaining_zero_waits_for_reset(
     autojump_clock: Any,
 ) -> None:
-    """Read as a bucket until two 429s show a fixed window; after them, Remaining 0 blocks."""
+    """Read as a bucket until two 429s show a fixed window; after them, Remaining 0 blocks.
+
+    (One, since requests are also counted as they leave: the refused one counts, and
+    after the block the told rate spaces the requests that drew the second.)"""
     config = ServerConfig(rate=2, burst=2, model="fixed", headers="draft")
     async with api(config) as (server, client):
         runner = Runner(registry(client), scopes=[Scope("key", rate=2, burst=2)], inline_wait=None)
         turn = await runner.run_turn(calls(16))
     assert ok(turn) == 16
-    assert server.count(status=429) == 2
+    assert 1 <= server.count(status=429) <= 2
     refused = [r.start for r in server.records if r.status == 429]
     assert refused[-1] < 4.0  # none once the window is known
 

@@ -391,22 +391,47 @@ async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
     assert starts == [0.02, 0.07, 0.27, 0.47]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call admitted with the burst whose request leaves later (its tool's own "
-    "set-up) is counted as taken at admission: the server, full until it arrives, loses "
-    "that refill, and a call after the burst may reach it first",
-)
 async def test_a_tool_that_sends_long_after_its_admission_draws_no_429(
     autojump_clock: Any,
 ) -> None:
     """5/s, burst 2, told. Both calls of the burst take 0.3 s before sending their
     request; a third call goes at its token, 0.2 s, and finds the server full (2 left 1).
-    At 0.3 s the two arrive to 1.5 tokens: the second is refused, and waits out a whole
-    second. The scope counted their tokens as taken at 0, and refilled from then; the
-    server's bucket was full, and lost that refill, until the first request arrived."""
-    _, refused = await _four_calls_told_5_per_s({0: 0.3, 1: 0.3})
+    At 0.3 s the two arrive: the server has refilled only since the third, and holds 1.5
+    tokens. Counted at admission, the scope let both go, and the second was refused and
+    waited out a whole second (1.6 s). Counted as they leave (`_departure_wait`), the
+    second waits for its token, 0.1 s; nothing is refused."""
+    starts, refused = await _four_calls_told_5_per_s({0: 0.3, 1: 0.3})
     assert refused == 0
+    assert starts[:3] == [0.2, 0.3, 0.4]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
+    burst=st.sampled_from([1, 2, 3, 5]),
+    calls=st.integers(3, 9),
+    set_ups=st.lists(
+        st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.2]),
+        min_size=9, max_size=9,
+    ),
+)  # fmt: skip
+def test_tools_that_set_up_before_sending_draw_no_429_from_a_told_bucket(
+    rate: float, burst: int, calls: int, set_ups: list[float]
+) -> None:
+    """Any told token bucket, and tools that each take their own time before sending
+    their request: requests leave in another order than their calls were admitted, and
+    the server never refuses one. (The scope books a call's token at admission; the
+    server takes it as the request arrives, and stays full, refilling nothing, until
+    the first one does.)"""
+
+    async def main() -> _LateRun:
+        config = ServerConfig(rate=rate, burst=burst, latency=0.05, headers="draft")
+        scope = Scope("api", rate=rate, burst=burst)
+        return await _late_turn(config, scope, calls, lambda n: set_ups[n])
+
+    run = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert run.server.count(status=429) == 0
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
