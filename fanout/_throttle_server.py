@@ -48,6 +48,9 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
+* Date = the server's wall clock (``date_skew`` ahead of it), written for
+  each answer, or every ``date_every`` s and sent until the next, as uvicorn
+  (under FastAPI and Starlette) writes its once a second.
 
 The key is recorded for accounting (tests read it from the records) but never
 sent back: bodies carry no key, and a scope header without a configured scope
@@ -151,6 +154,7 @@ class ServerConfig:
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     date_skew: float = 0.0
+    date_every: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     model: Model = attrs.field(default="bucket", validator=attrs.validators.in_(get_args(Model)))
     reset: ResetMeaning = attrs.field(
         default="full", validator=attrs.validators.in_(get_args(ResetMeaning))
@@ -462,6 +466,13 @@ class ThrottlingServer:
         """The server's (possibly skewed) wall clock, for dates only."""
         return self._wall_clock() + self.config.date_skew
 
+    def _date(self) -> float:
+        """The time its ``Date`` names: now, or with ``date_every`` when it last wrote one
+        (every ``date_every`` s, half a second past the clock's seconds), as uvicorn
+        writes its date once a second and sends it until the next."""
+        wall, every = self._wall(), self.config.date_every
+        return wall - (wall - 0.5) % every if every else wall
+
     def _refusal_headers(self, state: _KeyState, key: str, wait: float) -> list[tuple[str, str]]:
         cfg = self.config
         headers = []
@@ -524,7 +535,7 @@ class ThrottlingServer:
         fields = [
             ("content-type", "application/json"),
             ("content-length", str(len(data))),
-            ("date", email.utils.formatdate(self._wall(), usegmt=True)),
+            ("date", email.utils.formatdate(self._date(), usegmt=True)),
             *headers,
             *([("connection", "close")] if close else []),
         ]
@@ -604,6 +615,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--date-skew", type=float, default=0.0)
+    p.add_argument("--date-every", type=float, default=0.0)
     p.add_argument("--model", choices=get_args(Model), default="bucket")
     p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
     p.add_argument("--connect-delay", type=float, default=0.0)

@@ -196,6 +196,22 @@ async def test_http_date_retry_after_is_read_against_the_servers_date(
     assert 1 <= retried <= 2
 
 
+async def test_http_date_retry_after_is_exact_when_the_date_is_written_once_a_second(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """uvicorn (FastAPI, Starlette) writes its Date once a second and sends it until the
+    next, so it runs up to a second and a half behind the clock here. Our clock agrees
+    with the server's: the retry goes at the HTTP-date's instant, 1 s. Bounded as if the
+    Date were fresh, our clock was disbelieved, and the retry went a second late."""
+    config = ServerConfig(rate=1, burst=1, retry_after="http-date", headers="none", date_every=1.0)
+    async with api(config, lib) as (server, client):
+        runner = Runner(fetch_registry(client), scopes=[Scope("key", learn=False)])
+        turn = await runner.run_turn(calls(2))
+    assert [r.status for r in turn.results] == [Status.OK, Status.OK]
+    assert server.count(status=429) == 1
+    assert server.starts()[-1] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("fmt", ["seconds", "ms"])
 async def test_retry_after_formats_pace_the_retry(
     autojump_clock: Any, lib: Library, fmt: Any
