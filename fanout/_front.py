@@ -56,7 +56,7 @@ from ._validate import (
 from ._window import Arrivals
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ._budget import Budget
     from ._values import RateLimitInfo
@@ -808,15 +808,20 @@ class ScopeFront:
 
     # -- what the server told us -----------------------------------------
 
-    async def request_leaving(self, admitted_at: float = -math.inf) -> Leaving:
-        """A request of this scope is about to be sent: wait while a cap 503s showed is
-        full (`_slots`), then count it on the wire; how many others were.
-        ``admitted_at``: when its call took its token (`_parked`)."""
+    async def request_leaving(
+        self, admitted_at: float = -math.inf, on_wait: Callable[[float], None] | None = None
+    ) -> Leaving:
+        """A request of this scope is about to be sent: wait for a told bucket's token as
+        it leaves (`_departure_wait`; ``on_wait`` hears of it first), and while a cap
+        503s showed is full (`_slots`), then count it on the wire; how many others
+        were. ``admitted_at``: when its call took its token (`_parked`)."""
         first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
         self._parked.append(admitted_at)
         try:
             wait = self._departure_wait()
             if wait > 0:
+                if on_wait is not None:
+                    on_wait(wait)
                 await trio.sleep(wait)
             leaving = await self._cap.sending()
         finally:

@@ -38,6 +38,7 @@ Outside a tool call the transport simply forwards the request.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -160,13 +161,17 @@ class _Place:
     leaving: dict[int, Leaving] = attrs.field(factory=dict)
 
     @classmethod
-    async def take(cls, scopes: tuple[ScopeLike, ...], admitted_at: float) -> _Place:
+    async def take(
+        cls, scopes: tuple[ScopeLike, ...], admitted_at: float, context: CallContext
+    ) -> _Place:
         """A place on each scope for a request of a call admitted at ``admitted_at``;
-        cancelled part way, the places taken are given back."""
+        cancelled part way, the places taken are given back. A wait for a token as it
+        leaves is told to the call's instruments, as any wait for tokens is."""
         place = cls()
         try:
             for scope in scopes:
-                place.leaving[id(scope)] = await scope.request_leaving(admitted_at)
+                on_wait = functools.partial(_token_wait, context, scope.name)
+                place.leaving[id(scope)] = await scope.request_leaving(admitted_at, on_wait)
                 place.scopes += (scope,)
         except BaseException:
             place.give_back()
@@ -193,7 +198,7 @@ class _Place:
             for scope in overruled:
                 scope.request_back(sent=False)
             await _charge(context, overruled)
-            retaken = await _Place.take(overruled, trio.current_time())
+            retaken = await _Place.take(overruled, trio.current_time(), context)
             self.scopes += retaken.scopes
             self.leaving.update(retaken.leaving)
 
@@ -348,7 +353,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # Its place is given back once its answer is read: handed on at the headers, the
         # next request reached a server that had not yet counted this one out, and was
         # refused. A body never closed gives it back when the attempt ends.
-        place = await _Place.take(context.scopes, context.admitted_at)
+        place = await _Place.take(context.scopes, context.admitted_at, context)
         context.places.append(place.give_back)
         answered = False
         try:
@@ -620,7 +625,7 @@ async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = N
     shortfall = await take_tokens(
         context.scopes if scopes is None else scopes, 1.0, budget=context.budget,
         patience=context.budget.patience(),
-        on_wait=lambda wait, scope: _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope),
+        on_wait=lambda wait, scope: _token_wait(context, scope, wait),
     )  # fmt: skip
     if shortfall is not None:
         raise NotSentError(
@@ -628,6 +633,11 @@ async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = N
             f"{shortfall.scope!r}, more than it can afford; it was not sent",
             status=Status.RATE_LIMITED, scope=shortfall.scope, retry_after=shortfall.needed,
         )  # fmt: skip
+
+
+def _token_wait(context: CallContext, scope: str | None, wait: float) -> None:
+    """Tell the call's instruments of a wait for a scope's tokens."""
+    _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope)
 
 
 async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedError) -> None:

@@ -24,7 +24,7 @@ from ._validate import finite
 from ._window import SlidingLog
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ._bucket import Booking, BucketStatistics, ServerCount
     from ._budget import Budget
@@ -119,7 +119,9 @@ class ScopeLike(Protocol):
         self, wait: float | None, *, sent_at: float | None = None, arriving: bool = False
     ) -> None: ...
     async def block_until(self, when: float) -> None: ...
-    async def request_leaving(self, admitted_at: float = ...) -> Leaving: ...
+    async def request_leaving(
+        self, admitted_at: float = ..., on_wait: Callable[[float], None] | None = ...
+    ) -> Leaving: ...
     def request_back(self, *, sent: bool = True) -> None: ...
     async def observe_headers(
         self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False,

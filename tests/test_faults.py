@@ -188,9 +188,11 @@ class FaultyScope(Scope):
         await self.faults.hit("block_until")
         await super().block_until(when)
 
-    async def request_leaving(self, admitted_at: float = -math.inf) -> Any:
+    async def request_leaving(self, admitted_at: float = -math.inf, on_wait: Any = None) -> Any:
         garbage = await self.faults.hit("request_leaving")
-        return await super().request_leaving(admitted_at) if garbage is None else garbage
+        if garbage is not None:
+            return garbage
+        return await super().request_leaving(admitted_at, on_wait)
 
     async def observe_headers(self, info: Any, **options: Any) -> None:
         await self.faults.hit("observe_headers")

@@ -405,6 +405,25 @@ async def test_a_tool_that_sends_long_after_its_admission_draws_no_429(
     assert starts[:3] == [0.2, 0.3, 0.4]
 
 
+async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
+    autojump_clock: Any,
+) -> None:
+    """The operator sees the wait at the wire as any other wait for tokens: one
+    ``token_wait`` of 0.1 s on the scope, for the burst's second request, as it leaves."""
+    config = ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")
+    leaves = {0: 0.3, 1: 0.3}
+    run = await _late_turn(config, Scope("api", rate=5, burst=2), 4, lambda n: leaves.get(n, 0.0))
+    started: dict[str | None, float] = {}
+    at_the_wire = []  # waits for tokens once the call had started
+    for e in run.turn.trace:
+        if e.kind is fanout.EventKind.STARTED:
+            started[e.call_id] = e.time
+        elif e.kind is fanout.EventKind.TOKEN_WAIT and e.call_id in started:
+            at_the_wire.append((e.call_id, round(e.time - run.began, 9), e.wait, e.scope))
+    assert at_the_wire == [(pytest.approx(at_the_wire[0][0]), 0.3, pytest.approx(0.1), "api")]
+    assert at_the_wire[0][0] in ("c0", "c1")  # one of the burst's two
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
