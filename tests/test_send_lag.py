@@ -428,29 +428,54 @@ async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
 @given(
     rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
     burst=st.sampled_from([1, 2, 3, 5]),
-    calls=st.integers(3, 9),
-    set_ups=st.lists(
-        st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.2]),
-        min_size=9, max_size=9,
+    cap=st.sampled_from([None, None, 2, 4]),
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.2]),
+            st.sampled_from([1, 1, 2, 3]),  # requests
+            st.sampled_from([0.0, 0.02, 0.2]),  # between them
+        ),
+        min_size=3, max_size=9,
     ),
 )  # fmt: skip
 def test_tools_that_set_up_before_sending_draw_no_429_from_a_told_bucket(
-    rate: float, burst: int, calls: int, set_ups: list[float]
+    rate: float, burst: int, cap: int | None, calls: list[tuple[float, int, float]]
 ) -> None:
-    """Any told token bucket, and tools that each take their own time before sending
-    their request: requests leave in another order than their calls were admitted, and
-    the server never refuses one. (The scope books a call's token at admission; the
-    server takes it as the request arrives, and stays full, refilling nothing, until
-    the first one does.)"""
+    """Any told token bucket (and in-flight cap), and tools that each take their own time
+    before sending each of their requests: requests leave in another order than their
+    calls were admitted, and the server never refuses one. (The scope books a call's
+    token at admission; the server takes it as the request arrives, and stays full,
+    refilling nothing, until the first one does.)"""
 
-    async def main() -> _LateRun:
-        config = ServerConfig(rate=rate, burst=burst, latency=0.05, headers="draft")
-        scope = Scope("api", rate=rate, burst=burst)
-        return await _late_turn(config, scope, calls, lambda n: set_ups[n])
+    async def main() -> tuple[ThrottlingServer, fanout.Turn]:
+        config = ServerConfig(
+            rate=rate, burst=burst, latency=0.05, headers="draft", max_in_flight=cap
+        )
+        async with (
+            serve_throttled(config) as server,
+            fanout.http_client(base_url=server.url) as client,
+        ):
+            reg = Registry()
 
-    run = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert run.server.count(status=429) == 0
-    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+            @reg.tool(kind=Kind.READS, scopes=["api"], timeout=600)
+            async def fetch(n: int) -> str:
+                set_up, requests, between = calls[n]
+                await trio.sleep(set_up)
+                for i in range(requests):
+                    await trio.sleep(between if i else 0.0)
+                    (await client.get(f"/items/{n}", params={"i": i})).raise_for_status()
+                return "ok"
+
+            scope = Scope("api", rate=rate, burst=burst, max_concurrency=cap)
+            runner = Runner(reg, scopes=[scope], inline_wait=None)
+            turn = await runner.run_turn(
+                [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(len(calls))]
+            )
+        return server, turn
+
+    server, turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert server.count(status=429) == server.count(status=503) == 0
+    assert all(r.status is fanout.Status.OK for r in turn.results)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
