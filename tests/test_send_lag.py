@@ -21,7 +21,7 @@ from fanout.http import RateLimitInfo
 from fanout.testing import RequestRecord, ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 async def test_a_late_first_request_widens_the_slack_before_any_answer(
@@ -61,7 +61,7 @@ async def test_a_configured_slack_is_kept() -> None:
 
 @attrs.frozen
 class _LateRun:
-    """A turn whose tools each sent their one request late, and what the server saw."""
+    """A turn whose tools each sent their requests late, and what the server saw."""
 
     server: ThrottlingServer
     turn: fanout.Turn
@@ -74,20 +74,27 @@ async def _late_turn(
     calls: int,
     leave: Callable[[int], float],
     transport: httpx.AsyncBaseTransport | None = None,
+    *,
+    then: Callable[[int], Sequence[float]] = lambda n: (),
+    timeout: float = 30.0,
 ) -> _LateRun:
     """``calls`` calls through ``scope`` against a throttling server of ``config``, the
-    tool of call ``n`` sending its one request ``leave(n)`` s after it starts (its own
-    set-up), through ``transport`` if given."""
+    tool of call ``n`` sending its first request ``leave(n)`` s after it starts (its own
+    set-up), and one more after each wait in ``then(n)``, through ``transport`` if given."""
     async with (
         serve_throttled(config) as server,
         fanout.http_client(transport, base_url=server.url) as client,
     ):
         reg = Registry()
 
-        @reg.tool(kind=Kind.READS, scopes=[scope.name])
+        @reg.tool(kind=Kind.READS, scopes=[scope.name], timeout=timeout)
         async def fetch(n: int) -> str:
             await trio.sleep(leave(n))
-            return (await client.get(f"/items/{n}")).text
+            text = (await client.get(f"/items/{n}")).raise_for_status().text
+            for i, wait in enumerate(then(n), start=1):
+                await trio.sleep(wait)
+                (await client.get(f"/items/{n}", params={"i": i})).raise_for_status()
+            return text
 
         runner = Runner(reg, scopes=[scope], inline_wait=None)
         began = trio.current_time()
@@ -447,35 +454,19 @@ def test_tools_that_set_up_before_sending_draw_no_429_from_a_told_bucket(
     token at admission; the server takes it as the request arrives, and stays full,
     refilling nothing, until the first one does.)"""
 
-    async def main() -> tuple[ThrottlingServer, fanout.Turn]:
+    async def main() -> _LateRun:
         config = ServerConfig(
             rate=rate, burst=burst, latency=0.05, headers="draft", max_in_flight=cap
         )
-        async with (
-            serve_throttled(config) as server,
-            fanout.http_client(base_url=server.url) as client,
-        ):
-            reg = Registry()
+        scope = Scope("api", rate=rate, burst=burst, max_concurrency=cap)
+        return await _late_turn(
+            config, scope, len(calls), lambda n: calls[n][0],
+            then=lambda n: [calls[n][2]] * (calls[n][1] - 1), timeout=600,
+        )  # fmt: skip
 
-            @reg.tool(kind=Kind.READS, scopes=["api"], timeout=600)
-            async def fetch(n: int) -> str:
-                set_up, requests, between = calls[n]
-                await trio.sleep(set_up)
-                for i in range(requests):
-                    await trio.sleep(between if i else 0.0)
-                    (await client.get(f"/items/{n}", params={"i": i})).raise_for_status()
-                return "ok"
-
-            scope = Scope("api", rate=rate, burst=burst, max_concurrency=cap)
-            runner = Runner(reg, scopes=[scope], inline_wait=None)
-            turn = await runner.run_turn(
-                [ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(len(calls))]
-            )
-        return server, turn
-
-    server, turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert server.count(status=429) == server.count(status=503) == 0
-    assert all(r.status is fanout.Status.OK for r in turn.results)
+    run = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert run.server.count(status=429) == run.server.count(status=503) == 0
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
