@@ -48,6 +48,8 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
+  ``reset_late`` adds that many seconds to every reset and 429 wait, as
+  slowapi's ``1 +`` does (its reset is the window's end plus a second).
 * Date = the server's wall clock (``date_skew`` ahead of it), written for
   each answer, or every ``date_every`` s and sent until the next, as uvicorn
   (under FastAPI and Starlette) writes its once a second.
@@ -151,6 +153,7 @@ class ServerConfig:
         default="ietf", validator=attrs.validators.in_(get_args(HeaderStyle))
     )
     reset_as_epoch: bool = False
+    reset_late: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     date_skew: float = 0.0
@@ -475,6 +478,7 @@ class ThrottlingServer:
 
     def _refusal_headers(self, state: _KeyState, key: str, wait: float) -> list[tuple[str, str]]:
         cfg = self.config
+        wait += cfg.reset_late
         headers = []
         if cfg.scope_header is not None:
             headers.append((cfg.scope_header, state.limits.scope or key_label(key)))
@@ -494,7 +498,8 @@ class ThrottlingServer:
         bucket, style = state.bucket, self.config.headers
         if bucket is None or style == "none":
             return []
-        limit, remaining, until = bucket.limit, bucket.remaining(now), bucket.reset(now)
+        limit, remaining = bucket.limit, bucket.remaining(now)
+        until = bucket.reset(now) + self.config.reset_late
         full_at = _ceil(self._wall() + until)
         reset: object = _ceil(until)
         if style == "ietf":
@@ -612,6 +617,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--retry-after-precise", action="store_true")
     p.add_argument("--headers", choices=get_args(HeaderStyle), default="ietf")
     p.add_argument("--reset-as-epoch", action="store_true")
+    p.add_argument("--reset-late", type=float, default=0.0)
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--date-skew", type=float, default=0.0)

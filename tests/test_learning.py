@@ -11,6 +11,7 @@ import random
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 import trio
 from hypothesis import example, given, settings
@@ -26,8 +27,6 @@ from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
-
-    import httpx
 
 
 @asynccontextmanager
@@ -86,6 +85,53 @@ async def test_a_fixed_window_costs_at_most_two_429s_then_remaining_zero_waits_f
     assert 1 <= server.count(status=429) <= 2
     refused = [r.start for r in server.records if r.status == 429]
     assert refused[-1] < 4.0  # none once the window is known
+
+
+_EPOCH = 1_790_000_000.0  # a wall clock that moves with trio's, on both sides
+
+
+def _wall() -> float:
+    return _EPOCH + trio.current_time()
+
+
+async def _late_reset_turn(scope: Scope) -> tuple[ThrottlingServer, float]:
+    """60 calls against a fixed window of 10 a second whose ``X-RateLimit-Reset`` (an
+    epoch) and ``Retry-After`` run a second late, as slowapi's do (``1 +`` its
+    window's expiry): the server, and the makespan over the minimum (5.05 s)."""
+    config = ServerConfig(
+        rate=10, burst=10, latency=0.05, model="fixed", headers="x", reset_as_epoch=True,
+        reset_late=1.0,
+    )  # fmt: skip
+    transport = fanout.FanoutTransport(wall_clock=_wall)
+    async with (
+        serve_throttled(config, wall_clock=_wall) as server,
+        httpx.AsyncClient(transport=transport, base_url=server.url) as client,
+    ):
+        began = trio.current_time()
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(60))
+        took = trio.current_time() - began
+    assert ok(turn) == 60
+    return server, took / 5.05
+
+
+async def test_a_window_told_ignores_a_reset_that_runs_a_second_late(autojump_clock: Any) -> None:
+    """Told ``limit=10, per=1``, slowapi's late reset costs nothing: no 429, 1.01x."""
+    server, ratio = await _late_reset_turn(Scope("key", limit=10, per=1.0))
+    assert server.count(status=429) == 0
+    assert ratio <= 1.02
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: learning reads slowapi's reset, a second past the window's end, at face "
+    "value and counts in windows twice as long (1.98x; README, still missed)",
+)
+async def test_learning_a_window_whose_reset_runs_a_second_late(autojump_clock: Any) -> None:
+    """Told nothing, against the same server: within 1.20x and three 429s, as against a
+    window whose reset is the truth (1.01x, one 429)."""
+    server, ratio = await _late_reset_turn(Scope("key"))
+    assert server.count(status=429) <= 3
+    assert ratio <= 1.20
 
 
 async def test_one_stray_429_does_not_make_a_bucket_a_fixed_window(autojump_clock: Any) -> None:
