@@ -48,8 +48,8 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
-  ``reset_late`` adds that many seconds to every reset and 429 wait, as
-  slowapi's ``1 +`` does (its reset is the window's end plus a second).
+  ``reset_late`` adds that many seconds to every reset and every refusal's
+  wait, as slowapi's ``1 +`` does (its reset is the window's end plus a second).
 * Date = the server's wall clock (``date_skew`` ahead of it), written for
   each answer, or every ``date_every`` s and sent until the next, as uvicorn
   (under FastAPI and Starlette) writes its once a second.
