@@ -131,6 +131,10 @@ def _frozen_keys(keys: Mapping[str, KeyLimits]) -> Mapping[str, KeyLimits]:
     return MappingProxyType(dict(keys))
 
 
+# A finite number of seconds, 0 or more (NaN and infinity are refused).
+_SECONDS = attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.lt(math.inf))
+
+
 @attrs.frozen
 class ServerConfig:
     """How the server throttles. ``rate``/``burst``/``max_in_flight`` apply to
@@ -153,11 +157,11 @@ class ServerConfig:
         default="ietf", validator=attrs.validators.in_(get_args(HeaderStyle))
     )
     reset_as_epoch: bool = False
-    reset_late: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    reset_late: float = attrs.field(default=0.0, validator=_SECONDS)
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     date_skew: float = 0.0
-    date_every: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    date_every: float = attrs.field(default=0.0, validator=_SECONDS)
     model: Model = attrs.field(default="bucket", validator=attrs.validators.in_(get_args(Model)))
     reset: ResetMeaning = attrs.field(
         default="full", validator=attrs.validators.in_(get_args(ResetMeaning))

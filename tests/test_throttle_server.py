@@ -9,6 +9,7 @@ two so that the expected times are exact binary floats.
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import subprocess
 import sys
@@ -415,6 +416,11 @@ def test_config_validates() -> None:
         KeyLimits(rate=0)
     with pytest.raises(ValueError, match="headers"):
         ServerConfig(headers="bogus")  # type: ignore[arg-type]
+    for seconds in (-1.0, math.nan, math.inf):  # a Date's period, a reset's lateness
+        with pytest.raises(ValueError, match="date_every"):
+            ServerConfig(date_every=seconds)
+        with pytest.raises(ValueError, match="reset_late"):
+            ServerConfig(reset_late=seconds)
 
 
 def test_the_command_line_spells_every_option() -> None:
@@ -424,13 +430,14 @@ def test_the_command_line_spells_every_option() -> None:
          "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
          "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
          "--model", "fixed", "--reset", "next", "--connect-delay", "0.25",
-         "--window-phase", "0.5"]
+         "--window-phase", "0.5", "--date-every", "1", "--reset-late", "1"]
     )  # fmt: skip
     assert port == 8080
     assert config == ServerConfig(
         rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
         headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
-        model="fixed", reset="next", connect_delay=0.25, window_phase=0.5,
+        model="fixed", reset="next", connect_delay=0.25, window_phase=0.5, date_every=1.0,
+        reset_late=1.0,
     )  # fmt: skip
     assert parse_command_line([]) == (0, ServerConfig())
 
