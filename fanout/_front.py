@@ -1249,7 +1249,10 @@ class ScopeFront:
         request to the reopening, and a window keyed by the clock began
         before that request: 20 per 2 s met at 0.6 of a window was guessed 1.1
         s long, and its next burst of 20 was refused whole (21 429s, 6 calls
-        answered ``rate_limited``; with an exact reset, 1.7 s long).
+        answered ``rate_limited``; with an exact reset, 1.7 s long). And at most
+        as long as a stated policy's window (`RateLimit-Policy`'s ``w``): an
+        HTTP-date's wait shows up to a second more than the window's end, and
+        22 a second stating ``w=1`` was counted as 22 per 1.75 s.
         """
         assert self._window_trial is not None
         assert self._learner is not None
@@ -1268,9 +1271,9 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            self._count_in_windows(
-                max(length, self._window_shown, _shown_length(reset, sent - reopened))
-            )
+            length = max(length, self._window_shown, _shown_length(reset, sent - reopened))
+            stated = self._learner.policy_window
+            self._count_in_windows(length if stated is None else min(length, stated))
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
             later = self._started_between(sent, trio.current_time())

@@ -151,6 +151,7 @@ class RateLearner:
     rate: float | None = None
     burst: float = 1.0
     ceiling: float | None = None  # the server's stated rate; never exceeded
+    policy_window: float | None = None  # the window of the policy that stated it
     measured: float | None = None  # the best lower bound from Remaining's refill
     floor: float = 0.0  # the best lower bound proven by admissions after a 429
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
@@ -287,6 +288,7 @@ class RateLearner:
             stated = limit / window
             if math.isfinite(stated) and stated > 0 and stated != self.ceiling:
                 self.ceiling = self._reference = self.rate = stated
+                self.policy_window = window
                 return True
             return changed
         if remaining is None or self.ceiling is not None:

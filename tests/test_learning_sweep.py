@@ -390,6 +390,16 @@ def test_a_window_on_trial_is_as_long_as_an_exact_wait_shows() -> None:
     )
 
 
+def test_a_window_learned_is_never_longer_than_the_policy_states() -> None:
+    """A fixed window of 22 a second that states its policy (``w=1``), its 429's wait
+    as an HTTP-date (read against the server's finer clock: 1.578 s, where the window
+    reopened 0.828 s on). The trial read that wait as showing a window 1.75 s long,
+    and the scope counted 22 per 1.75 s (3.754 s, 1.76 times the minimum). The server's
+    own policy bounds the window it counts in: 22 per second, 3.004 s."""
+    server = Server("fixed", 22.0, 22, 0.127, 0.0, None, "ietf", "http-date", 53, seed=2)
+    assert_learned(server, refused_at=[0.172454545], makespan=3.004)
+
+
 def test_a_bucket_whose_waits_end_late_is_judged_by_the_guessed_window() -> None:
     """2/s with a burst of 13, a cap of 1, Reset its next token, Retry-After as an
     HTTP-date (a wait read against the server's finer clock, so not whole, and up to a
