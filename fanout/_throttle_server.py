@@ -48,8 +48,14 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
   until the earliest in-flight request of that key is due to finish.
-  ``reset_late`` adds that many seconds to every reset and every refusal's
-  wait, as slowapi's ``1 +`` does (its reset is the window's end plus a second).
+  ``reset_precise`` writes the X- and older-draft reset (epoch or delta) to the
+  millisecond, as slowapi's float epoch does, not rounded up to the second.
+  ``state_at_answer`` states an admitted request's limit and what remains as they
+  are when it is answered, after its latency, as slowapi's middleware reads them
+  once the handler has run: a burst's answers all say what the last left.
+  ``reset_late`` adds that many seconds to every reset, as slowapi's ``1 +``
+  does: its ``X-RateLimit-Reset`` is the window's end plus a second, and its
+  ``Retry-After``, the whole seconds (``int``) of that, the wait rounded up.
 * Date = the server's wall clock (``date_skew`` ahead of it), written for
   each answer, or every ``date_every`` s and sent until the next, as uvicorn
   (under FastAPI and Starlette) writes its once a second.
@@ -157,6 +163,8 @@ class ServerConfig:
         default="ietf", validator=attrs.validators.in_(get_args(HeaderStyle))
     )
     reset_as_epoch: bool = False
+    reset_precise: bool = False
+    state_at_answer: bool = False
     reset_late: float = attrs.field(default=0.0, validator=_SECONDS)
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
@@ -422,6 +430,8 @@ class ThrottlingServer:
             headers += self._refusal_headers(state, key, wait) if status != 500 else []
         try:
             await trio.sleep(delay)
+            if status == 200 and self.config.state_at_answer:
+                headers = self._limit_headers(state, trio.current_time())
             await self._send(conn, stream, status, headers, body, head=request.method == b"HEAD")
         finally:
             if status == 200:
@@ -482,7 +492,6 @@ class ThrottlingServer:
 
     def _refusal_headers(self, state: _KeyState, key: str, wait: float) -> list[tuple[str, str]]:
         cfg = self.config
-        wait += cfg.reset_late
         headers = []
         if cfg.scope_header is not None:
             headers.append((cfg.scope_header, state.limits.scope or key_label(key)))
@@ -526,6 +535,9 @@ class ThrottlingServer:
         else:
             prefix = "ratelimit-" if style == "draft" else "x-ratelimit-"
             reset = full_at if self.config.reset_as_epoch else reset  # as GitHub's, GitLab's
+            if self.config.reset_precise:  # as slowapi's float epoch, Discord's reset-after
+                at = self._wall() + until if self.config.reset_as_epoch else until
+                reset = f"{at:.3f}"
         return [(prefix + n, str(v)) for n, v in zip(names, (limit, remaining, reset), strict=True)]
 
     async def _send(
@@ -622,6 +634,8 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--headers", choices=get_args(HeaderStyle), default="ietf")
     p.add_argument("--reset-as-epoch", action="store_true")
     p.add_argument("--reset-late", type=float, default=0.0)
+    p.add_argument("--reset-precise", action="store_true")
+    p.add_argument("--state-at-answer", action="store_true")
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--date-skew", type=float, default=0.0)

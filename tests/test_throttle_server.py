@@ -430,14 +430,15 @@ def test_the_command_line_spells_every_option() -> None:
          "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
          "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
          "--model", "fixed", "--reset", "next", "--connect-delay", "0.25",
-         "--window-phase", "0.5", "--date-every", "1", "--reset-late", "1"]
+         "--window-phase", "0.5", "--date-every", "1", "--reset-late", "1",
+         "--reset-precise", "--state-at-answer"]
     )  # fmt: skip
     assert port == 8080
     assert config == ServerConfig(
         rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
         headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
         model="fixed", reset="next", connect_delay=0.25, window_phase=0.5, date_every=1.0,
-        reset_late=1.0,
+        reset_late=1.0, reset_precise=True, state_at_answer=True,
     )  # fmt: skip
     assert parse_command_line([]) == (0, ServerConfig())
 
@@ -531,6 +532,52 @@ async def test_bucket_reset_means_full_or_next_token(
             last = await client.get("/")
     assert last.headers["x-ratelimit-remaining"] == "0"
     assert last.headers["x-ratelimit-reset"] == expected  # rounded up to whole seconds
+
+
+@pytest.mark.parametrize(
+    ("epoch", "late", "expected"),
+    [
+        (True, 0.0, f"{WALL + 2:.3f}"),
+        (False, 0.0, "2.000"),
+        (True, 1.0, f"{WALL + 3:.3f}"),  # slowapi: its float epoch, a second late
+        (False, 1.0, "3.000"),
+    ],
+)
+async def test_a_precise_reset_is_written_to_the_millisecond(
+    autojump_clock: trio.testing.MockClock, epoch: bool, late: float, expected: str
+) -> None:
+    """``reset_precise`` writes the X- reset (an epoch or a delta) to the millisecond;
+    ``reset_late`` moves every reset, and never a refusal's ``Retry-After``: slowapi's
+    is the whole seconds of its late reset less now, the wait rounded up."""
+    config = ServerConfig(
+        rate=4, burst=8, headers="x", reset_as_epoch=epoch, reset_precise=True, reset_late=late
+    )
+    async with running(config) as (_, client):
+        for _ in range(8):
+            last = await client.get("/")
+        refused = await client.get("/")
+    assert last.headers["x-ratelimit-reset"] == expected  # 2 s to full
+    assert refused.headers["retry-after"] == "1"  # 0.25 s to the next token, rounded up
+
+
+@pytest.mark.parametrize(("at_answer", "expected"), [(False, ["3", "2", "1"]), (True, ["1"] * 3)])
+async def test_the_state_may_be_read_as_of_the_answer(
+    autojump_clock: trio.testing.MockClock, at_answer: bool, expected: list[str]
+) -> None:
+    """Three requests at once, answered 0.1 s later: what remains as each was counted, or,
+    with ``state_at_answer`` (slowapi's middleware reads it once the handler ran), as
+    it is when each is answered, after all three."""
+    config = ServerConfig(rate=2, burst=4, headers="x", latency=0.1, state_at_answer=at_answer)
+    remaining: list[str] = []
+    async with running(config) as (_, client):
+
+        async def one() -> None:
+            remaining.append((await client.get("/")).headers["x-ratelimit-remaining"])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(one)
+    assert sorted(remaining, reverse=True) == expected
 
 
 async def test_openai_reset_shows_the_meaning_precisely(
