@@ -136,6 +136,17 @@ def _rfc3339(value: str | None) -> float | None:
         return None
 
 
+def _finer_than_seconds(value: str | None) -> bool:
+    """Whether a reset is given finer than whole seconds: with a fraction (slowapi's
+    float epoch, ``1790000002.0`` too; Discord's ``1.234``), or as an epoch in
+    milliseconds. A whole number may have been rounded by up to a second; such a
+    value was not."""
+    number = _number(value)
+    if number is None or value is None:
+        return False
+    return number >= _EPOCH_MS or "." in value
+
+
 def _delta_or_epoch(value: str | None, reference: float) -> float | None:
     """X-RateLimit-Reset: >= 1e12 is epoch ms, >= 1e9 epoch seconds, else delta seconds."""
     number = _number(value)
@@ -258,6 +269,7 @@ class _Quota:
     remaining: float | None = None
     reset_after: float | None = None
     window: float | None = None
+    reset_exact: bool = False
 
 
 _NO_QUOTA = _Quota()
@@ -273,13 +285,17 @@ def _quota(
     reset_after: float | None,
     max_wait: float,
     window: float | None = None,
+    *,
+    reset_exact: bool = False,
 ) -> _Quota:
     limit = _positive(limit)
+    reset_after = _wait(reset_after, max_wait)
     return _Quota(
         limit=limit,
         remaining=_clamped(remaining),
-        reset_after=_wait(reset_after, max_wait),
+        reset_after=reset_after,
         window=_positive(window) if limit is not None else None,
+        reset_exact=reset_exact and reset_after is not None,
     )
 
 
@@ -342,7 +358,8 @@ def _older_draft(values: _Values, reference: float, max_wait: float) -> _Quota:
     limit_field, remaining_field, reset_field = values
     limit, window = _limit_and_window(limit_field)
     reset = _delta_or_epoch(reset_field, reference)
-    return _quota(limit, _number(remaining_field), reset, max_wait, window)
+    exact = _finer_than_seconds(reset_field)
+    return _quota(limit, _number(remaining_field), reset, max_wait, window, reset_exact=exact)
 
 
 def _x_ratelimit(values: _Values, reference: float, max_wait: float) -> _Quota:
@@ -350,10 +367,11 @@ def _x_ratelimit(values: _Values, reference: float, max_wait: float) -> _Quota:
     millisecond) is preferred to its ``-Reset`` epoch, which a whole-second ``Date``
     measures less finely."""
     limit, remaining, reset, reset_after = values
-    delta = _number(reset_after)
+    delta, given = _number(reset_after), reset_after
     if _wait(delta, max_wait) is None:
-        delta = _delta_or_epoch(reset, reference)
-    return _quota(_number(limit), _number(remaining), delta, max_wait)
+        delta, given = _delta_or_epoch(reset, reference), reset
+    exact = _finer_than_seconds(given)
+    return _quota(_number(limit), _number(remaining), delta, max_wait, reset_exact=exact)
 
 
 def _anthropic(values: _Values, reference: float, max_wait: float) -> _Quota:
@@ -375,6 +393,8 @@ def _openai(values: _Values, max_wait: float) -> _Quota:
         _number(remaining),
         None if reset is None else parse_duration(reset),
         max_wait,
+        # "1.7s", "20ms": finer than whole seconds ("6m0s" is not).
+        reset_exact=reset is not None and ("." in reset or reset.rstrip().endswith("ms")),
     )
 
 
@@ -511,6 +531,7 @@ def parse_rate_limit_headers(
         for family, names in _FAMILIES
     )
     with_limit = next((q for q in quotas if q.limit is not None), _NO_QUOTA)
+    with_reset = next((q for q in quotas if q.reset_after is not None), _NO_QUOTA)
     should_retry = _first(
         _SHOULD_RETRY.get(h.get(name, "").strip().lower()) for name in _SHOULD_RETRY_HEADERS
     )
@@ -518,8 +539,9 @@ def parse_rate_limit_headers(
         retry_after=_retry_after(h, reference, max_wait),
         limit=with_limit.limit,
         remaining=_first(q.remaining for q in quotas),
-        reset_after=_first(q.reset_after for q in quotas),
+        reset_after=with_reset.reset_after,
         window=with_limit.window,
         scope=_scope(h),
         should_retry=should_retry,
+        reset_exact=with_reset.reset_exact,
     )

@@ -136,6 +136,8 @@ class RateLimitInfo:
     """What a response's headers say about waiting and quota; ``None`` = unknown.
 
     Durations are seconds from the moment the response was received.
+    ``reset_exact``: the server gave its reset finer than whole seconds (a
+    fractional epoch or delta, milliseconds), so it is not rounded.
     """
 
     retry_after: float | None = attrs.field(default=None, validator=_non_negative)
@@ -145,6 +147,7 @@ class RateLimitInfo:
     window: float | None = attrs.field(default=None, validator=_positive)
     scope: str | None = None
     should_retry: bool | None = None
+    reset_exact: bool = False
 
     @property
     def rate(self) -> float | None:

@@ -175,6 +175,37 @@ def test_discord_s_reset_after_is_preferred_to_its_epoch() -> None:
     assert parse({**discord, "X-RateLimit-Reset-After": "0.5"}).reset_after == 0.5
 
 
+_DATE = {"Date": "Tue, 14 Nov 2023 22:13:20 GMT"}  # 1_700_000_000
+
+
+@pytest.mark.parametrize(
+    ("headers", "exact"),
+    [
+        ({"X-RateLimit-Reset": "1700000002.0534"}, True),  # slowapi: a float epoch
+        ({"X-RateLimit-Reset": "1700000002.0"}, True),  # written as a float, however whole
+        ({"X-RateLimit-Reset": "1700000002"}, False),  # GitHub: whole seconds
+        ({"X-RateLimit-Reset": "1700000002500"}, True),  # epoch milliseconds
+        ({"X-RateLimit-Reset": "3"}, False),
+        ({"X-RateLimit-Reset-After": "1.234", "X-RateLimit-Reset": "1700000009"}, True),
+        ({"X-RateLimit-Reset-After": "soon", "X-RateLimit-Reset": "1700000009"}, False),
+        ({"RateLimit-Reset": "0.75"}, True),
+        ({"RateLimit-Reset": "1700000042"}, False),  # GitLab
+        ({"x-ratelimit-reset-requests": "1.7s"}, True),  # OpenAI's durations
+        ({"x-ratelimit-reset-requests": "20ms"}, True),
+        ({"x-ratelimit-reset-requests": "6m0s"}, False),
+        ({"RateLimit": '"d";r=0;t=3', "RateLimit-Policy": '"d";q=5;w=10'}, False),
+        ({"X-RateLimit-Reset": "never"}, False),  # no reset, nothing exact about it
+        ({"X-RateLimit-Reset": "1700999999.5"}, False),  # a wait past MAX_WAIT is dropped
+    ],
+)
+def test_a_reset_given_finer_than_whole_seconds_is_read_as_exact(
+    headers: dict[str, str], exact: bool
+) -> None:
+    """``reset_exact``: a reset with a fraction, or in milliseconds, was not rounded up to
+    the second; one in whole seconds may have been, by up to a second."""
+    assert parse({**_DATE, **headers}).reset_exact is exact
+
+
 def test_older_draft_window_parameter_spelled_out() -> None:
     """The earliest drafts' "window=" is read like "w="."""
     assert parse({"RateLimit-Limit": "10, 10;window=1, 50;window=60"}).window == 1.0
