@@ -53,7 +53,7 @@ from ._validate import (
     optional_non_negative,
     optional_positive,
 )
-from ._window import Arrivals
+from ._window import Arrivals, past_reset
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -75,6 +75,7 @@ _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, 
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
+_STEP_TOLERANCE = 0.05  # seconds: a window's length read off reported ends, rounded down to whole
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
 # that spends one of the 429s learning may (`fanout._learning`).
@@ -201,11 +202,15 @@ def _counted_first(
 
 
 def _shown_length(reset: float | None, since_due: float) -> float:
-    """The least a window can be long, from the ``Reset`` a request gave ``since_due`` s
-    after the window's reported end, when it found the window just reopened (0: no reset).
+    """The least a window can be long, from the ``Reset`` a request read ``since_due`` s
+    after the window it is in had surely begun, when it found it just reopened (0: no reset).
 
-    An exact reset is the rest of the window, and it reopened no later than
-    its reported end: the time since then is the least of what went before.
+    An exact reset is the rest of the window. The window began no later than
+    its reported end (the one before it ended then), nor than the request
+    arrived (it is in it): the time since then is the least of what went
+    before. (Counted only from the reported end, a reset given to the
+    millisecond is read a round trip later: 5 per 2 s was counted as 5 per
+    1.932 s, and each third window's five were refused.)
     A whole number of seconds is rounded up, and just after the window
     reopened it is its length, where windows are whole seconds; the time
     since is then in the rounding (added, a log of 4 per second was counted
@@ -216,6 +221,54 @@ def _shown_length(reset: float | None, since_due: float) -> float:
     if whole_seconds(reset):
         return reset
     return reset + since_due
+
+
+@attrs.frozen
+class _WindowTrial:
+    """A learned window on trial (`ScopeFront._judge_window`): its guessed ``length``,
+    when a request tries it (``reopens``: the end reported, or the server's wait if
+    sooner), and the end the server reported for the window found spent, where it gave
+    that finer than whole seconds (`RateLimitInfo.reset_exact`)."""
+
+    length: float
+    reopens: float
+    reported_end: float | None
+
+
+def _late_length(
+    trial: _WindowTrial, sent: float, info: RateLimitInfo, now: float, oldest: float
+) -> float:
+    """The longest a window can be where the server reports its ends late: it let the
+    trial, sent at ``sent``, in before the end it reported for the window found spent
+    (``trial.reported_end``); inf where nothing shows that. ``info`` is the trial's
+    answer, read at ``now``; ``oldest``: when the earliest of ours the server still
+    counted then was sent.
+
+    The server reports every end at least ``late`` (the reported end less
+    ``sent``) after it came. A fixed window began when the spent one ended,
+    so it is no longer than the step between the two reported ends, however
+    late both are; a sliding log's oldest leaves a window after it came, so
+    it is no longer than the trial's reported end less ``late``, from when
+    that oldest was sent. Either way, the longer of the two. slowapi reports
+    every end a second late (``1 +`` its expiry): 10 a second was read as 10
+    per 1.95 s, 1.78 times the minimum. Only ends given finer than whole
+    seconds (slowapi's float epochs) are read so: one rounded up by up to a
+    second makes an honest window seem to reopen early, and two such ends may
+    be closer than their windows' (19 per 3.11 s stepped by 3 s, its next 19
+    all refused). Windows are whole seconds: the bound is rounded down to one,
+    within ``_STEP_TOLERANCE`` (an end read against a server clock that moved
+    between the two).
+    """
+    before, reset = trial.reported_end, info.reset_after
+    if before is None or reset is None or not info.reset_exact:
+        return math.inf
+    late = before - sent
+    if late <= TOGETHER:
+        return math.inf
+    reported = now + reset
+    longest = max(reported - before, reported - late - oldest)
+    whole = math.floor(longest + _STEP_TOLERANCE)
+    return float(whole) if whole >= 1 else math.inf
 
 
 @attrs.define(eq=False)
@@ -315,9 +368,11 @@ class ScopeFront:
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
     _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
     _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
+    _window_reset_exact: bool = attrs.field(init=False, default=False, repr=False)
     _first_answer_at: float = attrs.field(init=False, default=math.inf, repr=False)
-    # A learned window on trial: its length, and when the server said it reopens.
-    _window_trial: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    _window_trial: _WindowTrial | None = attrs.field(init=False, default=None, repr=False)
+    # The length a learned window was guessed at, where its reported ends shortened it.
+    _window_unstepped: float | None = attrs.field(init=False, default=None, repr=False)
     # The least the window on trial can be long, by its 429s' exact waits (`_length_shown`).
     _window_shown: float = attrs.field(init=False, default=0.0, repr=False)
     # Counting in a window a reopening showed (`_count_in_reopened`): its first 429 ends it.
@@ -983,7 +1038,7 @@ class ScopeFront:
         if arriving and sent_at is not None:
             self._refusals_taken.append(sent_at)
         trial = self._window_trial
-        if trial is not None and sent >= trial[1]:
+        if trial is not None and sent >= trial.reopens:
             self._window_trial = None  # refused after the window's reported end: no window
         elif (
             opened is not None and now < opened and self.window == "auto" and trial is None
@@ -992,7 +1047,7 @@ class ScopeFront:
             # a window. (A told scope sends no probe.)
             and (self._learner is None or sent > self._first_answer_at)
         ):  # fmt: skip
-            self._window_open_until = None  # one vote per reported window
+            self._window_open_until, reported = None, opened  # one vote per reported window
             # The server's own wait, where it gives one, is when it takes a request
             # again: a window's ends with the window, but a bucket whose Reset means
             # "until full" reports a window that ends once it is full. Tried then, it
@@ -1000,12 +1055,27 @@ class ScopeFront:
             # second at least, as a congestion event holds (`RateLearner`): tried at
             # a wait of 0.4 s, a next-token bucket drew a 429 each half second.
             if wait is not None and wait > 0:
-                opened = min(opened, now + max(wait, 1.0))
+                # A moment after it, as after a reported end (`past_reset`): an HTTP-date
+                # names a whole second, where a log of whole seconds whose requests went
+                # on whole seconds reopens, and still counts it.
+                opened = min(opened, now + past_reset(max(wait, 1.0)))
             blocked_for = max(blocked_for, opened - now)
+            if self._window_reset_exact and wait is not None and whole_seconds(wait):
+                # Told to retry before the exact end it reported: the server reports its
+                # ends at least that late (slowapi's, a second), and its window spans
+                # less than the reset said (`_could_be_windows`). Counted as said, 10 a
+                # second spanned two windows, twice the limit: the 429 passed for a
+                # bucket's, and each one halved the rate (3.4-3.9x in real time).
+                late = reported - past_reset(wait) - now
+                if late > TOGETHER:
+                    self._window_reset = max(0.0, self._window_reset - late)
             if self._could_be_windows(now):
                 self._window_votes += 1
             if self._learner is not None and self._window_votes >= 1:
-                self._window_trial, self._window_shown = (self._window_guess()[0], opened), 0.0
+                guess = self._window_guess()[0]
+                exact = reported if self._window_reset_exact else None
+                self._window_trial = _WindowTrial(guess, opened, exact)
+                self._window_shown = 0.0
             elif self._window_votes >= _WINDOW_VOTES:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
@@ -1085,6 +1155,12 @@ class ScopeFront:
         right (a fixed window's edge), as to one told.
         """
         assert self._window_length is not None
+        unstepped, self._window_unstepped = self._window_unstepped, None
+        if unstepped is not None:
+            # Shortened by the ends the server reported (`_late_length`), and refused:
+            # it is as long as the guess after all.
+            self._count_in_windows(unstepped)
+            return
         self._window_refusals += 1
         if self._window_refusals < 2:
             return
@@ -1232,7 +1308,9 @@ class ScopeFront:
         self._window_open_until = None
         self._backend.use_window(self._window_length)
 
-    def _judge_window(self, remaining: float, sent: float, reset: float | None = None) -> None:
+    def _judge_window(
+        self, info: RateLimitInfo, sent: float, now: float, arrived_by: float
+    ) -> None:
         """A learned window is tried before it is trusted, by the first answer after it reopens.
 
         A token bucket whose ``Reset`` is its next token (rounded up to a
@@ -1254,9 +1332,11 @@ class ScopeFront:
         HTTP-date's wait shows up to a second more than the window's end, and
         22 a second stating ``w=1`` was counted as 22 per 1.75 s.
         """
-        assert self._window_trial is not None
+        trial, remaining, reset = self._window_trial, info.remaining, info.reset_after
+        assert trial is not None
+        assert remaining is not None
         assert self._learner is not None
-        length, reopened = self._window_trial
+        length, reopened = trial.length, trial.reopens
         if sent < reopened:
             return
         self._window_trial = None
@@ -1271,7 +1351,14 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            length = max(length, self._window_shown, _shown_length(reset, sent - reopened))
+            since = sent - reopened
+            if info.reset_exact:  # read when answered; the window held it since it arrived
+                since = max(since, now - arrived_by)
+            length = max(length, self._window_shown, _shown_length(reset, since))
+            oldest = self._oldest_counted(sent, burst - remaining)
+            shorter = _late_length(trial, sent, info, now, oldest)
+            if shorter < length:
+                length, self._window_unstepped = shorter, length
             stated = self._learner.policy_window
             self._count_in_windows(length if stated is None else min(length, stated))
             # The new log holds what went after the trial, one at a time, while it
@@ -1281,6 +1368,14 @@ class ScopeFront:
         else:
             self._window_votes = 0
             self._apply_learned()
+
+    def _oldest_counted(self, sent: float, counted: float) -> float:
+        """When the earliest of the ``counted`` requests a window held at the request sent at
+        ``sent`` (itself among them) was sent, all taken for ours, which reaches back the
+        furthest; -inf where fewer are kept."""
+        count = round(counted)
+        starts = self._recent.latest_before(math.nextafter(sent, math.inf), count)
+        return starts[0] if count >= 1 and len(starts) == count else -math.inf
 
     async def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset)."""
@@ -1353,7 +1448,7 @@ class ScopeFront:
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(sent, arrived_by)
             if self._window_trial is not None and info.remaining is not None:
-                self._judge_window(info.remaining, sent, info.reset_after)
+                self._judge_window(info, sent, now, arrived_by)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
         self._emptied = self._emptied or (remaining is not None and remaining < 1)
@@ -1362,8 +1457,11 @@ class ScopeFront:
                 await self._backend.block_until(now + reset)
                 return
             if self._window_length is None:  # a log already waits for its window
-                self._window_open_until = now + reset if reset > 0 else None
-                self._window_reset = reset
+                # Tried a moment after the end it names (`past_reset`): at the end
+                # itself, a server counting it in the old window refused the trial, and
+                # the window was never learned.
+                self._window_open_until = now + past_reset(reset) if reset > 0 else None
+                self._window_reset, self._window_reset_exact = reset, info.reset_exact
         if remaining is not None and rate is not None:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()

@@ -64,7 +64,7 @@ from ._redis_client import RedisClient, a_client, a_prefix, client_from_url
 from ._redis_keys import scope_key_base
 from ._slots import take_slot
 from ._validate import positive
-from ._window import SlidingLog
+from ._window import SlidingLog, past_reset
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -594,9 +594,11 @@ class RedisBackend:
         """
         if self.window is not None:
             # As the local log reads it (`SlidingLog.sync`): a count of this limit may
-            # free entries the server forgot, and its Reset the oldest it counted.
+            # free entries the server forgot, and its Reset (a moment after it) the oldest
+            # it counted.
             of_limit = count.of_limit(self.burst)
-            reset = count.reset_after if of_limit and count.reset_after is not None else -1.0
+            given = count.reset_after
+            reset = past_reset(given) if of_limit and given is not None else -1.0
             with contextlib.suppress(LimiterUnavailableError):
                 await self._shared(
                     "sync", extra=count.remaining, elapsed=count.elapsed, reset=reset,

@@ -35,12 +35,12 @@ import trio
 
 from ._bucket import Booking, BucketStatistics, Epochs, ServerCount, check_cost
 from ._exceptions import ConfigurationError
-from ._learning import TOGETHER
+from ._learning import TOGETHER, whole_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Arrivals", "SlidingLog", "earliest_start"]
+__all__ = ["Arrivals", "SlidingLog", "earliest_start", "past_reset"]
 
 _EPS = 1e-9
 
@@ -57,6 +57,20 @@ def _end(entry: Entry, span: float) -> float:
     if entry[2] == _RELEASED:
         return entry[3]
     return max(entry[0] + span, entry[3])
+
+
+def past_reset(reset: float) -> float:
+    """When to send after a ``reset`` (or a wait) that says when the server counts anew:
+    a moment after it (``TOGETHER``), unless it is whole seconds, rounded up past the end.
+
+    Sent at the very end the server names, a request reached a server that
+    counts that instant in the old window, and was refused; on a learned
+    window each such 429 lengthened it (2 per 2 s stating its reset to the
+    millisecond: ten 429s, and the window grew from 1.9 s to 490 s). An
+    epoch in whole seconds, read against a finer clock, is not whole here: it
+    may name the end exactly, where the window's end is a whole second.
+    """
+    return reset if whole_seconds(reset) else reset + TOGETHER
 
 
 def earliest_start(
@@ -318,7 +332,7 @@ class SlidingLog:
             return False
         released = self._release_forgotten(sent, remaining, now, late=count.late)
         if count.reset_after is not None:
-            released |= self._release_by_reset(sent, now + count.reset_after)
+            released |= self._release_by_reset(sent, now + past_reset(count.reset_after))
         if released:
             self._void()
         return released
