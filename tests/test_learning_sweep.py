@@ -700,13 +700,14 @@ def _exact(server: Server, late: float = 0.0) -> Server:
 
 
 @pytest.mark.parametrize(
-    ("server", "refused_at", "makespan"),
+    ("server", "late", "refused_at", "makespan"),
     [
         # 2 per 2 s, a cap of one: the code before sent each window's first request at
         # the very end the last one named, which the server still counted in it; each
         # 429 lengthened the learned window, 1.9 s to 490 s, and four calls gave up.
         (
             Server("fixed", 1.0, 2, 0.084, 0.0, 1, "draft", "seconds", 50, seed=1),
+            0.0,
             [1.041999945, 5.920999796, 9.920999809],
             50.08900008964546,
         ),
@@ -714,6 +715,7 @@ def _exact(server: Server, late: float = 0.0) -> Server:
         # (eight 429s, and one call gave up).
         (
             Server("fixed", 5 / 3, 5, 0.286, 0.0, None, "draft", "absent", 45, seed=2),
+            0.0,
             [0.828799997, 8.999999765, 11.999999876],
             27.290999996662144,
         ),
@@ -721,52 +723,44 @@ def _exact(server: Server, late: float = 0.0) -> Server:
         # window 1.932 s long, and each third window's five were refused (1.91x, 4 429s).
         (
             Server("fixed", 2.5, 5, 0.0675, 0.0, None, "draft", "absent", 60, seed=1),
+            0.0,
             [0.453999977, 7.995000134, 11.995000029],
             24.072500002384178,
         ),
         # A sliding log of 10 per 2 s: 1.43x with four 429s before.
         (
             Server("sliding", 5.0, 10, 0.05, 0.0, None, "x", "seconds", 60),
+            0.0,
             [0.245000005],
             10.614999938011177,
         ),
-    ],
-)
-def test_a_window_stating_its_reset_to_the_millisecond_is_tried_just_after_it(
-    server: Server, refused_at: list[float], makespan: float
-) -> None:
-    """A window whose reset is exact names the instant it ends, which the server may still
-    count in it: the trial, and each place the log frees by a reset, go a moment after
-    (`fanout._window.past_reset`), and the trial's reset is read from when it was answered,
-    where it arrived by (`ScopeFront._judge_window`)."""
-    assert_learned(_exact(server), refused_at=refused_at, makespan=makespan)
-
-
-@pytest.mark.parametrize(
-    ("server", "refused_at", "makespan"),
-    [
-        # 10 a second, 60 calls: 10 per 1.95 s before (1.78x).
+        # slowapi's late reset, 10 a second: 10 per 1.95 s before (1.78x).
         (
             Server("fixed", 10.0, 10, 0.05, 0.0, None, "x", "seconds", 60),
+            1.0,
             [0.245000005],
             5.345000004768371,
         ),
-        # A sliding log of 19 per 2 s, 200-400 ms answers, its waits as HTTP-dates.
+        # Late, a sliding log of 19 per 2 s, 200-400 ms answers, its waits as HTTP-dates.
         (
             Server("sliding", 9.5, 19, 0.2635, 0.13, None, "draft", "http-date", 55),
+            1.0,
             [0.639714695],
             5.650998474379609,
         ),
     ],
 )
-def test_a_window_whose_reset_runs_a_second_late_is_as_long_as_its_reported_ends_allow(
-    server: Server, refused_at: list[float], makespan: float
+def test_a_window_stating_its_reset_to_the_millisecond_is_learned(
+    server: Server, late: float, refused_at: list[float], makespan: float
 ) -> None:
-    """slowapi reports each window's end a second late (``1 +`` its expiry, a float epoch),
-    while its Retry-After is the wait rounded up: the trial, sent when the server said to
-    retry, is let in before the end it reported, and the window is no longer than its
+    """A window whose reset is exact names the instant it ends, which the server may still
+    count in it: the trial, and each place the log frees by a reset, go a moment after
+    (`fanout._window.past_reset`), and the trial's reset is read from when it was
+    answered, where it arrived by (`ScopeFront._judge_window`). A server that reports
+    its ends ``late`` (slowapi: a second, while its Retry-After is the wait rounded up)
+    lets the trial in before the end it reported, and the window is no longer than its
     reported ends allow (`fanout._front._late_length`)."""
-    assert_learned(_exact(server, late=1.0), refused_at=refused_at, makespan=makespan)
+    assert_learned(_exact(server, late), refused_at=refused_at, makespan=makespan)
 
 
 # Windows the code before gave calls up on (in a wider scan; none of the 30 drawn below).
