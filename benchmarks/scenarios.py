@@ -164,7 +164,9 @@ class Scenario:
     ``retry_after_precise`` makes the server send fractional Retry-After
     seconds instead of whole ones (the quick run uses it to stay quick).
     ``window_phase``: a fixed window's first began that share of one before
-    the first request (windows keyed by the clock).
+    the first request (windows keyed by the clock). ``slowapi``: the server
+    writes its headers as slowapi does (its reset a float epoch a second past
+    the window's end, what remains read once the handler ran).
     """
 
     name: str
@@ -185,6 +187,7 @@ class Scenario:
     connect_delay: float = 0.0
     seed: int = 0
     window_phase: float = 0.0
+    slowapi: bool = False
     why: str = ""
 
     @property
@@ -296,6 +299,9 @@ class Scenario:
             args.append("--retry-after-precise")
         if self.window_phase:
             args += ["--window-phase", f"{self.window_phase:g}"]
+        if self.slowapi:
+            args += ["--reset-as-epoch", "--reset-precise", "--reset-late", "1",
+                     "--state-at-answer"]  # fmt: skip
         return args
 
 
@@ -346,6 +352,12 @@ FULL: tuple[Scenario, ...] = (
         "sliding", "sliding log, 10 per second", calls=60, rate=10, burst=10, latency=0.05,
         model="sliding",
         why="At most 10 in any second.",
+    ),
+    Scenario(
+        "fixed-late", "fixed window, 10 per second, its reset a second late", calls=60,
+        rate=10, burst=10, latency=0.05, model="fixed", headers="x", slowapi=True,
+        why="slowapi (FastAPI) and the limits library: X-RateLimit-Reset is a float epoch "
+        "a second past the window's end, Retry-After the wait rounded up.",
     ),
     Scenario(
         "fixed-bare", "fixed window, 10 per second, stating nothing", calls=60, rate=10,
