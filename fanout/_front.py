@@ -1351,10 +1351,10 @@ class ScopeFront:
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding or remaining + since >= burst:
-            since = sent - reopened
+            since_due = sent - reopened
             if info.reset_exact:  # read when answered; the window held it since it arrived
-                since = max(since, now - arrived_by)
-            length = max(length, self._window_shown, _shown_length(reset, since))
+                since_due = max(since_due, now - arrived_by)
+            length = max(length, self._window_shown, _shown_length(reset, since_due))
             oldest = self._oldest_counted(sent, burst - remaining)
             shorter = _late_length(trial, sent, info, now, oldest)
             if shorter < length:
