@@ -1550,6 +1550,7 @@ class ScopeFront:
                 now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
                 others_with=min(alongside, others_with),
                 after_with=self._started_between(sent, min(now, sent + together)),
+                tied=max(0.0, started - self._sent_by(sent - TOGETHER) - 1.0), refused=refused,
             )  # fmt: skip
             # What this process proved, told to the others sharing the limit; and theirs.
             if (self._learner.measured or 0.0) > (measured or 0.0):

@@ -20,7 +20,9 @@ Three sources, in order of trust:
    down at both answers and never full between, it did not spill, and the
    same counts bound the rate from above, ``(r2 + 1 - r1 + n) / (t2 -
    t1)``: growth never passes that, and a rate above it comes down to it
-   before any 429. The stated limit is the burst.
+   before any 429. A rate grown past the refill proven while the bucket was
+   found full comes back to that refill at the first answer that surely
+   found it drawn down. The stated limit is the burst.
    Until a bound exists, a burst's worth per reset (at least a second) is
    the first guess: 429s correct it downward (AIMD), the refill upward. A
    server that states its limit and what remains but no reset and no
@@ -100,7 +102,8 @@ _SETTLED = 60.0  # seconds: from the second 429 on, it grows e-fold only in this
 _PHASE_ONE = 1.0  # seconds: after the first 429, a burst's worth a second is the first guess
 _SHORTEST = 1e-3  # seconds: a round trip counted as no shorter
 _KEPT = 512  # admissions remembered since the last anchor
-_EXACT_KEPT = 8  # answers that found the bucket full, remembered to measure from
+_EXACT_KEPT = 32  # answers that found the bucket full, remembered to measure from
+_EXACT_APART = _BASELINE / 16  # seconds: and kept this far apart, but for the latest two
 _SPREADS = 10  # a shorter span than _BASELINE counts if this many latency spreads long
 # A refill bound's span is widened by the latency spread seen so far, this many times:
 # the spread of a few samples is short of the whole. Widened by it once, a rate
@@ -177,6 +180,10 @@ class RateLearner:
     _headroom: bool = attrs.field(default=True, alias="_headroom")  # Remaining near full
     # An answer found the bucket drawn down a baseline after the first: the rate is near.
     _drawn: bool = attrs.field(default=False, alias="_drawn")
+    # Grown past the refill proven while the bucket was found full (`on_success`).
+    _grown_past: bool = attrs.field(default=False, alias="_grown_past")
+    # Taken back from there (`_grown_back`): when, and from what rate.
+    _taken_back: tuple[float, float] | None = attrs.field(default=None, alias="_taken_back")
     _full_since: float | None = attrs.field(default=None, alias="_full_since")  # every answer since
     # The first answer of those found drawn down since the last found full (sent alone):
     # when its request was sent, what remained, and the requests counted by then.
@@ -250,6 +257,8 @@ class RateLearner:
         late: float = 0.0,
         others_with: float = 0.0,
         after_with: float = 0.0,
+        tied: float = 0.0,
+        refused: bool = False,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
@@ -266,6 +275,9 @@ class RateLearner:
         those sent with it, how many other processes sharing the limit sent.
         ``after_with``: of ``after``, how many were sent with it (as soon after
         it as ``alongside`` before): they may have reached the server first.
+        ``tied``: of ``alongside``, those sent within ``TOGETHER`` of it, at
+        the same instant, in whatever order the server took them. ``refused``:
+        the answer is a 429's.
         """
         changed = False
         if limit == 1 and self._one_token is None:
@@ -302,8 +314,11 @@ class RateLearner:
         # ``B - 1`` after its own token is a bucket that held all ``B``; or full
         # before the requests other processes sent with it, which may have got
         # there first. (Two processes learning a 20/s server took turns at 8 and
-        # 9 of 10; read as drawn down, both stayed at 11-13/s for 2.5 s.)
-        if remaining + others_with < self.burst - 1:
+        # 9 of 10; read as drawn down, both stayed at 11-13/s for 2.5 s.) So are
+        # ours sent at the same instant: of a probe two wide, one says ``B - 2``
+        # whatever the rate, and read as drawn down, it ended the slow start at
+        # 6/s against 50/s (burst 3, 250-350 ms: 2.9 times the minimum, now 2.1).
+        if remaining + max(tied, others_with) < self.burst - 1:
             self._full_since = None
             # Still drawn down a baseline after the first answer: the pace (the burst
             # spent by then) is near the server's rate, and doubling it is no longer a
@@ -321,6 +336,8 @@ class RateLearner:
         # before this one that left after it reached the server after it.
         sent = (started - alongside, False) if left is None else (left - left_with, True)
         changed |= self._measure(remaining, at, started, alongside, sent, late, after_with)
+        if self._grown_past and not refused and remaining + tied < self.burst - 1:
+            changed |= self._grown_back(now)
         if self.rate is None and reset_after:
             # A burst's worth per reset (at least a second: resets are rounded up).
             guess = (limit if limit is not None else max(remaining, 1.0)) / max(reset_after, 1.0)
@@ -477,8 +494,17 @@ class RateLearner:
                 span = at - then + max(TOGETHER, _SPREAD_MARGIN * late)
                 bound = max(bound, (remaining - full + admitted) / span)
         if remaining == full and all(then != at for then, _ in self._exact):
-            self._exact.append((at, sent))
-            del self._exact[:-_EXACT_KEPT]
+            bisect.insort(self._exact, (at, sent))
+            # The latest two, and before them none closer than ``_EXACT_APART``: the
+            # last few answers of a fast pace span less than ``_BASELINE``, and
+            # measure nothing (eight kept, a pace kept up at every answer proved
+            # under half itself, and growth stopped at twice that: 26/s against
+            # 50/s, burst 3, 250-350 ms).
+            kept = self._exact[-2:]
+            for entry in reversed(self._exact[:-2]):
+                if kept[0][0] - entry[0] >= _EXACT_APART:
+                    kept.insert(0, entry)
+            self._exact = kept[-_EXACT_KEPT:]
         return bound
 
     def on_throttled(
@@ -516,14 +542,15 @@ class RateLearner:
         if now < self._hold_until:
             return
         self._events += 1
-        self._slow_start = False
+        self._slow_start = self._grown_past = False
         self._hold_until = now + max(wait, 1.0)
-        current = sending_rate if self.rate is None else min(self.rate, sending_rate)
+        rate, self._taken_back = self._refused_rate(now), None
+        current = sending_rate if rate is None else min(rate, sending_rate)
         current = max(current, _MIN_RATE)
         self._reference = self.ceiling or current
         factor = _DECREASE if self.ceiling is None else _DECREASE_KNOWN
         decreased, proven = current * factor, self.measured
-        pace = current if self.rate is None else max(current, self.rate)
+        pace = current if rate is None else max(current, rate)
         if proven is not None and proven < pace:
             # The refill measured below the pace refused is evidence, where a blind
             # half is not: against 10/s with a burst of 2, the half of 12/s was
@@ -540,6 +567,20 @@ class RateLearner:
         self.measured, self._anchor = None, None
         self._drawn_from = None  # a window may have reopened since
         self._exact.clear()
+
+    def _refused_rate(self, now: float) -> float | None:
+        """The rate a 429 refused: the present one, or within a second of a growth taken
+        back (`_grown_back`), the rate before: the requests sent at it drew the 429.
+
+        Read as refused at the rate taken back to, the 429 halved it: a log of
+        2 a second, grown to 3/s and taken back to the 1/s proven, was paced at
+        0.5/s and then at 1/s to the end (twice the minimum), where the 429 to
+        3/s lands at 1.5/s and the refill proves 2/s.
+        """
+        taken_back = self._taken_back
+        if taken_back is None or self.rate is None or now - taken_back[0] > 1.0:
+            return self.rate
+        return max(self.rate, taken_back[1])
 
     def _throttled_blind(
         self,
@@ -767,6 +808,7 @@ class RateLearner:
             # as after a first 429, e-fold in ``_GROWTH``, until it is drawn down, where
             # the refill bound measures its rate. (A window is full only as it reopens.)
             grown = self.rate + 1.0 / _GROWTH
+            self._grown_past = True
             if not self._headroom and self.measured is not None:
                 # Found full on arrival, with more in flight than it holds: the
                 # answers that show it drawn down come a round trip late. Grown
@@ -779,6 +821,27 @@ class RateLearner:
         # Never past the refill a drawn-down bucket allowed (`_bound_refill`).
         grown = min(grown, max(self.rate, self._refill_at_most))
         self.rate = grown if self.ceiling is None else min(grown, self.ceiling)
+
+    def _grown_back(self, now: float) -> bool:
+        """An answer found the bucket drawn down, for sure, while the rate grew past the
+        refill proven (the bucket found full for a while, `on_success`): back to the
+        refill proven; True when the rate fell. Growth starts again once the bucket
+        has been found full for a while again.
+
+        Its answers come a round trip late, and the rate grew e-fold in
+        ``_GROWTH`` meanwhile: kept until the 429, 28/s against a bucket of 3
+        went to 42/s, a 429 and a second's wait. Only sure where no request
+        was sent with it (`TOGETHER`): its Remaining counts theirs or not, in
+        the order the server took them. A 429 is not one here: its decrease
+        lands on the refill proven (`on_throttled`), and taken back first it
+        halved a pace the refill had proven instead.
+        """
+        self._grown_past = False
+        if self.measured is None or self.rate is None or self.rate <= self.measured:
+            return False
+        self._taken_back = (now, self.rate)
+        self.rate = self.measured
+        return True
 
     def _full_for_a_while(self, began: float) -> bool:
         """Whether every answer found the server's bucket full for ``_BASELINE``, in at

@@ -316,6 +316,94 @@ def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> 
     assert pace_only.rate == pytest.approx(20)  # doubled: one request in flight
 
 
+def test_requests_sent_at_the_same_instant_are_found_full_when_any_order_would_be() -> None:
+    """Unit level: a bucket of 3, found full at the first answer; 0.6 s later two sent at
+    the same instant answer 2 and 1. The server took them in some order, so the bucket
+    was full before them, and the slow start goes on: at the next answer that finds it
+    full, the 3/s paced doubles. Read as drawn down (half a second after the first),
+    the 1 ended the slow start: 6/s against 50/s behind 250-350 ms (2.9 times the
+    minimum on a mock clock; 2.1 now). Sent apart, it is drawn down, and the rate stays
+    at the refill the answers proved."""
+
+    def pair(tied: float) -> RateLearner:
+        learner = RateLearner()
+        learner.from_headers(3, None, remaining=2, reset_after=1.0, at=0.0, started=1)
+        for remaining in (2, 1):
+            learner.from_headers(
+                3, None, remaining=remaining, reset_after=1.0, at=0.6, started=3,
+                alongside=1, tied=tied,
+            )  # fmt: skip
+        learner.from_headers(3, None, remaining=2, reset_after=1.0, at=0.9, started=4)
+        learner.on_success(began=0.9, latency=0.3)
+        return learner
+
+    together, apart = pair(tied=1), pair(tied=0)
+    assert together.rate == pytest.approx(6)
+    assert apart.rate == apart.measured == pytest.approx(3 / (0.9 + TOGETHER))
+
+
+def test_a_fast_pace_kept_up_is_measured_over_answers_kept_apart() -> None:
+    """Unit level: a bucket of 5 found full at every answer, 5/s for two seconds, then
+    50/s for one. Only the last eight such answers kept, they spanned 0.14 s, under the
+    half second a bound needs, and the refill proven was the average since the first
+    answer, 19.5/s (a pace kept up at 50/s stayed proven at under half). Kept a
+    thirty-second of a second apart, the answers reach back over the fast pace."""
+    learner = RateLearner()
+    sent_at = [0.2 * i for i in range(10)] + [2.0 + 0.02 * i for i in range(50)]
+    for count, at in enumerate(sent_at, start=1):
+        learner.from_headers(5, None, remaining=4, reset_after=1.0, at=at, started=count)
+    assert learner.measured is not None
+    assert learner.measured > 40
+
+
+def _grown_past_the_refill() -> RateLearner:
+    """A burst of 10, drawn down then full (19/s proven), grown to 20/s while full."""
+    learner = RateLearner()
+    learner.from_headers(10, None, remaining=2, reset_after=1.0, at=0.0, started=8)
+    learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.6, started=16)
+    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=1.0, started=21)
+    learner.on_success(began=1.6, latency=0.05)
+    assert (learner.rate, learner.measured) == (pytest.approx(20), pytest.approx(19))
+    return learner
+
+
+def test_growth_past_the_refill_is_taken_back_when_the_bucket_is_surely_drawn_down() -> None:
+    """Unit level: grown past the refill proven while the bucket was found full, the rate
+    goes back to that refill at the first answer that surely found the bucket drawn down.
+    Its answers come a round trip late: kept until the 429, 28/s against a bucket of 3
+    behind 260 ms grew to 42/s. Not sure where two were sent with it at the same instant
+    (their order at the server is any), and not at a 429 (its own decrease lands on the
+    refill proven, `on_throttled`)."""
+    surely = _grown_past_the_refill()
+    assert surely.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28)
+    assert surely.rate == pytest.approx(19)
+
+    tied = _grown_past_the_refill()
+    tied.from_headers(
+        10, None, remaining=7, reset_after=1.0, at=1.7, started=28, alongside=2, tied=2
+    )
+    assert tied.rate == pytest.approx(20)
+
+    refused = _grown_past_the_refill()
+    refused.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28, refused=True)
+    assert refused.rate == pytest.approx(20)
+
+
+def test_a_429_soon_after_growth_was_taken_back_is_read_as_refusing_the_rate_before() -> None:
+    """Unit level: taken back from 20/s to the 19/s proven (above), a 429 within a
+    second was drawn by requests sent at 20/s: the decrease lands a tenth below the
+    refill proven, 17.1/s. Read as refusing 19/s, the refill proven no longer below
+    the pace refused, it halved: a log of 2 a second was paced at 0.5/s, then at 1/s to
+    the end (twice the minimum). A 429 a second later refuses the rate as it is."""
+    soon, later = _grown_past_the_refill(), _grown_past_the_refill()
+    for learner in (soon, later):
+        learner.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28, now=1.75)
+    soon.on_throttled(25.0, now=1.8, wait=1.0, sent_at=1.75, started=28)
+    later.on_throttled(25.0, now=2.8, wait=1.0, sent_at=2.75, started=28)
+    assert soon.rate == pytest.approx(0.9 * 19)
+    assert later.rate == pytest.approx(19 / 2)
+
+
 def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start() -> None:
     """Unit level: a learner at its first guess (10/s, every answer found the bucket
     full) takes a refill another process sharing the limit proved, 19/s, as a count

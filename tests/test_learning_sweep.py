@@ -1172,9 +1172,11 @@ def test_a_measured_rate_grows_while_the_server_s_bucket_stays_full() -> None:
     test below), it reaches its first 429 sooner, at 1.26 s for 1.40, and the fit after
     it lands at 12.7/s for 25: 5.3 s, still two 429s. Once an answer found the bucket
     drawn down half a second after the first, the slow start stopped doubling a pace
-    near the rate, and grows it only while the bucket stays full: 2.9 s, no 429."""
+    near the rate, and grows it only while the bucket stays full: 2.9 s, no 429. The
+    answers it measures from kept apart, over more than the last eight, the refill
+    proven keeps nearer the pace: 2.90 s for 2.93."""
     server = Server("bucket", 30, 2, 0.05, 0.0, None, "x", "http-date", 60)
-    assert_learned(server, refused_at=[], makespan=2.9258440955486598)
+    assert_learned(server, refused_at=[], makespan=2.897165893722031)
 
 
 def test_a_bucket_found_full_on_arrival_grows_the_rate_with_more_in_flight_than_it_holds() -> None:
@@ -1186,9 +1188,22 @@ def test_a_bucket_found_full_on_arrival_grows_the_rate_with_more_in_flight_than_
     429 (5.06 s, no 429); up to twice the pace proven, as the answers that show the
     bucket drawn down come a round trip late (the second server below). Once an answer
     found the bucket drawn down half a second after the first, the slow start no longer
-    doubles the rate at an answer that found it full: 5.09 s."""
+    doubles the rate at an answer that found it full: 5.09 s. Two sent at the same
+    instant are found full when either is (the server took them in some order), and
+    the answers measured from reach further back: 4.32 s."""
     server = Server("bucket", 40, 3, 0.25, 0.125, None, "draft", "seconds", 76, seed=2)
-    assert_learned(server, refused_at=[], makespan=5.087826739570477)
+    assert_learned(server, refused_at=[], makespan=4.318781577070976)
+
+
+def test_a_small_fast_bucket_behind_long_jittery_answers_is_learned_past_its_probe() -> None:
+    """50/s, burst 3, 250-350 ms. Of the probe's two, sent at once, one said Remaining 1:
+    read as drawn down, it ended the slow start at 6/s, and every later answer found
+    the bucket full, which proves only the pace kept (the last eight such answers,
+    all that were kept, spanned too little to measure over): 4.77 s, 2.9 times the
+    least. Found full where any order of the two would be, and measured over answers
+    kept apart: 3.26 s, no 429."""
+    server = Server("bucket", 50, 3, 0.25, 0.1, None, "draft", "seconds", 60)
+    assert_learned(server, refused_at=[], makespan=3.2604369218164364)
 
 
 def test_growth_on_a_bucket_found_full_stops_at_twice_the_pace_proven() -> None:
@@ -1199,9 +1214,11 @@ def test_growth_on_a_bucket_found_full_stops_at_twice_the_pace_proven() -> None:
     start no longer doubles at an answer that found it full, and grows only once every
     answer has for half a second: the 429 comes later, 7.20 s. A loss here; over 620
     drawn servers (mock clock) the change drew 10 fewer 429s (436 of 446), 12 servers
-    took longer and 13 less, and the geometric mean went from 1.464 to 1.452."""
+    took longer and 13 less, and the geometric mean went from 1.464 to 1.452. Taken
+    back to the refill proven at the first answer that surely found the bucket drawn
+    down, the growth stops short of the 429: 6.80 s, none."""
     server = Server("bucket", 19.33, 3, 0.2446, 0.1223, None, "draft", "http-date", 78, seed=1)
-    assert_learned(server, refused_at=[5.794187056], makespan=7.197243978732041)
+    assert_learned(server, refused_at=[], makespan=6.801756888980728)
 
 
 def test_the_slow_start_at_most_doubles_the_rate_an_answer() -> None:
@@ -1223,12 +1240,13 @@ def test_a_429_to_a_probe_sent_blind_shows_no_window() -> None:
     the bucket whole: counted as 3 a second, 25.2 s. Sent blind, it shows a burst
     smaller than the probe, nothing more: 4.7 s, that one 429; 2.6 s since the answers
     that found the bucket full measure its refill exactly (2.64 s with each span
-    widened by twice the latencies' spread, not once)."""
+    widened by twice the latencies' spread, not once; 2.635 s with three of them sent
+    at once found full when any of them is)."""
     server = Server(
         "bucket", 46.04692740860116, 3, 0.012431934977911837, 0.0062159674889559185, 14,
         "x", "ms", 77, reset="next", seed=3,
     )  # fmt: skip
-    assert_learned(server, refused_at=[0.0], makespan=2.6427033173045604)
+    assert_learned(server, refused_at=[0.0], makespan=2.6351763311124348)
 
 
 def test_the_429s_of_one_blind_probe_are_one_event_the_rate_grows_after() -> None:
@@ -1358,7 +1376,7 @@ def test_the_third_429_is_the_last_when_a_round_trip_is_still_out(server: Server
     [
         (
             Server("sliding", 20, 3, 0.01, 0.0, 4, "draft", "seconds", 120, seed=35),
-            [0.0, 1.6875, 3.398055556],
+            [0.0, 1.678380556, 3.388936111],
             19.02,
         ),
         (
