@@ -76,6 +76,9 @@ _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be se
 _EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 _STEP_TOLERANCE = 0.05  # seconds: a window's length read off reported ends, rounded down to whole
+# A window trial counts one request over a sliding log's limit (sent at its edge) only
+# where the oldest it counts is at least this share of the window old.
+_EDGE = 0.5
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
 # that spends one of the 429s learning may (`fanout._learning`).
@@ -1350,6 +1353,13 @@ class ScopeFront:
         within = self._started_by(sent) - self._started_by(sent - length)
         since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
+        if sliding and within > burst:
+            # One over its limit only if the oldest of them may have left the log, at
+            # its edge: a bucket of 20 at 4/s whose exact Reset is its next token
+            # took the trial 0.25 s after our 20 (a log of 20 per second refuses it),
+            # passed for a log, and had its whole burst refused at each reopening (36
+            # 429s, calls given up).
+            sliding = self._oldest_counted(sent, within) <= sent - length * _EDGE
         if sliding or remaining + since >= burst:
             since_due = sent - reopened
             if info.reset_exact:  # read when answered; the window held it since it arrived

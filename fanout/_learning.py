@@ -146,9 +146,13 @@ class RateLearner:
     """The learned limits of one scope; ``rate`` is None while nothing is known.
 
     A burst of 429s from one burst of requests is one congestion event: after
-    a decrease, further 429s within the server's wait (at least a second) do
-    not decrease again. With no numbers stated, an event is told apart by
-    when its request was sent (module docstring, source 3).
+    a decrease, further 429s within a second, to requests sent before the
+    server's wait ended, do not decrease again. One sent after it was sent at
+    the decreased rate, and its 429 is news (held for a whole second, a
+    bucket of 20 at 4/s whose waits are 0.14 s refused one request in each
+    of its next four refills at 10/s, before the rate came down). With no
+    numbers stated, an event is told apart by when its request was sent
+    (module docstring, source 3).
     """
 
     rate: float | None = None
@@ -164,6 +168,7 @@ class RateLearner:
     _paced: float | None = attrs.field(default=None, alias="_paced")  # before a proof raised it
     _reference: float = attrs.field(default=_MIN_RATE, alias="_reference")
     _hold_until: float = attrs.field(default=-math.inf, alias="_hold_until")
+    _waited_until: float = attrs.field(default=-math.inf, alias="_waited_until")  # its wait
     _stated: bool = attrs.field(default=False, alias="_stated")  # a window, or a reset with counts
     _slow_start: bool = attrs.field(default=True, alias="_slow_start")
     _growth: float = attrs.field(default=_GROWTH, alias="_growth")
@@ -539,11 +544,12 @@ class RateLearner:
         if not self._stated:
             self._throttled_blind(now, sent_at, started, pending, wait=wait)
             return
-        if now < self._hold_until:
-            return
+        if now < self._hold_until and sent_at <= self._waited_until:
+            return  # the last event's (class docstring)
         self._events += 1
         self._slow_start = self._grown_past = False
         self._hold_until = now + max(wait, 1.0)
+        self._waited_until = now + max(wait, 0.0)
         rate, self._taken_back = self._refused_rate(now), None
         current = sending_rate if rate is None else min(rate, sending_rate)
         current = max(current, _MIN_RATE)

@@ -404,6 +404,24 @@ def test_a_429_soon_after_growth_was_taken_back_is_read_as_refusing_the_rate_bef
     assert later.rate == pytest.approx(19 / 2)
 
 
+def test_a_429_to_a_request_sent_after_the_last_429_s_wait_ended_is_news() -> None:
+    """Unit level: a 429 (its wait 0.1 s) halves the guess of 20/s. Another to a request
+    sent with it is the same congestion event; one to a request sent after its wait
+    ended was sent at the halved rate, and halves it again, within the second the first
+    held the rate. Held the whole second, a bucket of 20 at 4/s whose waits are 0.14 s
+    refused one request in each of its next four refills at 10/s."""
+    learner = RateLearner()
+    learner.from_headers(20, None, remaining=19, reset_after=1.0, at=0.0, started=1)
+    learner.on_throttled(20.0, now=0.2, wait=0.1, sent_at=0.2, started=20)
+    assert learner.rate == 10
+    learner.on_throttled(20.0, now=0.25, wait=0.1, sent_at=0.2, started=20)
+    assert learner.rate == 10
+    learner.on_throttled(20.0, now=0.5, wait=0.1, sent_at=0.45, started=22)
+    assert learner.rate == 5
+    learner.on_throttled(20.0, now=0.55, wait=0.1, sent_at=0.55, started=22)  # before 0.6
+    assert learner.rate == 5
+
+
 def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start() -> None:
     """Unit level: a learner at its first guess (10/s, every answer found the bucket
     full) takes a refill another process sharing the limit proved, 19/s, as a count
