@@ -394,6 +394,8 @@ class ScopeFront:
     _refusals_taken: collections.deque[float] = attrs.field(
         init=False, factory=lambda: collections.deque(maxlen=64), repr=False
     )
+    # When the requests were sent whose 429s learning spent (three at most, `probed`).
+    _spent_on: list[float] = attrs.field(init=False, factory=list, repr=False)
 
     if TYPE_CHECKING:
         name: str
@@ -1105,12 +1107,15 @@ class ScopeFront:
             # Calls admitted by then that still wait for a place (`_parked_by`) had not
             # reached the server: counted, the first 429 after a probe's 503 showed a cap
             # of one read 24 admitted, and guessed 24/s against 2/s.
+            spent = self._learner.spent
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
                 started=self._sent_by(sent),
                 pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
+            if self._learner.spent > spent:
+                self._spent_on.append(sent)
             if self._window_reopened and self._learner.window is None:
                 # Refused in a window a reopening showed: a bucket again, and empty.
                 self._window_length, self._window_reopened = None, False
@@ -1609,7 +1614,10 @@ class ScopeFront:
         spends neither its call's attempts nor the retry budget: learning, it was sent
         before any answer came back (the first wave, up to four wide under a told cap:
         `RateLearner.on_throttled`), or while the server is shut, one request when it
-        may have reopened (`RateLearner.closed_until`).
+        may have reopened (`RateLearner.closed_until`), or it is one of the three 429s
+        learning spends finding the rate. Those came to whichever call was first in
+        line: against a window of 15 per 6.4 s stating nothing, one call drew all
+        three, a window apart, and was answered ``rate_limited`` with the rest ok.
 
         Spent, the first wave's refusals were the budget's floor: a probe four wide
         against a bucket of one drew three, learning's next two 429s were retries
@@ -1618,7 +1626,7 @@ class ScopeFront:
         if self._learner is None:
             return False
         blind = sent_at is not None and sent_at <= self._first_answer_at
-        return blind or self._shut_until() is not None
+        return blind or self._shut_until() is not None or sent_at in self._spent_on
 
     def observe_call(self, seconds: float, *, ok: bool, warm: bool = True) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.

@@ -245,6 +245,11 @@ class RateLearner:
         """Whether learning has spent the 429s it may (the probe's count once)."""
         return self._spent >= _REFUSALS
 
+    @property
+    def spent(self) -> int:
+        """The 429s learning has spent so far (`on_throttled`)."""
+        return self._spent
+
     def from_headers(
         self,
         limit: float | None,

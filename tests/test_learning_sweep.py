@@ -805,6 +805,20 @@ def test_a_window_stating_an_exact_reset_answers_every_call(
     assert all(r.status is Status.OK for r in turn.results)
 
 
+def test_the_429s_learning_spends_are_not_one_call_s_attempts() -> None:
+    """A fixed window of 15 per 6.4 s stating nothing but its wait, in ms. Learning spends
+    its three 429s finding it, a window apart, and each came to the call first in line,
+    the same one each time: its three attempts spent, it was answered rate_limited while
+    the other 55 were ok. Those 429s are the scope's, as its probe's are
+    (`ScopeFront.probed`): every call ok, the same three 429s."""
+    server = Server(
+        "fixed", 2.3550801672260544, 15, 0.20987831710156418, 0.0, None, "none", "ms", 56
+    )
+    assert_learned(
+        server, refused_at=[0.686302097, 7.101843306, 15.91432111], makespan=21.4996142606359
+    )
+
+
 def test_a_bucket_whose_exact_reset_is_its_next_token_is_no_sliding_log() -> None:
     """20 at 4.16/s, its ``Reset`` an epoch to the millisecond naming its next token. The
     trial 0.25 s after our first 20 was let in (one token back) and showed the bucket
