@@ -1107,14 +1107,14 @@ class ScopeFront:
             # Calls admitted by then that still wait for a place (`_parked_by`) had not
             # reached the server: counted, the first 429 after a probe's 503 showed a cap
             # of one read 24 admitted, and guessed 24/s against 2/s.
-            spent = self._learner.spent
+            spent, learning = self._learner.spent, not self._learner.spent_refusals
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
                 started=self._sent_by(sent),
                 pending=self._out_before(sent),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
-            if self._learner.spent > spent:
+            if learning and self._learner.spent > spent:  # one of the three it may spend
                 self._spent_on.append(sent)
             if self._window_reopened and self._learner.window is None:
                 # Refused in a window a reopening showed: a bucket again, and empty.

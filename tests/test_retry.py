@@ -67,3 +67,21 @@ async def test_only_a_learning_scope_s_first_wave_is_its_probe(autojump_clock: A
     assert not learning.probed(sent_at=0.3)
     assert not learning.probed()  # a tool's own 429: when it was sent is not known
     assert not told.probed(sent_at=0.0)
+
+
+async def test_only_the_three_429s_learning_spends_are_the_scope_s(autojump_clock: Any) -> None:
+    """The 429s learning spends finding the limits (three, the probe's counted once) are the
+    scope's, not the attempts of the calls they came to: a window of 15 per 6.4 s stating
+    nothing sent all three to one call, which was answered rate_limited. Past the three,
+    a 429 is the call's again: exempt, a server refusing for good would be retried on
+    every call without end."""
+    learning = Scope("api")
+    await trio.sleep(0.2)
+    await learning.on_throttled(None, sent_at=0.0)  # the probe's: one of the three
+    probed = []
+    for sent in (2.0, 4.0, 6.0, 8.0):
+        await trio.sleep_until(sent)
+        await learning.on_throttled(0.1, sent_at=sent)
+        probed.append(learning.probed(sent_at=sent))
+    assert probed == [True, True, False, False]
+    assert not learning.probed(sent_at=5.0)  # no 429 of a request sent then
