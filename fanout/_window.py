@@ -370,21 +370,32 @@ class SlidingLog:
         """By ``until`` (a ``Reset``), at least one token the server counted is back.
 
         The log holds every entry it counted (the request's own, answered, at
-        least) past then: the oldest ends then instead. One answer after
-        another says so of the same tokens: once one entry ends by then, the
-        rest hold. The request that takes its place shows by its count what
-        else the server forgot (`_release_forgotten`).
+        least) past then: the oldest ends then instead. Phantoms are among
+        them, one token each (what the server counted before the log knew of
+        it is older than what the log sent since): left out, each answer freed
+        the log's newest request instead, and the phantoms all left together
+        a window on. A bucket of 9 at 4/s whose ``Reset`` names its next token,
+        learned as a log of 9 per 2.1 s, sent eight at once then, all refused.
+        One answer after another says so of the same tokens: once one entry
+        ends by then, the rest hold. The request that takes its place shows by
+        its count what else the server forgot (`_release_forgotten`).
         """
         span = self._span
         counted = [
             e for e in self._entries
-            if e[2] in (_ANSWERED, _RELEASED) and e[0] <= sent < _end(e, span)
+            if e[2] in (_ANSWERED, _RELEASED, _PHANTOM) and e[0] <= sent < _end(e, span)
         ]  # fmt: skip
         if any(_end(e, span) <= until for e in counted):
             return False
-        oldest = next((e for e in counted if e[2] == _ANSWERED), None)
+        oldest = next((e for e in counted if e[2] != _RELEASED), None)
         if oldest is None:
             return False
+        if oldest[2] == _PHANTOM and oldest[1] > 1.0 + _EPS:
+            # A phantom stands for as many requests: one of them leaves, the rest hold.
+            self._entries.remove(oldest)
+            bisect.insort(self._entries, (oldest[0], oldest[1] - 1.0, *oldest[2:]))
+            oldest = (oldest[0], 1.0, *oldest[2:])
+            bisect.insort(self._entries, oldest)
         self._release(oldest, until)
         return True
 

@@ -833,6 +833,26 @@ def test_a_bucket_whose_exact_reset_is_its_next_token_is_no_sliding_log() -> Non
     assert_learned(_exact(server), refused_at=[0.1455, 0.3455, 0.9455], makespan=14.27840136105043)
 
 
+def test_a_bucket_passed_for_a_log_does_not_send_what_it_held_for_the_server_at_once() -> None:
+    """9 at 3.99/s, its ``Reset`` an epoch to the millisecond naming its next token, answers
+    in 115-173 ms. Paced just under its rate, it passes the window trial as a log of 9
+    per 2.13 s, which holds the 8 the server had counted as phantoms a window from then.
+    Each answer's reset (a token back within 130 ms) freed the log's newest request
+    instead of one of those, and a window on the 8 left together: sent at once, all
+    refused (ten 429s). Each reset now frees one of them (`SlidingLog._release_by_reset`):
+    five 429s, 1.0005 times the fastest. Still over three (`README.md`, what is still
+    missed): a log of 9 per 2.13 s allows 4.2/s, and two of its 429s lengthen it."""
+    server = Server(
+        "bucket", 3.9871734063711646, 9, 0.1150064491935081, 0.05750322459675405, 13, "x", "ms",
+        44, reset="next", seed=3,
+    )  # fmt: skip
+    assert_learned(
+        _exact(server),
+        refused_at=[0.239801294, 2.239801294, 5.210810462, 7.395391086, 7.661529975],
+        makespan=8.915316585034894,
+    )
+
+
 # The bucket above, which the code before gave calls up on.
 @example(
     server=Server("bucket", 4.159254437410363, 20, 0.0955, 0.0, None, "x", "ms", 73, reset="next")

@@ -206,6 +206,33 @@ async def test_a_reset_sooner_than_the_log_frees_the_oldest_token_it_counted_the
     assert log.statistics().tokens == 0
 
 
+async def test_a_reset_frees_what_the_server_counted_before_the_log_first(
+    autojump_clock: Any,
+) -> None:
+    """9 per 2 s, counted in when the server held 8 the log never saw (phantoms, until
+    2.0). Six requests then go one at a time, each answered "none left, one back in
+    0.15 s": each reset is one of those 8 leaving, the oldest the server counted.
+    Read as the log's own newest leaving instead, the six were all freed early, and at
+    2.0 the 8 left together: nine free at once, where a log of 9 per 2 s that took the
+    six since 0.25 s has room for four."""
+    log = SlidingLog(9, 2.0)
+    assert log.sync(ServerCount(1, elapsed=0.0, limit=9))  # 8 the log did not send
+    await trio.sleep(0.01)
+    starts = []
+    for _ in range(6):
+        await trio.sleep(log.wait_for())
+        sent = trio.current_time()
+        starts.append(sent)
+        start_now(log, 1)
+        await trio.sleep(0.1)
+        log.answered(sent, sent)
+        log.sync(ServerCount(0, elapsed=0.09, limit=9, reset_after=0.15))  # in at +10 ms
+    assert starts[1] - starts[0] == pytest.approx(0.255)  # each reset frees one
+    await trio.sleep(2.03 - trio.current_time())
+    assert log.statistics().tokens == 4  # the first of the six left at 2.01, the 8 at 2.0
+    assert log.wait_for(5) == pytest.approx(starts[1] + 2.0 - 2.03)
+
+
 async def test_a_count_that_shows_the_server_forgot_tokens_frees_them_for_calls_waiting(
     autojump_clock: Any,
 ) -> None:
