@@ -156,7 +156,9 @@ async def test_a_window_told_ignores_a_reset_that_runs_a_second_late(autojump_cl
         (_SlowapiRow("sliding", 10, 1.0, 60, 0.05), 5.542, 9.342),
         # The first 429 in the second window: counted in a reset a second too long, the
         # two windows held twice the limit, and each 429 halved the rate (three 429s).
-        (_SlowapiRow("fixed", 20, 2.0, 100, 0.05), 10.307, 17.271),
+        # 10.307 s until the answers that each counted the probe's wave were read as
+        # counting it once (`test_answers_that_all_count_a_spread_out_wave_...`).
+        (_SlowapiRow("fixed", 20, 2.0, 100, 0.05), 8.525, 17.271),
         (_SlowapiRow("sliding", 5, 1.0, 30, 0.2), 6.322, 9.522),
     ],
     ids=["fixed-10-per-s", "moving-10-per-s", "fixed-20-per-2-s", "moving-5-per-s"],
@@ -173,6 +175,35 @@ async def test_learning_a_window_whose_reset_runs_a_second_late(
     assert server.count(status=429) == 1
     assert took == pytest.approx(makespan, abs=1e-3)
     assert took < before
+
+
+async def test_answers_that_all_count_a_spread_out_wave_are_read_as_counting_it_once(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10 a second, counted as the server answers (slowapi reads its limit then): the
+    seven requests after the probe leave 4 ms apart, as they spread in real time, and
+    each answer says 1 is left. Read as each request's own count, the six that left
+    after the first answered were all taken for after it, and the tenth call waited
+    until 0.45 s (in real time, a second, against the window's end at 1 s: 1.25-1.29
+    times the minimum). No more than one of seven can have been counted after a request
+    whose count of 1 each of them repeats (`ScopeFront._counted_after_at_most`): it
+    goes at 0.216 s, and the turn takes 3.42 s where it took 3.654."""
+    monkeypatch.setattr(fanout._slots, "TRIAL_SPACING", 0.004)
+    config = ServerConfig(
+        rate=10, burst=10, latency=0.05, model="fixed", headers="draft", state_at_answer=True
+    )
+    async with api(config) as (server, client):
+        began = trio.current_time()
+        turn = await Runner(registry(client), scopes=[Scope("key")], inline_wait=None).run_turn(
+            calls(40)
+        )
+        took = trio.current_time() - began
+    assert ok(turn) == 40
+    starts = [r.start for r in server.records]
+    assert starts[2:9] == pytest.approx([0.05] * 3 + [0.054, 0.058, 0.062, 0.066])
+    assert starts[9] == pytest.approx(0.216, abs=1e-3)
+    assert server.count(status=429) == 1
+    assert took == pytest.approx(3.42, abs=1e-3)
 
 
 async def test_one_stray_429_does_not_make_a_bucket_a_fixed_window(autojump_clock: Any) -> None:
