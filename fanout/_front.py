@@ -797,7 +797,7 @@ class ScopeFront:
         may all have. Taken for all after it, seven sent over 11 ms that each
         said 1 was left (slowapi reads its count as it answers) were counted
         twice, and the scope held its tenth call for a second against a
-        window of ten (1.25-1.29 times the minimum in real time, 1.11-1.13
+        window of ten (1.25-1.29 times the minimum in real time, 1.12-1.13
         since). Answers are matched to requests by when they left, which only
         a learning scope keeps (`request_leaving`); one that left within
         ``TOGETHER`` of the span's start may have been booked before it, and
@@ -816,12 +816,15 @@ class ScopeFront:
             if not refused and since + TOGETHER <= other < sent
         ]
         learner = self._learner
-        unsure = learner is None or learner.refusals > 0 or self._emptied
-        if unsure or rate is None or not shown or len(shown) > self._left_within(since, sent) - 1:
+        bounded = learner is not None and not learner.refusals and not self._emptied
+        matched = 0 < len(shown) <= self._left_within(since, sent) - 1.0
+        if not bounded or rate is None or not matched:
             return max(0.0, others)
-        refill = rate * (late + TOGETHER)
-        after = math.ceil(remaining + 1.0 + refill - min(shown)) - 1.0
-        return max(0.0, others - len(shown)) + min(float(len(shown)), max(0.0, after))
+        bound = remaining + 1.0 + rate * (late + TOGETHER) - min(shown)
+        if not math.isfinite(bound):  # a rate or count no server meant: nothing is shown
+            return max(0.0, others)
+        after = max(0.0, math.ceil(bound) - 1.0)
+        return max(0.0, others - len(shown)) + min(float(len(shown)), after)
 
     def _may_have_overtaken(
         self, sent: float, now: float, remaining: float, rate: float, late: float
