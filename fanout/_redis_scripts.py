@@ -336,7 +336,7 @@ return found
 #             with ARGV[11] >= 0 (the count is of this limit; requests may arrive that
 #             much apart), answered entries it surely counted before and no longer
 #             does end now, and with ARGV[10] >= 0 (its Reset), if none it counted
-#             ends by then, the oldest does
+#             ends by then, the oldest does (a phantom's, one of its tokens)
 #   held      ARGV[4] tokens that started ARGV[9] s ago, before the log did, and that
 #             the server still counts: a phantom from then (new epoch)
 # Reply: {granted, wait, tokens, blocked_for, exhausted_pttl, epoch} (KEYS[3]:
@@ -449,17 +449,30 @@ local function forget(sent, remaining, late)  -- answered entries the count left
   end
   return released
 end
-local function reset_by(sent, at)  -- one token it counted is back by ``at``
+local function reset_by(sent, at)  -- one token it counted is back by ``at``: the oldest's
   local oldest = nil
   for i = 1, #members do
     local first = string.sub(members[i], 1, 1)
-    if (first == '=' or first == '-') and starts[i] <= sent and sent < ends[i] then
+    if (first == '=' or first == '-' or first == '~') and starts[i] <= sent
+       and sent < ends[i] then
       if ends[i] <= at then return false end
-      if first == '=' and not oldest then oldest = i end
+      if first ~= '-' and not oldest then oldest = i end
     end
   end
   if not oldest then return false end
-  release(oldest, at)
+  if string.sub(members[oldest], 1, 1) == '=' then
+    release(oldest, at)
+    return true
+  end
+  -- A phantom stands for as many requests as it holds tokens: one of them leaves.
+  local id, cost = string.match(members[oldest], '^~[^|]+|(.*)$'), costs[oldest]
+  redis.call('ZREM', KEYS[1], members[oldest])
+  if cost > 1 + 1e-9 then
+    redis.call('ZADD', KEYS[1], num(starts[oldest]), '~' .. num(cost - 1) .. '|' .. id)
+  end
+  local gone = '-' .. num(math.min(1, cost)) .. '|' .. num(math.min(at, ends[oldest])) .. '|'
+               .. id .. '#' .. num(cost)
+  redis.call('ZADD', KEYS[1], num(starts[oldest]), gone)
   return true
 end
 local granted, wait, write = 0, 0, true

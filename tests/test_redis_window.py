@@ -7,6 +7,7 @@ asserted within ``SLACK`` of what the local log (on the same schedule) says.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +128,34 @@ async def test_a_reset_and_a_count_free_a_shared_log_for_every_process(
         said = RateLimitInfo(limit=3, remaining=2, reset_after=2.0)
         await other.observe_headers(said, sent_at=trial_sent)
         assert await one.wait_for(2) == 0.0
+
+
+async def test_a_reset_frees_what_the_server_counted_before_a_shared_log_first(
+    redis_url: str, prefix: str
+) -> None:
+    """As `tests.test_window`'s test of the same name, on Redis: 9 per 2 s, the server
+    holding 8 the log never saw; six requests one at a time, each answered "none left,
+    one back in 0.15 s", each reset freeing one of those 8. At 2.1 s, the 8 and the
+    first of the six are gone, the other five hold: four free, not nine."""
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=9, per=2.0) as one:
+        began = trio.current_time()
+        await one.observe_headers(RateLimitInfo(limit=9, remaining=1), sent_at=began)
+        await trio.sleep(0.01)
+        starts = []
+        for _ in range(6):
+            await trio.sleep(await one.wait_for(1))
+            booking = await one.reserve(1, 0)
+            assert booking is not None
+            assert await one.confirm(booking)
+            sent = trio.current_time()
+            starts.append(sent - began)
+            await trio.sleep(0.1)
+            said = RateLimitInfo(limit=9, remaining=0, reset_after=0.15)
+            await one.observe_headers(said, sent_at=sent)
+        assert all(0.2 < b - a < 0.25 + 2 * SLACK for a, b in itertools.pairwise(starts))
+        await trio.sleep(began + 2.1 - trio.current_time())
+        assert await one.wait_for(4) == 0.0
+        assert await one.wait_for(5) == pytest.approx(starts[1] + 2.0 - 2.1, abs=SLACK)
 
 
 async def on_redis(
