@@ -61,7 +61,15 @@ if TYPE_CHECKING:
     from ._budget import Budget
     from ._values import RateLimitInfo
 
-__all__ = ["Backend", "ScopeFront", "ScopeStatistics", "SlotHolder", "Trust", "WindowKind"]
+__all__ = [
+    "Backend",
+    "ScopeFront",
+    "ScopeStatistics",
+    "SlotHolder",
+    "Trust",
+    "WindowKind",
+    "counted_after_at_most",
+]
 
 Trust = Literal["stricter", "config", "headers"]
 WindowKind = Literal["auto", "bucket", "fixed"]
@@ -202,6 +210,27 @@ def _counted_first(
     ``remaining``: higher by more than the refill between them could make a floored
     count (at ``rate``, over ``later`` and how much later one may arrive: ``late``)."""
     return counted >= remaining + rate * (later + late)
+
+
+def counted_after_at_most(
+    shown: Sequence[float], others: float, remaining: float, refill: float
+) -> float:
+    """How many of ``others`` requests sent before one whose count said ``remaining``
+    can have been counted after it, where ``shown`` are the counts of those of them
+    answered already, and ``refill`` the most the server refills between two counts.
+
+    The ``j``-th counted after it found what that count left, less ``j``,
+    plus the refill: fewer than ``remaining + 1 - j + refill`` (counts are
+    floored). So no more of those answered than ``remaining + refill + 1 -
+    min(shown)`` can be among them; all of those not answered can
+    (`ScopeFront._counted_after_at_most`, and a property over generated
+    buckets in ``tests/test_learning.py``).
+    """
+    unanswered = max(0.0, others - len(shown))
+    bound = remaining + 1.0 + refill - min(shown, default=math.inf)
+    if not math.isfinite(bound):  # nothing shown, or a rate or count no server meant
+        return max(0.0, others)
+    return unanswered + min(float(len(shown)), max(0.0, math.ceil(bound) - 1.0))
 
 
 def _shown_length(reset: float | None, since_due: float) -> float:
@@ -786,26 +815,20 @@ class ScopeFront:
     ) -> float:
         """How many of the requests sent up to ``before`` s ahead of the one sent at
         ``sent`` the server may have counted after it, as their answers, read already,
-        allow.
+        allow (`counted_after_at_most`, refilled at the rate over how much later one
+        may arrive than another: ``late``).
 
-        Each counted after it took a token from what its count left: the
-        ``j``-th found fewer than ``remaining + 1 - j`` left, and the refill
-        between the two (at the rate, over how much later one may arrive than
-        another: ``late``) at most adds. So where each of them that was
-        answered said ``c`` or more were left, no more than ``remaining + 1 +
-        refill - c`` of those can have come after it; those not answered yet
-        may all have. Taken for all after it, seven sent over 11 ms that each
-        said 1 was left (slowapi reads its count as it answers) were counted
-        twice, and the scope held its tenth call for a second against a
-        window of ten (1.25-1.29 times the minimum in real time, 1.12-1.13
-        since). Answers are matched to requests by when they left, which only
-        a learning scope keeps (`request_leaving`); one that left within
-        ``TOGETHER`` of the span's start may have been booked before it, and
-        is not counted as shown. And only until the server first refuses or
-        says none is left: a window frees places between two counts as no
-        refill does (a sliding log lets go at once of a burst sent a window
-        before), and read so after the first 429, a log of 23 per 3 s drew
-        six.
+        Taken for all after it, seven sent over 11 ms that each said 1 was
+        left (slowapi reads its count as it answers) were counted twice, and
+        the scope held its tenth call for a second against a window of ten
+        (1.25-1.29 times the minimum in real time, 1.12-1.13 since). Answers
+        are matched to requests by when they left, which only a learning
+        scope keeps (`request_leaving`); one that left within ``TOGETHER`` of
+        the span's start may have been booked before it, and is not counted
+        as shown. And only until the server first refuses or says none is
+        left: a window frees places between two counts as no refill does (a
+        sliding log lets go at once of a burst sent a window before), and read
+        so after the first 429, a log of 23 per 3 s drew six.
         """
         since = sent - before
         others = max(self._sent_within(since, sent), self._left_within(since, sent)) - 1.0
@@ -820,11 +843,7 @@ class ScopeFront:
         matched = 0 < len(shown) <= self._left_within(since, sent) - 1.0
         if not bounded or rate is None or not matched:
             return max(0.0, others)
-        bound = remaining + 1.0 + rate * (late + TOGETHER) - min(shown)
-        if not math.isfinite(bound):  # a rate or count no server meant: nothing is shown
-            return max(0.0, others)
-        after = max(0.0, math.ceil(bound) - 1.0)
-        return max(0.0, others - len(shown)) + min(float(len(shown)), after)
+        return counted_after_at_most(shown, others, remaining, rate * (late + TOGETHER))
 
     def _may_have_overtaken(
         self, sent: float, now: float, remaining: float, rate: float, late: float
