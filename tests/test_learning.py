@@ -249,6 +249,25 @@ def test_answers_read_already_never_undercount_what_came_after(
     assert after <= counted_after_at_most(shown, others, remaining, refill)
 
 
+@pytest.mark.parametrize(
+    ("shown", "remaining", "refill", "bound"),
+    [
+        ([1.0] * 6, 1.0, 0.05, 1.0),  # seven that each said 1: one can be after the last
+        ([5.0, 1.0], 1.0, 0.0, 2.0),  # as many left as it, no refill: before it; 2 unread
+        ([], 1.0, 0.0, 4.0),  # nothing read: all four may be
+        ([1.0], 1e308, 1e308, 4.0),  # a bound no server meant says nothing
+        ([1.0], 1.0, math.inf, 4.0),
+    ],
+)
+def test_answers_read_already_bound_only_what_they_can(
+    shown: list[float], remaining: float, refill: float, bound: float
+) -> None:
+    """Counts read already rule out only what they must; what is unread, or a bound no
+    server meant (overflowing to infinity), rules out nothing."""
+    others = 4.0 if len(shown) < 4 else float(len(shown))
+    assert counted_after_at_most(shown, others, remaining, refill) == bound
+
+
 async def test_one_stray_429_does_not_make_a_bucket_a_fixed_window(autojump_clock: Any) -> None:
     """A single 429 after Remaining 0 (a request that reached the server early) is not proof."""
     async with api(ServerConfig(rate=8, burst=4, headers="draft")) as (server, client):
