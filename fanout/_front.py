@@ -831,17 +831,17 @@ class ScopeFront:
         so after the first 429, a log of 23 per 3 s drew six.
         """
         since = sent - before
-        others = max(self._sent_within(since, sent), self._left_within(since, sent)) - 1.0
-        rate = self._limits[0]
+        left = self._left_within(since, sent)
+        others = max(self._sent_within(since, sent), left) - 1.0
+        rate, learner = self._limits[0], self._learner
+        if rate is None or learner is None or learner.refusals or self._emptied:
+            return max(0.0, others)
         shown = [
             counted
             for other, counted, refused in self._counts
             if not refused and since + TOGETHER <= other < sent
         ]
-        learner = self._learner
-        bounded = learner is not None and not learner.refusals and not self._emptied
-        matched = 0 < len(shown) <= self._left_within(since, sent) - 1.0
-        if not bounded or rate is None or not matched:
+        if not 0 < len(shown) <= left - 1.0:  # not matched to requests known to have left
             return max(0.0, others)
         return counted_after_at_most(shown, others, remaining, rate * (late + TOGETHER))
 
