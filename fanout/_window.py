@@ -390,19 +390,18 @@ class SlidingLog:
         oldest = next((e for e in counted if e[2] != _RELEASED), None)
         if oldest is None:
             return False
-        if oldest[2] == _PHANTOM and oldest[1] > 1.0 + _EPS:
-            # A phantom stands for as many requests: one of them leaves, the rest hold.
-            self._entries.remove(oldest)
-            bisect.insort(self._entries, (oldest[0], oldest[1] - 1.0, *oldest[2:]))
-            oldest = (oldest[0], 1.0, *oldest[2:])
-            bisect.insort(self._entries, oldest)
-        self._release(oldest, until)
+        # A phantom stands for as many requests as it holds tokens: one of them leaves.
+        self._release(oldest, until, tokens=1.0 if oldest[2] == _PHANTOM else oldest[1])
         return True
 
-    def _release(self, entry: Entry, at: float) -> None:
-        """``entry`` holds its tokens until ``at`` (if sooner), and not a moment longer."""
+    def _release(self, entry: Entry, at: float, *, tokens: float | None = None) -> None:
+        """``entry`` holds its tokens (or ``tokens`` of them, the rest as before) until
+        ``at`` (if sooner), and not a moment longer."""
         self._entries.remove(entry)
-        released = (entry[0], entry[1], _RELEASED, min(at, _end(entry, self._span)))
+        if tokens is not None and entry[1] > tokens + _EPS:
+            bisect.insort(self._entries, (entry[0], entry[1] - tokens, *entry[2:]))
+        kept = entry[1] if tokens is None else min(tokens, entry[1])
+        released = (entry[0], kept, _RELEASED, min(at, _end(entry, self._span)))
         bisect.insort(self._entries, released)
 
     def answered(self, sent: float, arrived_by: float) -> None:
