@@ -82,6 +82,7 @@ _COUNTS_KEPT = 64
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
+_INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 _STEP_TOLERANCE = 0.05  # seconds: a window's length read off reported ends, rounded down to whole
 # A window trial counts one request over a sliding log's limit (sent at its edge) only
@@ -171,6 +172,10 @@ class Backend(Protocol):
     def owe(self, tokens: float) -> None: ...
     def share_exhaustion(self, until: float) -> None: ...
     def bucket_statistics(self) -> BucketStatistics: ...
+    @property
+    def shared(self) -> bool:
+        """Whether other processes draw on the same tokens, unseen by this one."""
+        ...
 
 
 def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:
@@ -369,6 +374,10 @@ class ScopeFront:
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
     _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
+    # The least and most time any call took from admission to the HTTP layer, and the least
+    # a call of the latest burst took (`observe_send_lag`).
+    _sends: tuple[float, float] = attrs.field(init=False, default=(math.inf, -math.inf), repr=False)
+    _quickest_send: float = attrs.field(init=False, default=math.inf, repr=False)
     _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `_observe_wake_lag`
     # Bookings that took a full bucket, confirmed and not yet sent:
     # (confirmed, start, cost, the refill pause kept after it).
@@ -598,6 +607,7 @@ class ScopeFront:
             self._remember(booking.start, cost)
             if booking.burst_began is not None:
                 self._burst = (booking.burst_began, math.inf)  # its first answer is to come
+                self._quickest_send = math.inf
         return booking
 
     async def refund(self, booking: Booking) -> None:
@@ -1775,7 +1785,7 @@ class ScopeFront:
         """
         assert self._burst is not None
         rate, _ = self._limits
-        return rate is None or admitted < self._burst[0] + 1.0 / rate
+        return rate is None or admitted < self._burst[0] + 1.0 / rate - _INSTANT
 
     def warm_hold(self) -> float:
         """How long a request about to leave over a reused connection waits first.
@@ -1818,7 +1828,8 @@ class ScopeFront:
         present += pause * rate
         now = trio.current_time()
         # The worst case is this much further behind; the tokens at hand cover some of it.
-        behind = self._burst[1] - self._burst[0] - self._measured_slack() - self._unanswered(now)
+        behind = self._burst[1] - self._burst_left() - self._measured_slack()
+        behind -= self._unanswered(now)
         hold = behind - max(0.0, present) / rate
         if hold <= 0.0:
             return 0.0
@@ -1835,7 +1846,23 @@ class ScopeFront:
             first = len(held) == 1  # no other hold is still running
             self._backend.owe(overflow + (self._margin() * rate if first else 0.0))
         self._holds = held
+        self._departure_held(hold)
         return hold
+
+    def _departure_held(self, hold: float) -> None:
+        """The request `_departure_wait` counted as leaving now leaves ``hold`` later: its
+        token is taken then. A bucket that is full meanwhile gains nothing while it
+        waits, so the next request's token comes a token after this one's real
+        departure. (Counted as leaving before its hold, a request held 50 ms behind a
+        tool's 0.1 s set-up was followed by one 50 ms after it, against 10/s: a 429.)"""
+        if hold <= 0.0 or self._departed is None:
+            return
+        rate, burst = self._limits
+        assert rate is not None
+        tokens, at = self._departed
+        leaves = max(at, trio.current_time() + hold)  # held together, they leave together
+        then = min(burst, tokens + (leaves - at) * rate)  # with this one's token spent
+        self._departed = (min(burst, then + 1.0) - 1.0, leaves)  # spent as it leaves
 
     def warm_request_left(self) -> None:
         """A request over a reused connection left now, its hold over (`warm_hold`)."""
@@ -1934,13 +1961,48 @@ class ScopeFront:
         call that ``arrived_at`` the turn after the burst began (a streamed
         call, whose block closed later) counts from its arrival: the time
         it did not exist yet says nothing of how slow the sending was.
+
+        A told scope whose requests are all seen leaving (`_counts_departures`)
+        leaves out the time the tools themselves take before they send: a
+        request that leaves late waits for its token as it leaves
+        (`_departure_wait`), owes what a full bucket lost meanwhile
+        (`headers_left`), and a log holds its token a window from then
+        (`request_left`). Kept in the slack, a tool's set-up was paid again at
+        every burst (and after every paced fill): a 0.3 s set-up took 1.26x the
+        fastest at 50/s with a burst of 20, and 0.1 s took 2.9x with a burst of
+        one. What is left is how much later than the quickest a call got there
+        (and a call of the burst, than the burst's quickest): a busy process,
+        which the server is taken to be as slow to read, where a set-up every
+        call takes alike cancels out.
         """
-        if self.slack is not None or not (0.0 < seconds < _MAX_LAG):
+        if self.slack is not None or not (0.0 <= seconds < _MAX_LAG):
             return
-        lag = max(seconds, self._since_burst(trio.current_time() - seconds, arrived_at))
-        if lag > self._send_lag:
+        since = self._since_burst(trio.current_time() - seconds, arrived_at)
+        if self._counts_departures():
+            least, most = self._sends
+            self._sends = least, most = min(least, seconds), max(most, seconds)
+            if since:
+                self._quickest_send = min(self._quickest_send, seconds)
+            lag = max(most - least, since - self._quickest_send if since else 0.0)
+        else:
+            lag = max(seconds, since)
+        if lag > self._send_lag + _INSTANT:  # float noise is no lag
             self._send_lag = lag
             self._backend.set_slack(self._measured_slack())
+
+    def _burst_left(self) -> float:
+        """When the latest burst's first request reached the HTTP layer, as far as is known:
+        its start, plus the set-up its quickest call took first where that is left out
+        of the slack (`observe_send_lag`). No request of it reached the server sooner:
+        the time before was the tools' own, no late arrival (`warm_hold`)."""
+        assert self._burst is not None
+        quickest = self._quickest_send if math.isfinite(self._quickest_send) else 0.0
+        return self._burst[0] + (quickest if self._counts_departures() else 0.0)
+
+    def _counts_departures(self) -> bool:
+        """Whether a request that leaves late is accounted for as it leaves: a told scope
+        (a learned bucket is a guess) whose tokens no other process spends unseen."""
+        return self._learner is None and not self._backend.shared
 
     def _since_burst(self, admitted: float, arrived: float) -> float:
         """How long after the latest burst began (or the call arrived, if later) a call

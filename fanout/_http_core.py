@@ -350,6 +350,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # may show a cap on requests in flight, which later requests wait under
         # (`fanout._slots`); that wait is no lag of the network's.
         waited_from = trio.current_time()
+        if first:  # its token was taken at admission: how late it leaves is the scope's slack
+            lag = waited_from - context.admitted_at
+            for scope in context.scopes:
+                scope.observe_send_lag(lag, arrived_at=context.arrived_at)
         # Its place is given back once its answer is read: handed on at the headers, the
         # next request reached a server that had not yet counted this one out, and was
         # refused. A body never closed gives it back when the attempt ends.
@@ -367,10 +371,6 @@ class HttpCore(Generic[RequestT, ResponseT]):
             watch = _watch_connections(request, context, first=first)
             held_before = context.held
             sent_at = trio.current_time()
-            if first:  # its token was taken at admission: how late it leaves is the scope's slack
-                lag = waited_from - context.admitted_at
-                for scope in context.scopes:
-                    scope.observe_send_lag(lag, arrived_at=context.arrived_at)
             try:
                 response = await transport.handle_async_request(request)
             except self._seam.transport_error as exc:

@@ -889,6 +889,11 @@ class RedisBackend:
             refunded=self._counts["refunded"], drained=self._counts["drained"], window=self.window,
         )  # fmt: skip
 
+    @property
+    def shared(self) -> bool:
+        """Yes: every process naming the scope spends the same tokens."""
+        return True
+
 
 @attrs.define(eq=False)
 class RedisScope(ScopeFront):

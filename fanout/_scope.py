@@ -273,6 +273,11 @@ class LocalBackend:
     def bucket_statistics(self) -> BucketStatistics:
         return self.tokens.statistics()
 
+    @property
+    def shared(self) -> bool:
+        """No: this process is the only one that uses the scope."""
+        return False
+
 
 @attrs.define(eq=False)
 class Scope(ScopeFront):
