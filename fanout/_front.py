@@ -997,18 +997,27 @@ class ScopeFront:
         learned rate is a guess. Requests sent through another client are
         not seen, and take nothing here.
         """
-        rate, burst = self._limits
+        rate, _ = self._limits
         if rate is None or self._learner is not None or self._window_length is not None:
             return 0.0
         now = trio.current_time()
-        tokens, at = self._departed if self._departed is not None else (burst, now)
-        tokens = min(burst, tokens + (now - at) * rate)
+        tokens = self._departure_tokens(now)
         wait = 0.0
         if tokens < 1.0 - _EPSILON:
             lowest, highest = self._write_lags  # requests on their way arrive this far apart
             wait = (1.0 - tokens) / rate + max(0.0, highest - lowest)
         self._departed = (tokens + wait * rate - 1.0, now + wait)
         return wait
+
+    def _departure_tokens(self, when: float) -> float:
+        """What the told bucket holds at ``when``, counted as this process's requests leave
+        (`_departure_wait`): all of its burst before the first."""
+        rate, burst = self._limits
+        assert rate is not None
+        if self._departed is None:
+            return burst
+        tokens, at = self._departed
+        return min(burst, tokens + (when - at) * rate)
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a
@@ -1857,11 +1866,10 @@ class ScopeFront:
         tool's 0.1 s set-up was followed by one 50 ms after it, against 10/s: a 429.)"""
         if hold <= 0.0 or self._departed is None:
             return
-        rate, burst = self._limits
-        assert rate is not None
-        tokens, at = self._departed
+        _, burst = self._limits
+        _, at = self._departed
         leaves = max(at, trio.current_time() + hold)  # held together, they leave together
-        then = min(burst, tokens + (leaves - at) * rate)  # with this one's token spent
+        then = self._departure_tokens(leaves)  # with this one's token spent
         self._departed = (min(burst, then + 1.0) - 1.0, leaves)  # spent as it leaves
 
     def warm_request_left(self) -> None:

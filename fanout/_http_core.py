@@ -350,7 +350,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # may show a cap on requests in flight, which later requests wait under
         # (`fanout._slots`); that wait is no lag of the network's.
         waited_from = trio.current_time()
-        if first:  # its token was taken at admission: how late it leaves is the scope's slack
+        if first:  # its token was taken at admission: how late it leaves sizes the slack
             lag = waited_from - context.admitted_at
             for scope in context.scopes:
                 scope.observe_send_lag(lag, arrived_at=context.arrived_at)
