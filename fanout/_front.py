@@ -164,9 +164,12 @@ class Backend(Protocol):
     def use_window(self, window: float) -> None: ...
     def leave_window(self) -> None: ...
     async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None: ...
-    async def answered(self, sent: float, arrived_by: float) -> None: ...
+    async def answered(
+        self, sent: float, arrived_by: float, *, booked_by: float | None = None
+    ) -> None: ...
     def delayed(self, booked_by: float) -> None: ...
-    def left(self, booked_by: float) -> None: ...
+    def left(self, booked_by: float, *, anew: bool = False) -> None: ...
+    def departure_wait(self, booked_by: float) -> float: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
     def owe(self, tokens: float) -> None: ...
@@ -687,7 +690,18 @@ class ScopeFront:
         its token a window from now if that is later than its slack allowed
         (`SlidingLog.left`). A bucket owes for a late request at `headers_left`."""
         if self._window_length is not None:
-            self._backend.left(admitted_at)
+            self._backend.left(admitted_at, anew=self.per is not None)
+
+    def window_wait(self, admitted_at: float) -> float:
+        """How long the first request of a call admitted at ``admitted_at``, leaving now,
+        waits for a told window's token, counted by when this process's requests left
+        (`SlidingLog.departure_wait`): as a told bucket's wait as it leaves
+        (`_departure_wait`), and for the same reason, a tool's own set-up. A learned
+        window is a guess; a shared one waits only while its backend counts here
+        (`RedisBackend.departure_wait`): other processes' requests are not seen leaving."""
+        if self.per is None:
+            return 0.0
+        return self._backend.departure_wait(admitted_at)
 
     def _observe_wake_lag(self, seconds: float) -> None:
         """A booking that took a full bucket was confirmed ``seconds`` after its start.
@@ -1488,6 +1502,7 @@ class ScopeFront:
         opened: bool | None = None,
         left_with: Leaving | None = None,
         overloaded: bool = False,
+        admitted_at: float | None = None,
     ) -> None:
         """Take in what a response said, read by what it can mean (module docstring).
 
@@ -1500,6 +1515,8 @@ class ScopeFront:
         ``left_with``: how its request left (with how many others of the scope
         on the wire); ``overloaded``: the answer was a 503, which may show a cap
         (`_slots`), where an admitted one proves the server took that many.
+        ``admitted_at``: when its call was admitted, if it is the call's first
+        request (a window's log holds that call's token from its arrival).
         """
         now = trio.current_time()
         self._first_answer_at = min(self._first_answer_at, now)
@@ -1542,9 +1559,10 @@ class ScopeFront:
         # after a count it was in, and proved 3.9/s against 2/s.
         self._adopt_stated(info, sent, refused=refused and not forgotten)
         if not refused:
+            self._ledger.observe_trip(now - sent)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival
-                await self._backend.answered(sent, arrived_by)
+                await self._backend.answered(sent, arrived_by, booked_by=admitted_at)
             if self._window_trial is not None and info.remaining is not None:
                 self._judge_window(info, sent, now, arrived_by)
         rate, _ = self._limits
@@ -1927,8 +1945,17 @@ class ScopeFront:
         lowest, highest = self._write_lags
         slack = max(self._wake_lag + self._send_lag, self._arrival_lag, highest - lowest)
         if self._window_length is not None:
-            slack = max(slack, self._ledger.spread())
+            trips = self._ledger.trip_spread() if self._window_sees_departures() else None
+            slack = max(slack, self._ledger.spread() if trips is None else trips)
         return slack
+
+    def _window_sees_departures(self) -> bool:
+        """Whether this is a told window that counts each request from when it leaves
+        (`window_wait`): the time its tool took before (its set-up) is then no margin
+        it needs, and only how much the round trips vary is (not the calls' durations,
+        which vary with the set-ups: 0 to 0.3 s widened a window of one per 0.1 s by
+        0.3 s). Not a shared window, whose other processes' requests are not seen."""
+        return self.per is not None and self._counts_departures()
 
     def observe_write_lag(self, seconds: float) -> None:
         """A request over an open connection got to its headers ``seconds`` after the
@@ -1981,10 +2008,14 @@ class ScopeFront:
         one. What is left is how much later than the quickest a call got there
         (and a call of the burst, than the burst's quickest): a busy process,
         which the server is taken to be as slow to read, where a set-up every
-        call takes alike cancels out.
+        call takes alike cancels out. A told window keeps none of it: each
+        request waits for its window as it leaves (`window_wait`), and its
+        margin is how much round trips vary (`_window_sees_departures`).
         """
         if self.slack is not None or not (0.0 <= seconds < _MAX_LAG):
             return
+        if self._window_sees_departures():
+            return  # the set-up is no margin it needs
         since = self._since_burst(trio.current_time() - seconds, arrived_at)
         if self._counts_departures():
             least, most = self._sends

@@ -401,6 +401,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,
                 left_with=place.leaving.get(id(scope)), overloaded=overloaded,
+                admitted_at=context.admitted_at if first else None,
             )  # fmt: skip
         if context.recorder.active:
             detail = _response_detail(response, info)
@@ -587,12 +588,27 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
                     await trio.sleep(hold)
                 watch.left_warm(context.scopes)
             if first:  # after its connection's set-up, or its hold
-                watch.left(context)
+                await _wait_for_window(context, watch)
+                watch.left(context)  # no checkpoint since the last wait: its token is its own
         if theirs is not None:
             await theirs(event, info)
 
     extensions["trace"] = trace
     return watch
+
+
+async def _wait_for_window(context: CallContext, watch: _Watch) -> None:
+    """Hold a call's first request, as it leaves, until every told window of its scopes
+    has room for it counted by when requests left (`ScopeFront.window_wait`).
+
+    Asked again after each wait: a request that left meanwhile may have taken
+    the room. The hold is not the server's time (``context.held``).
+    """
+    admitted = context.admitted_at
+    while (wait := max((s.window_wait(admitted) for s in context.scopes), default=0.0)) > 0:
+        context.held += wait
+        watch.delayed(context)
+        await trio.sleep(wait)
 
 
 def _restore(extensions: dict[str, Any], theirs: Any) -> None:

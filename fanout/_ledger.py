@@ -33,6 +33,9 @@ class Ledger:
         factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_samples"
     )
     _exhausted_until: float | None = attrs.field(default=None, alias="_exhausted_until")
+    _trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_trips"
+    )
 
     def observe_latency(self, seconds: float) -> None:
         """Fold one attempt's duration into the moving average and the recent samples."""
@@ -70,6 +73,16 @@ class Ledger:
         """How much recent call durations vary: how much later than another a request
         may reach the server, as far as durations can tell."""
         return self.slowest() - self.fastest()
+
+    def observe_trip(self, seconds: float) -> None:
+        """One request's round trip, from when it left to its answer (not its call's set-up)."""
+        if seconds >= 0 and math.isfinite(seconds):
+            self._trips.append(seconds)
+
+    def trip_spread(self) -> float | None:
+        """How much recent round trips vary (None before any): as `spread`, without the
+        time tools took before they sent, which varies with the tool, not the way."""
+        return max(self._trips) - min(self._trips) if self._trips else None
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.

@@ -528,13 +528,15 @@ class RedisBackend:
                 raise
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
-    async def answered(self, sent: float, arrived_by: float) -> None:
+    async def answered(
+        self, sent: float, arrived_by: float, *, booked_by: float | None = None
+    ) -> None:
         """A log holds a booking from when its request reached the server (one round trip)."""
         if self.window is None:
             await trio.lowlevel.checkpoint()
             return
         if isinstance(self._fallback_bucket, SlidingLog):
-            self._fallback_bucket.answered(sent, arrived_by)
+            self._fallback_bucket.answered(sent, arrived_by, booked_by=booked_by)
         now = trio.current_time()
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)
@@ -545,11 +547,18 @@ class RedisBackend:
         if isinstance(self._fallback_bucket, SlidingLog):
             self._fallback_bucket.delayed(booked_by)
 
-    def left(self, booked_by: float) -> None:
+    def left(self, booked_by: float, *, anew: bool = False) -> None:
         """Only the local log while Redis is away counts a late request from when it left;
         the shared log counts it from its booking until its answer says when it arrived."""
         if isinstance(self._fallback_bucket, SlidingLog):
-            self._fallback_bucket.left(booked_by)
+            self._fallback_bucket.left(booked_by, anew=anew)
+
+    def departure_wait(self, booked_by: float) -> float:
+        """As ``left``: only the local log while Redis is away waits for a window's token
+        as a request leaves; the shared log's other processes' requests are not seen."""
+        if isinstance(self._fallback_bucket, SlidingLog):
+            return self._fallback_bucket.departure_wait(booked_by)
+        return 0.0
 
     async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None:
         """Requests (start, cost) that started before the log did: each a phantom in the

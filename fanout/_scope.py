@@ -112,6 +112,7 @@ class ScopeLike(Protocol):
     def headers_left(self, admitted_at: float) -> None: ...
     def request_delayed(self, admitted_at: float) -> None: ...
     def request_left(self, admitted_at: float) -> None: ...
+    def window_wait(self, admitted_at: float) -> float: ...
     def attempt_began(self, admitted_at: float) -> None: ...
     def attempt_ended(self, admitted_at: float) -> None: ...
     async def wait_for(self, cost: float) -> float: ...
@@ -126,6 +127,7 @@ class ScopeLike(Protocol):
     async def observe_headers(
         self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False,
         opened: bool | None = None, left_with: Leaving | None = None, overloaded: bool = False,
+        admitted_at: float | None = None,
     ) -> None: ...  # fmt: skip
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
@@ -217,18 +219,23 @@ class LocalBackend:
             self.log.hold_started(starts)
         await trio.lowlevel.checkpoint()
 
-    async def answered(self, sent: float, arrived_by: float) -> None:
+    async def answered(
+        self, sent: float, arrived_by: float, *, booked_by: float | None = None
+    ) -> None:
         if self.log is not None:
-            self.log.answered(sent, arrived_by)
+            self.log.answered(sent, arrived_by, booked_by=booked_by)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def delayed(self, booked_by: float) -> None:
         if self.log is not None:
             self.log.delayed(booked_by)
 
-    def left(self, booked_by: float) -> None:
+    def left(self, booked_by: float, *, anew: bool = False) -> None:
         if self.log is not None:
-            self.log.left(booked_by)
+            self.log.left(booked_by, anew=anew)
+
+    def departure_wait(self, booked_by: float) -> float:
+        return 0.0 if self.log is None else self.log.departure_wait(booked_by)
 
     async def drain(self, blocked_for: float) -> None:
         self.tokens.drain(blocked_for)

@@ -528,6 +528,61 @@ def test_a_set_up_every_call_takes_alike_is_owed_not_kept_as_slack(
     assert slack == pytest.approx(0.0, abs=1e-9)
 
 
+async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_leaves(
+    autojump_clock: Any,
+) -> None:
+    """Told one per 0.1 s (a sliding log): the sixth call to run sets up for 0.25 s, the
+    others send as they are admitted. Admitted at 0.65 s, it leaves at 0.9, inside the
+    window the call admitted at 0.85 took: counted from its admission, it went then, drew
+    a 429 and a second's wait, and its set-up, kept as slack, paced the rest 0.35 s
+    apart. It waits for the next window as it leaves now (the first four open their own
+    connections and are held a window from their answers, until a warm one is back)."""
+    set_ups = itertools.chain([0.0] * 5, [0.25])
+    config = ServerConfig(rate=10, burst=1, latency=0.05, headers="draft", model="sliding")
+    scope = Scope("api", limit=1, per=0.1)
+    run = await _late_turn(config, scope, 10, lambda _: next(set_ups, 0.0))
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts == [0.0, 0.15, 0.3, 0.45, 0.55, 0.75, 0.85, 0.95, 1.05, 1.15]
+    assert scope.statistics().slack == pytest.approx(0.0, abs=1e-9)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    model=st.sampled_from(["fixed", "sliding"]),
+    rate=st.sampled_from([2.0, 5.0, 10.0, 20.0, 50.0]),
+    limit=st.sampled_from([1, 1, 2, 3, 5, 10]),
+    latency=st.sampled_from([0.01, 0.05, 0.2]),
+    cap=st.sampled_from([None, 4]),
+    set_ups=st.lists(st.sampled_from([0.0, 0.005, 0.02, 0.1, 0.3]), min_size=3, max_size=40),
+)
+def test_tools_that_set_up_for_any_time_draw_no_429_from_a_told_window(
+    model: str, rate: float, limit: int, latency: float, cap: int | None, set_ups: list[float]
+) -> None:
+    """Any told fixed window or sliding log, each tool setting up for its own time before
+    it sends (in the order calls are admitted): no 429, every call ok, and the slack
+    stays nothing, each request counted from when it left (`SlidingLog.departure_wait`)
+    and each trip from when it left too. Counted from their admissions, 16 of 100 such
+    turns drew a 429 (a call admitted a window after one still setting up sent first),
+    and the spread of the set-ups widened the window: its slack, as long as the longest."""
+
+    async def main() -> tuple[_LateRun, float]:
+        order = itertools.chain(set_ups, itertools.repeat(0.0))
+        config = ServerConfig(
+            rate=rate, burst=limit, latency=latency, headers="draft", model=model,
+            max_in_flight=cap,
+        )  # fmt: skip
+        scope = Scope("api", limit=limit, per=limit / rate, max_concurrency=cap)
+        run = await _late_turn(config, scope, len(set_ups), lambda _: next(order), timeout=600)
+        return run, scope.statistics().slack
+
+    run, slack = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert run.server.count(status=429) + run.server.count(status=503) == 0
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert slack == pytest.approx(0.0, abs=1e-9)
+
+
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(
     rate=st.sampled_from([2.0, 5.0, 10.0, 20.0, 50.0]),
