@@ -602,10 +602,25 @@ async def _wait_for_window(context: CallContext, watch: _Watch) -> None:
     has room for it counted by when requests left (`ScopeFront.window_wait`).
 
     Asked again after each wait: a request that left meanwhile may have taken
-    the room. The hold is not the server's time (``context.held``).
+    the room. The hold is not the server's time (``context.held``), and is
+    told to the call's instruments as any wait for tokens is. A wait its call
+    cannot afford (past its deadline, or its answer would be) sends nothing:
+    the call is answered ``rate_limited`` with the wait, at once, not
+    ``timed_out`` at its deadline.
     """
-    admitted = context.admitted_at
-    while (wait := max((s.window_wait(admitted) for s in context.scopes), default=0.0)) > 0:
+    latency = max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
+    while True:
+        waits = [(scope.window_wait(context.admitted_at), scope.name) for scope in context.scopes]
+        wait, scope_name = max(waits, default=(0.0, None))
+        if wait <= 0:
+            return
+        if context.budget.judge(wait, latency=latency) is not Verdict.SLEEP:
+            raise NotSentError(
+                f"scope {scope_name!r} has room for this request in {wait:.3f}s as it "
+                "leaves, more than the call can afford; it was not sent",
+                status=Status.RATE_LIMITED, scope=scope_name, retry_after=wait,
+            )  # fmt: skip
+        _token_wait(context, scope_name, wait)
         context.held += wait
         watch.delayed(context)
         await trio.sleep(wait)

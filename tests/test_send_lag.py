@@ -548,6 +548,29 @@ async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_le
     assert scope.statistics().slack == pytest.approx(0.0, abs=1e-9)
 
 
+async def test_a_request_that_cannot_afford_its_windows_wait_is_not_sent(
+    autojump_clock: Any,
+) -> None:
+    """Told one per second, each call with 1.6 s: the first call's tool sets up for 1.2
+    s, the second, admitted at 1.0, for 0.3. The first left at 1.2, so the second,
+    leaving at 1.3, has room only at 2.25, past its deadline: it is answered
+    ``rate_limited`` then and there, with that wait, and the server never sees it.
+    Counted from its admission, it went, and drew a 429 with a second's wait."""
+    set_ups = iter([1.2, 0.3])
+    config = ServerConfig(rate=1, burst=1, latency=0.05, headers="draft", model="sliding")
+    run = await _late_turn(
+        config, Scope("api", limit=1, per=1.0), 2, lambda _: next(set_ups), timeout=1.6
+    )
+    first, second = sorted(run.turn.results, key=lambda r: r.status is fanout.Status.OK)[::-1]
+    assert first.status is fanout.Status.OK
+    assert second.status is fanout.Status.RATE_LIMITED
+    assert second.retry_after_ms == 950
+    answered = [e.time - run.began for e in run.turn.trace if e.call_id == second.tool_use_id
+                and e.kind is fanout.EventKind.ANSWERED]  # fmt: skip
+    assert answered == [pytest.approx(1.3)]
+    assert [round(start - run.began, 9) for start in run.server.starts()] == [1.2]
+
+
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(
     model=st.sampled_from(["fixed", "sliding"]),
