@@ -406,6 +406,9 @@ class ScopeFront:
     # The server's bucket as this process's requests leave (`_departure_wait`): its
     # tokens, as of a time (later than now while a request waits for one).
     _departed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # (admitted at, when) of the request that took the departure gate's last token while
+    # it was full: leaving later than that, it owes the refill lost (`headers_left`).
+    _took_full_gate: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -664,6 +667,7 @@ class ScopeFront:
         owe tokens the server never had).
         """
         rate, _ = self._limits
+        self._gate_owed(admitted_at)
         found = None
         self._leaving_pause = 0.0
         while self._took_full and self._took_full[0][0] <= admitted_at:
@@ -676,6 +680,29 @@ class ScopeFront:
         late = trio.current_time() - start - allowed
         if late > 0.0:
             self._backend.owe(min(late * rate, cost))
+
+    def _gate_owed(self, admitted_at: float) -> None:
+        """The request of a call admitted at ``admitted_at`` leaves now; if it took the
+        departure gate's token from a full bucket (`_departure_wait`), the server's
+        bucket stayed full until it arrived, and the gate owes the refill meanwhile.
+
+        The gate counts a request as leaving as it reaches the HTTP layer; one
+        that opens a connection leaves once it is open. In real time, against
+        10/s with a burst of 10, tools that set up for 0.1 s sent the burst's
+        ten requests at once, their connections opened for 6 ms, and the
+        server refilled from then: the eleventh, on a connection quick to
+        open, came a token after the burst reached the gate, 0.9 of a token
+        after the server took it in, and was refused.
+        """
+        rate, _ = self._limits
+        took = self._took_full_gate
+        if took is None or took[0] != admitted_at or self._departed is None or rate is None:
+            return
+        self._took_full_gate = None
+        late = trio.current_time() - took[1]
+        if late > 0.0:
+            tokens, at = self._departed
+            self._departed = (tokens - min(late * rate, 1.0), at)
 
     def request_delayed(self, admitted_at: float) -> None:
         """The first request of a call admitted at ``admitted_at`` is on its way but not
@@ -966,7 +993,7 @@ class ScopeFront:
         first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
         self._parked.append(admitted_at)
         try:
-            wait = self._departure_wait()
+            wait = self._departure_wait(admitted_at)
             if wait > 0:
                 if on_wait is not None:
                     on_wait(wait)
@@ -990,7 +1017,7 @@ class ScopeFront:
             self._sent_lately()  # drops what is over a second old
         return leaving
 
-    def _departure_wait(self) -> float:
+    def _departure_wait(self, admitted_at: float) -> float:
         """How long a request leaving now must wait for the told bucket to have a token,
         counted by when this process's requests leave rather than when their calls
         were admitted; the token is taken.
@@ -1011,7 +1038,7 @@ class ScopeFront:
         learned rate is a guess. Requests sent through another client are
         not seen, and take nothing here.
         """
-        rate, _ = self._limits
+        rate, burst = self._limits
         if rate is None or self._learner is not None or self._window_length is not None:
             return 0.0
         now = trio.current_time()
@@ -1021,6 +1048,8 @@ class ScopeFront:
             lowest, highest = self._write_lags  # requests on their way arrive this far apart
             wait = (1.0 - tokens) / rate + max(0.0, highest - lowest)
         self._departed = (tokens + wait * rate - 1.0, now + wait)
+        if tokens >= burst - _EPSILON:
+            self._took_full_gate = (admitted_at, now + wait)
         return wait
 
     def _departure_tokens(self, when: float) -> float:

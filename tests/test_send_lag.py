@@ -437,6 +437,30 @@ async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
     assert at_the_wire[0][0] in ("c0", "c1")  # one of the burst's two
 
 
+class _SlowToConnect(httpx.AsyncBaseTransport):
+    """Real connections to the server, the first ones each taking ``delays`` to open (in
+    the order they are opened): ten opened at once are slower than one alone."""
+
+    def __init__(self, delays: Sequence[float]) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._delays = iter(delays)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        theirs = request.extensions.get("trace")
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.connect_tcp.complete":
+                await trio.sleep(next(self._delays, 0.0))
+            if theirs is not None:
+                await theirs(event, info)
+
+        request.extensions["trace"] = trace
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     rate=st.sampled_from([2.0, 5.0, 10.0, 20.0]),
@@ -450,15 +474,18 @@ async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
         ),
         min_size=3, max_size=9,
     ),
+    connects=st.lists(st.sampled_from([0.0, 0.002, 0.006, 0.02]), max_size=9),
 )  # fmt: skip
 def test_tools_that_set_up_before_sending_draw_no_429_from_a_told_bucket(
-    rate: float, burst: int, cap: int | None, calls: list[tuple[float, int, float]]
-) -> None:
-    """Any told token bucket (and in-flight cap), and tools that each take their own time
-    before sending each of their requests: requests leave in another order than their
-    calls were admitted, and the server never refuses one. (The scope books a call's
-    token at admission; the server takes it as the request arrives, and stays full,
-    refilling nothing, until the first one does.)"""
+    rate: float, burst: int, cap: int | None, calls: list[tuple[float, int, float]],
+    connects: list[float],
+) -> None:  # fmt: skip
+    """Any told token bucket (and in-flight cap), tools that each take their own time
+    before sending each of their requests, and connections that each take their own time
+    to open: requests leave in another order than their calls were admitted, and the
+    server never refuses one. (The scope books a call's token at admission; the server
+    takes it as the request arrives, and stays full, refilling nothing, until the first
+    one does.)"""
 
     async def main() -> _LateRun:
         config = ServerConfig(
@@ -466,13 +493,34 @@ def test_tools_that_set_up_before_sending_draw_no_429_from_a_told_bucket(
         )
         scope = Scope("api", rate=rate, burst=burst, max_concurrency=cap)
         return await _late_turn(
-            config, scope, len(calls), lambda n: calls[n][0],
+            config, scope, len(calls), lambda n: calls[n][0], _SlowToConnect(connects),
             then=lambda n: [calls[n][2]] * (calls[n][1] - 1), timeout=600,
         )  # fmt: skip
 
     run = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert run.server.count(status=429) == run.server.count(status=503) == 0
     assert all(r.status is fanout.Status.OK for r in run.turn.results)
+
+
+async def test_a_burst_slow_to_open_its_connections_owes_the_refill_it_lost(
+    autojump_clock: Any,
+) -> None:
+    """Told 20/s with a burst of 10, tools that set up for 0.1 s: the burst's ten
+    requests reach the wire together and open their connections for 6 ms, the eleventh
+    opens its own at once. The server's bucket stays full until the burst arrives and
+    refills from then, so the eleventh, counted a token after the burst reached the
+    wire, came 0.88 of a token after the server took it in: a 429, in every real-time
+    run. The request that took the full bucket owes the refill as it leaves: the
+    eleventh leaves a token after the burst did (0.156 s)."""
+    config = ServerConfig(rate=20, burst=10, latency=0.05, headers="draft")
+    run = await _late_turn(
+        config, Scope("api", rate=20, burst=10), 14, lambda _: 0.1,
+        transport=_SlowToConnect([0.006] * 10),
+    )  # fmt: skip
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts[:11] == [0.106] * 10 + [0.156]
 
 
 async def test_a_request_held_before_its_headers_takes_its_token_as_it_leaves(
