@@ -688,7 +688,7 @@ class ScopeFront:
 
         The gate counts a request as leaving as it reaches the HTTP layer; one
         that opens a connection leaves once it is open. In real time, against
-        10/s with a burst of 10, tools that set up for 0.1 s sent the burst's
+        20/s with a burst of 10, tools that set up for 0.1 s sent the burst's
         ten requests at once, their connections opened for 6 ms, and the
         server refilled from then: the eleventh, on a connection quick to
         open, came a token after the burst reached the gate, 0.9 of a token
