@@ -1972,18 +1972,26 @@ class ScopeFront:
         `fanout._window.Arrivals`).
         """
         lowest, highest = self._write_lags
-        slack = max(self._wake_lag + self._send_lag, self._arrival_lag, highest - lowest)
+        send_lag, trips = self._send_lag, None
+        if self._window_sees_departures():
+            trips, quickest = self._ledger.trip_spread(), self._ledger.quickest_trip()
+            send_lag = min(send_lag, math.inf if quickest is None else quickest)
+        slack = max(self._wake_lag + send_lag, self._arrival_lag, highest - lowest)
         if self._window_length is not None:
-            trips = self._ledger.trip_spread() if self._window_sees_departures() else None
             slack = max(slack, self._ledger.spread() if trips is None else trips)
         return slack
 
     def _window_sees_departures(self) -> bool:
         """Whether this is a told window that counts each request from when it leaves
-        (`window_wait`): the time its tool took before (its set-up) is then no margin
-        it needs, and only how much the round trips vary is (not the calls' durations,
-        which vary with the set-ups: 0 to 0.3 s widened a window of one per 0.1 s by
-        0.3 s). Not a shared window, whose other processes' requests are not seen."""
+        (`window_wait`). Its margin is then how much round trips vary, not the calls'
+        durations, which vary with the tools' set-ups (0 to 0.3 s widened a window of
+        one per 0.1 s by 0.3 s). The send lag it keeps stands for a server slow to
+        take in a burst's new connections, as slow as this process was to send them
+        (without it, a sliding log of 3 per 30 ms, 50 ms away, refused the fourth
+        request in one real-time run of ten), which set-ups inflate too: once a round
+        trip is known, no more than the quickest, as no request reached the server
+        after its answer. Not a shared window, whose other processes' requests are
+        not seen."""
         return self.per is not None and self._counts_departures()
 
     def observe_write_lag(self, seconds: float) -> None:
@@ -2043,8 +2051,6 @@ class ScopeFront:
         """
         if self.slack is not None or not (0.0 <= seconds < _MAX_LAG):
             return
-        if self._window_sees_departures():
-            return  # the set-up is no margin it needs
         since = self._since_burst(trio.current_time() - seconds, arrived_at)
         if self._counts_departures():
             least, most = self._sends

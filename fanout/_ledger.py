@@ -79,6 +79,10 @@ class Ledger:
         if seconds >= 0 and math.isfinite(seconds):
             self._trips.append(seconds)
 
+    def quickest_trip(self) -> float | None:
+        """The shortest recent round trip (None before any)."""
+        return min(self._trips, default=None)
+
     def trip_spread(self) -> float | None:
         """How much recent round trips vary (None before any): as `spread`, without the
         time tools took before they sent, which varies with the tool, not the way."""

@@ -61,6 +61,15 @@ def _end(entry: Entry, span: float) -> float:
     return max(entry[0] + span, entry[3])
 
 
+def _arrival(entry: Entry) -> float:
+    """When an answered request reached the server, as its entry holds it (a window and
+    the way in later): the order the server forgets them in. Not their booked starts,
+    which a tool's set-up reorders: by those, an answer's count freed a request that
+    left 0.3 s after its booking, while the server had forgotten one that left before
+    it, and the next request was refused."""
+    return entry[3]
+
+
 def past_reset(reset: float) -> float:
     """When to send after a ``reset`` (or a wait) that says when the server counts anew:
     a moment after it (``TOGETHER``), unless it is whole seconds, rounded up past the end.
@@ -372,7 +381,7 @@ class SlidingLog:
         ]  # fmt: skip
         forgotten = sum(e[1] for e in surely) + 1.0 - (self.limit - remaining)
         released = False
-        for entry in surely:  # the oldest first
+        for entry in sorted(surely, key=_arrival):  # the first to arrive first
             if entry[1] > forgotten + _EPS:
                 break
             forgotten -= entry[1]
@@ -404,6 +413,8 @@ class SlidingLog:
         oldest = next((e for e in counted if e[2] != _RELEASED), None)
         if oldest is None:
             return False
+        if oldest[2] == _ANSWERED:
+            oldest = min((e for e in counted if e[2] == _ANSWERED), key=_arrival)
         # A phantom stands for as many requests as it holds tokens: one of them leaves.
         self._release(oldest, until, tokens=1.0 if oldest[2] == _PHANTOM else oldest[1])
         return True
