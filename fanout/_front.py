@@ -1987,11 +1987,11 @@ class ScopeFront:
         durations, which vary with the tools' set-ups (0 to 0.3 s widened a window of
         one per 0.1 s by 0.3 s). The send lag it keeps stands for a server slow to
         take in a burst's new connections, as slow as this process was to send them
-        (without it, a sliding log of 3 per 30 ms, 50 ms away, refused the fourth
-        request in one real-time run of ten), which set-ups inflate too: once a round
-        trip is known, no more than the quickest, as no request reached the server
-        after its answer. Not a shared window, whose other processes' requests are
-        not seen."""
+        (without it, a sliding log of 3 per 30 ms, 50 ms away, refused a fourth
+        request in 2 of 16 real-time runs, 1 with it), which set-ups inflate too:
+        once a round trip is known, no more than the quickest, as no request reached
+        the server after its answer. Not a shared window, whose other processes'
+        requests are not seen."""
         return self.per is not None and self._counts_departures()
 
     def observe_write_lag(self, seconds: float) -> None:
@@ -2045,9 +2045,9 @@ class ScopeFront:
         one. What is left is how much later than the quickest a call got there
         (and a call of the burst, than the burst's quickest): a busy process,
         which the server is taken to be as slow to read, where a set-up every
-        call takes alike cancels out. A told window keeps none of it: each
-        request waits for its window as it leaves (`window_wait`), and its
-        margin is how much round trips vary (`_window_sees_departures`).
+        call takes alike cancels out. A told window keeps it only up to the
+        quickest round trip (`_window_sees_departures`): each request waits for
+        its window as it leaves (`window_wait`).
         """
         if self.slack is not None or not (0.0 <= seconds < _MAX_LAG):
             return
