@@ -608,7 +608,7 @@ async def _wait_for_window(context: CallContext, watch: _Watch) -> None:
     the call is answered ``rate_limited`` with the wait, at once, not
     ``timed_out`` at its deadline.
     """
-    latency = max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
+    latency = _expected_latency(context)
     while True:
         waits = [(scope.window_wait(context.admitted_at), scope.name) for scope in context.scopes]
         wait, scope_name = max(waits, default=(0.0, None))
@@ -644,10 +644,16 @@ def _warm_hold(context: CallContext) -> float:
     hold = max((scope.warm_hold() for scope in context.scopes), default=0.0)
     if hold <= 0:
         return 0.0
-    latency = max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
+    latency = _expected_latency(context)
     budget = context.budget
     fits = budget.judge(hold, latency=latency) is Verdict.SLEEP and budget.fits(hold + latency)
     return hold if fits else 0.0
+
+
+def _expected_latency(context: CallContext) -> float:
+    """How long the call's request is expected to take once it leaves: the slowest of
+    its scopes' latencies (0 where none is known yet), for judging a wait before it."""
+    return max((scope.expected_latency() or 0.0 for scope in context.scopes), default=0.0)
 
 
 async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = None) -> None:
