@@ -987,17 +987,22 @@ class ScopeFront:
         self, admitted_at: float = -math.inf, on_wait: Callable[[float], None] | None = None
     ) -> Leaving:
         """A request of this scope is about to be sent: wait for a told bucket's token as
-        it leaves (`_departure_wait`; ``on_wait`` hears of it first), and while a cap
-        503s showed is full (`_slots`), then count it on the wire; how many others
-        were. ``admitted_at``: when its call took its token (`_parked`)."""
+        it leaves (`_departure_wait`; ``on_wait`` hears of the wait first, and raises to
+        send nothing, the token given back), and while a cap 503s showed is full
+        (`_slots`), then count it on the wire; how many others were.
+        ``admitted_at``: when its call took its token (`_parked`)."""
         first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
         self._parked.append(admitted_at)
         try:
             wait = self._departure_wait(admitted_at)
             if wait > 0:
-                if on_wait is not None:
-                    on_wait(wait)
-                await trio.sleep(wait)
+                try:
+                    if on_wait is not None:
+                        on_wait(wait)  # which may refuse it (raise)
+                    await trio.sleep(wait)
+                except BaseException:
+                    self._departure_back()
+                    raise
             leaving = await self._cap.sending()
         finally:
             self._parked.remove(admitted_at)
@@ -1051,6 +1056,14 @@ class ScopeFront:
         if tokens >= burst - _EPSILON:
             self._took_full_gate = (admitted_at, now + wait)
         return wait
+
+    def _departure_back(self) -> None:
+        """The request `_departure_wait` gave a token did not leave (refused as it waited,
+        or cancelled): the token is the next request's. Kept, every call after a
+        refusal of a bucket of one waited a token more than the server asked."""
+        if self._departed is not None:
+            tokens, at = self._departed
+            self._departed = (tokens + 1.0, at)
 
     def _departure_tokens(self, when: float) -> float:
         """What the told bucket holds at ``when``, counted as this process's requests leave

@@ -166,11 +166,12 @@ class _Place:
     ) -> _Place:
         """A place on each scope for a request of a call admitted at ``admitted_at``;
         cancelled part way, the places taken are given back. A wait for a token as it
-        leaves is told to the call's instruments, as any wait for tokens is."""
+        leaves is told to the call's instruments, as any wait for tokens is, and judged
+        against its budget (`_afford_wait`)."""
         place = cls()
         try:
             for scope in scopes:
-                on_wait = functools.partial(_token_wait, context, scope.name)
+                on_wait = functools.partial(_afford_wait, context, scope.name)
                 place.leaving[id(scope)] = await scope.request_leaving(admitted_at, on_wait)
                 place.scopes += (scope,)
         except BaseException:
@@ -602,28 +603,36 @@ async def _wait_for_window(context: CallContext, watch: _Watch) -> None:
     has room for it counted by when requests left (`ScopeFront.window_wait`).
 
     Asked again after each wait: a request that left meanwhile may have taken
-    the room. The hold is not the server's time (``context.held``), and is
-    told to the call's instruments as any wait for tokens is. A wait its call
-    cannot afford (past its deadline, or its answer would be) sends nothing:
-    the call is answered ``rate_limited`` with the wait, at once, not
-    ``timed_out`` at its deadline.
+    the room. The hold is not the server's time (``context.held``); a wait
+    the call cannot afford sends nothing (`_afford_wait`).
     """
-    latency = _expected_latency(context)
     while True:
         waits = [(scope.window_wait(context.admitted_at), scope.name) for scope in context.scopes]
         wait, scope_name = max(waits, default=(0.0, None))
         if wait <= 0:
             return
-        if context.budget.judge(wait, latency=latency) is not Verdict.SLEEP:
-            raise NotSentError(
-                f"scope {scope_name!r} has room for this request in {wait:.3f}s as it "
-                "leaves, more than the call can afford; it was not sent",
-                status=Status.RATE_LIMITED, scope=scope_name, retry_after=wait,
-            )  # fmt: skip
-        _token_wait(context, scope_name, wait)
+        _afford_wait(context, scope_name, wait)
         context.held += wait
         watch.delayed(context)
         await trio.sleep(wait)
+
+
+def _afford_wait(context: CallContext, scope: str | None, wait: float) -> None:
+    """Tell the call's instruments of a wait for a scope's token as its request leaves
+    (a told bucket's, or a told window's room), or refuse to send the request.
+
+    Judged as any wait before a request is (`Budget.judge`): one the call
+    cannot afford (past its deadline, its answer past it, or longer than the
+    runner waits inline) sends nothing, and the call is answered
+    ``rate_limited`` with the wait at once, not ``timed_out`` at its deadline.
+    """
+    if context.budget.judge(wait, latency=_expected_latency(context)) is not Verdict.SLEEP:
+        raise NotSentError(
+            f"scope {scope!r} lets this request leave in {wait:.3f}s, more than the call "
+            "can afford; it was not sent",
+            status=Status.RATE_LIMITED, scope=scope, retry_after=wait,
+        )  # fmt: skip
+    _token_wait(context, scope, wait)
 
 
 def _restore(extensions: dict[str, Any], theirs: Any) -> None:

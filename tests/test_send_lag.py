@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
-from fanout.http import RateLimitInfo
+from fanout.http import NotSentError, RateLimitInfo
 from fanout.testing import RequestRecord, ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -618,6 +618,53 @@ async def test_a_request_that_cannot_afford_its_windows_wait_is_not_sent(
                 and e.kind is fanout.EventKind.ANSWERED]  # fmt: skip
     assert answered == [pytest.approx(1.3)]
     assert [round(start - run.began, 9) for start in run.server.starts()] == [1.2]
+
+
+async def test_a_request_that_cannot_afford_its_buckets_wait_as_it_leaves_is_not_sent(
+    autojump_clock: Any,
+) -> None:
+    """Told a bucket of one at 1/s, each call with 1.6 s: the first call's tool sets up
+    for 1.2 s, the second, admitted at 1.0, for 0.3. The first took the token at 1.2, so
+    the second, leaving at 1.3, has one only at 2.2, past its deadline: it is answered
+    ``rate_limited`` then and there, with that wait, and the server never sees it. It
+    slept to its deadline before, and was answered ``timed_out``."""
+    set_ups = iter([1.2, 0.3])
+    config = ServerConfig(rate=1, burst=1, latency=0.05, headers="draft")
+    run = await _late_turn(
+        config, Scope("api", rate=1, burst=1), 2, lambda _: next(set_ups), timeout=1.6
+    )
+    first, second = sorted(run.turn.results, key=lambda r: r.status is fanout.Status.OK)[::-1]
+    assert first.status is fanout.Status.OK
+    assert second.status is fanout.Status.RATE_LIMITED
+    assert second.retry_after_ms == 900
+    answered = [e.time - run.began for e in run.turn.trace if e.call_id == second.tool_use_id
+                and e.kind is fanout.EventKind.ANSWERED]  # fmt: skip
+    assert answered == [pytest.approx(1.3)]
+    assert [round(start - run.began, 9) for start in run.server.starts()] == [1.2]
+
+
+async def test_a_request_that_does_not_leave_gives_its_buckets_token_back(
+    autojump_clock: Any,
+) -> None:
+    """Told a bucket of one at 1/s. A request takes it, a second is refused as it waits
+    for the next token (its call cannot afford the second), and a third, cancelled half
+    way through its wait: neither reached the server, so a fourth waits only for the
+    token the first left, 0.5 s after the third gave up, not two tokens more."""
+    scope = Scope("api", rate=1, burst=1)
+    waits: list[float] = []
+
+    def refuse(wait: float) -> None:
+        raise NotSentError("cannot afford it", status=fanout.Status.RATE_LIMITED)
+
+    began = trio.current_time()
+    await scope.request_leaving(began)
+    with pytest.raises(NotSentError):
+        await scope.request_leaving(began, refuse)
+    with trio.move_on_after(0.5):
+        await scope.request_leaving(began, waits.append)
+    await scope.request_leaving(began, waits.append)
+    assert waits == [pytest.approx(1.0), pytest.approx(0.5)]
+    assert trio.current_time() - began == pytest.approx(1.0)
 
 
 @settings(max_examples=120, deadline=None, derandomize=True)
