@@ -409,6 +409,9 @@ class ScopeFront:
     # (admitted at, when) of the request that took the departure gate's last token while
     # it was full: leaving later than that, it owes the refill lost (`headers_left`).
     _took_full_gate: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # The server's bucket as requests' headers reach the wire (`wire_wait`): its tokens,
+    # as of a time.
+    _wire: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -704,31 +707,85 @@ class ScopeFront:
             tokens, at = self._departed
             self._departed = (tokens - min(late * rate, 1.0), at)
 
-    def request_delayed(self, admitted_at: float) -> None:
-        """The first request of a call admitted at ``admitted_at`` is on its way but not
-        out yet (opening a connection, or held): a log that counts in windows holds its
-        token until a window after it leaves (`SlidingLog.delayed`)."""
-        if self._window_length is not None:
-            self._backend.delayed(admitted_at)
+    def request_delayed(self, booked_by: float, *, first: bool = True) -> None:
+        """A request whose token was confirmed by ``booked_by`` (its call's admission, for
+        its ``first``) is on its way but not out yet (opening a connection, or held): a
+        log that counts in windows holds its token until a window after it leaves
+        (`SlidingLog.delayed`). A call's later requests only in a told window
+        (`_window_sees_departures`)."""
+        if self._counts_in_window(first=first):
+            self._backend.delayed(booked_by)
 
-    def request_left(self, admitted_at: float) -> None:
-        """The first request of a call admitted at ``admitted_at`` left now, after its
+    def request_left(self, booked_by: float, *, first: bool = True) -> None:
+        """A request whose token was confirmed by ``booked_by`` left now, after its
         connection's set-up or a hold (`warm_hold`): a log that counts in windows holds
         its token a window from now if that is later than its slack allowed
-        (`SlidingLog.left`). A bucket owes for a late request at `headers_left`."""
-        if self._window_length is not None:
-            self._backend.left(admitted_at, anew=self.per is not None)
+        (`SlidingLog.left`), and a told window counts it among the requests that left
+        (`window_wait`). A bucket owes for a late request at `headers_left`."""
+        if self._counts_in_window(first=first):
+            self._backend.left(booked_by, anew=self.per is not None)
 
-    def window_wait(self, admitted_at: float) -> float:
-        """How long the first request of a call admitted at ``admitted_at``, leaving now,
-        waits for a told window's token, counted by when this process's requests left
+    def _counts_in_window(self, *, first: bool) -> bool:
+        """Whether a request's way out is counted in a window: any window's of a call's
+        first request; a told window's of a later one too. Left out, a tool's second
+        request, which leaves as it is charged, was no departure a told window saw,
+        and a call that set up for 0.3 s went 48 ms after it, against one per 0.1 s:
+        a 429. (A learned window, which never waits as requests leave, counts them
+        as before.)"""
+        return self._window_length is not None and (first or self.per is not None)
+
+    def wire_wait(self) -> float:
+        """How long a request whose headers are leaving now waits for the told bucket's
+        token, counted as the server counts it: by when requests really reached the
+        wire (`wire_left`), whatever order they passed the gate in.
+
+        The gate (`_departure_wait`) counts a request as it reaches the HTTP
+        layer, before its connection is opened; one that then took 0.3 s to
+        open a connection was overtaken by a request a token after it over a
+        warm one, and reached a bucket of one that the other had just
+        emptied: a 429. Requests that leave in the order and spacing the gate
+        gave them never wait here.
+        """
+        if not self._wire_counts():
+            return 0.0
+        rate, _ = self._limits
+        assert rate is not None
+        tokens = self._wire_tokens(trio.current_time())
+        return 0.0 if tokens >= 1.0 - _EPSILON else (1.0 - tokens) / rate
+
+    def wire_left(self) -> None:
+        """A request's headers left now, its wait for the wire over (`wire_wait`)."""
+        if self._wire_counts():
+            now = trio.current_time()
+            self._wire = (self._wire_tokens(now) - 1.0, now)
+
+    def _wire_counts(self) -> bool:
+        """Whether the told bucket is counted by when requests reach the wire
+        (`wire_wait`): as the departure gate, a told local token bucket."""
+        rate, _ = self._limits
+        return rate is not None and self._window_length is None and self._counts_departures()
+
+    def _wire_tokens(self, when: float) -> float:
+        """What the told bucket holds at ``when``, counted by when requests reached the
+        wire: all of its burst before the first."""
+        rate, burst = self._limits
+        assert rate is not None
+        if self._wire is None:
+            return burst
+        tokens, at = self._wire
+        return min(burst, tokens + (when - at) * rate)
+
+    def window_wait(self, booked_by: float) -> float:
+        """How long a request whose token was confirmed by ``booked_by`` (its call's
+        admission, for its first), leaving now, waits for a told window's token,
+        counted by when this process's requests left
         (`SlidingLog.departure_wait`): as a told bucket's wait as it leaves
         (`_departure_wait`), and for the same reason, a tool's own set-up. A learned
         window is a guess; a shared one waits only while its backend counts here
         (`RedisBackend.departure_wait`): other processes' requests are not seen leaving."""
         if self.per is None:
             return 0.0
-        return self._backend.departure_wait(admitted_at)
+        return self._backend.departure_wait(booked_by)
 
     def _observe_wake_lag(self, seconds: float) -> None:
         """A booking that took a full bucket was confirmed ``seconds`` after its start.

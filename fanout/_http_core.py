@@ -337,8 +337,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
             return await next(self._unbound).handle_async_request(request)
         transport = self._pool_for(context.call.position)
         first = context.requests == 0
+        booked_by = context.admitted_at  # when its token was confirmed (`_Watch`)
         if not first:
             await _charge(context)
+            booked_by = trio.current_time()
         context.requests += 1
         target = str(request.url)
         found = credentials_in(request.headers.items(), target, self._credentials)
@@ -369,7 +371,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             # longer still: 198 s for what takes 8.5 (`ScopeFront._measured_slack`).
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
-            watch = _watch_connections(request, context, first=first)
+            watch = _watch_connections(request, context, first=first, booked_by=booked_by)
             held_before = context.held
             sent_at = trio.current_time()
             try:
@@ -504,9 +506,12 @@ class _Watch:
     """
 
     opened: bool | None = None
+    # When the request's token was confirmed: its call's admission for its first, its own
+    # charge for a later one. Its scopes know its booking by it.
+    booked_by: float = -math.inf
+    first: bool = True
     _told: tuple[ScopeLike, ...] = ()
     _delayed: tuple[ScopeLike, ...] = ()
-    _admitted_at: float = -math.inf
 
     def left_warm(self, scopes: tuple[ScopeLike, ...]) -> None:
         for scope in scopes:
@@ -514,17 +519,17 @@ class _Watch:
         self._told = scopes
 
     def delayed(self, context: CallContext) -> None:
-        """Its call's first request is on its way but not out yet: opening a connection,
-        or held back (`ScopeFront.request_delayed`)."""
+        """The request is on its way but not out yet: opening a connection, or held back
+        (`ScopeFront.request_delayed`)."""
         if not self._delayed:
             for scope in context.scopes:
-                scope.request_delayed(context.admitted_at)
-        self._delayed, self._admitted_at = context.scopes, context.admitted_at
+                scope.request_delayed(self.booked_by, first=self.first)
+        self._delayed = context.scopes
 
     def left(self, context: CallContext) -> None:
-        """Its call's first request left now (`ScopeFront.request_left`)."""
+        """The request left now (`ScopeFront.request_left`)."""
         for scope in context.scopes:
-            scope.request_left(context.admitted_at)
+            scope.request_left(self.booked_by, first=self.first)
         self._delayed = ()
 
     def back(self) -> None:
@@ -534,11 +539,13 @@ class _Watch:
             scope.warm_request_back()
         self._told = ()
         for scope in self._delayed:
-            scope.request_left(self._admitted_at)
+            scope.request_left(self.booked_by, first=self.first)
         self._delayed = ()
 
 
-def _watch_connections(request: _Request, context: CallContext, *, first: bool) -> _Watch:
+def _watch_connections(
+    request: _Request, context: CallContext, *, first: bool, booked_by: float
+) -> _Watch:
     """Have the connection pool say whether ``request`` opens a new connection.
 
     httpcore (and httpcore2, under httpx2) report each step of a request to
@@ -559,7 +566,7 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     (`ScopeFront.request_left`); while it opens a connection or is held, that
     it is delayed (`ScopeFront.request_delayed`).
     """
-    watch = _Watch()
+    watch = _Watch(booked_by=booked_by, first=first)
     extensions = getattr(request, "extensions", None)
     if not isinstance(extensions, dict):
         return watch
@@ -569,8 +576,7 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     async def trace(event: str, info: dict[str, Any]) -> None:
         if event.startswith("connection.connect_") and event.endswith(".started"):
             watch.opened = context.opened_connection = True
-            if first:
-                watch.delayed(context)
+            watch.delayed(context)
         elif event.endswith(".send_request_headers.started"):
             # Nothing later is ours to hear: the caller's trace alone hears the rest.
             _restore(extensions, theirs)
@@ -584,13 +590,15 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
                 hold = _warm_hold(context)  # what it costs is owed there
                 if hold > 0:
                     context.held += hold
-                    if first:
-                        watch.delayed(context)
+                    watch.delayed(context)
                     await trio.sleep(hold)
                 watch.left_warm(context.scopes)
-            if first:  # after its connection's set-up, or its hold
-                await _wait_for_window(context, watch)
-                watch.left(context)  # no checkpoint since the last wait: its token is its own
+            # After its connection's set-up, or its hold; no checkpoint after the last
+            # wait: the room it waited for is its own.
+            await _wait_to_leave(context, watch)
+            for scope in context.scopes:
+                scope.wire_left()
+            watch.left(context)
         if theirs is not None:
             await theirs(event, info)
 
@@ -598,16 +606,21 @@ def _watch_connections(request: _Request, context: CallContext, *, first: bool) 
     return watch
 
 
-async def _wait_for_window(context: CallContext, watch: _Watch) -> None:
-    """Hold a call's first request, as it leaves, until every told window of its scopes
-    has room for it counted by when requests left (`ScopeFront.window_wait`).
+async def _wait_to_leave(context: CallContext, watch: _Watch) -> None:
+    """Hold a request, as its headers leave, until each told bucket of its scopes has a
+    token for it counted by when requests reached the wire (`ScopeFront.wire_wait`),
+    and each told window has room for it counted by when requests left
+    (`ScopeFront.window_wait`).
 
     Asked again after each wait: a request that left meanwhile may have taken
     the room. The hold is not the server's time (``context.held``); a wait
     the call cannot afford sends nothing (`_afford_wait`).
     """
     while True:
-        waits = [(scope.window_wait(context.admitted_at), scope.name) for scope in context.scopes]
+        waits = [
+            (max(scope.wire_wait(), scope.window_wait(watch.booked_by)), scope.name)
+            for scope in context.scopes
+        ]
         wait, scope_name = max(waits, default=(0.0, None))
         if wait <= 0:
             return
