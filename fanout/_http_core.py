@@ -510,6 +510,10 @@ class _Watch:
     # charge for a later one. Its scopes know its booking by it.
     booked_by: float = -math.inf
     first: bool = True
+    # Each scope's tokens as the request took its token on the wire, and when
+    # (`ScopeFront.wire_left`), until its headers are written (`written`).
+    _wire: list[tuple[ScopeLike, float]] = attrs.field(factory=list)
+    _wire_at: float = -math.inf
     _told: tuple[ScopeLike, ...] = ()
     _delayed: tuple[ScopeLike, ...] = ()
 
@@ -525,6 +529,20 @@ class _Watch:
             for scope in context.scopes:
                 scope.request_delayed(self.booked_by, first=self.first)
         self._delayed = context.scopes
+
+    def took_wire(self, scopes: tuple[ScopeLike, ...]) -> None:
+        """Its headers leave now: each scope counts its token on the wire
+        (`ScopeFront.wire_left`)."""
+        self._wire_at = trio.current_time()
+        self._wire = [(scope, scope.wire_left()) for scope in scopes]
+
+    def written(self) -> None:
+        """Its headers are written: each scope that counted its token on the wire hears
+        how much later than then (`ScopeFront.wire_written`)."""
+        late = trio.current_time() - self._wire_at
+        for scope, found in self._wire:
+            scope.wire_written(found, late)
+        self._wire = []
 
     def left(self, context: CallContext) -> None:
         """The request left now (`ScopeFront.request_left`)."""
@@ -578,8 +596,6 @@ def _watch_connections(
             watch.opened = context.opened_connection = True
             watch.delayed(context)
         elif event.endswith(".send_request_headers.started"):
-            # Nothing later is ours to hear: the caller's trace alone hears the rest.
-            _restore(extensions, theirs)
             if first:  # its call's token: how late it leaves (`ScopeFront.headers_left`)
                 for scope in context.scopes:
                     scope.headers_left(context.admitted_at)
@@ -596,9 +612,12 @@ def _watch_connections(
             # After its connection's set-up, or its hold; no checkpoint after the last
             # wait: the room it waited for is its own.
             await _wait_to_leave(context, watch)
-            for scope in context.scopes:
-                scope.wire_left()
+            watch.took_wire(context.scopes)
             watch.left(context)
+        elif event.endswith(".send_request_headers.complete"):
+            # Nothing later is ours to hear: the caller's trace alone hears the rest.
+            _restore(extensions, theirs)
+            watch.written()
         if theirs is not None:
             await theirs(event, info)
 

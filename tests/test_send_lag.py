@@ -874,6 +874,46 @@ class _HeldAfterLeaving(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+async def test_a_request_written_late_after_its_headers_left_owes_the_refill_it_lost(
+    autojump_clock: Any,
+) -> None:
+    """Told a bucket of one at 20/s: the fourth request's headers take 34 ms to write
+    after it took its token on the wire (in real time, a full garbage collection in
+    between), so it reaches the server at 0.184 s. Counted from when its headers began,
+    the fifth left a token after that, reached the server 16 ms after the fourth, and
+    was refused. The bucket, full until the fourth arrived, lost that refill, which
+    the scope hears once the headers are written (`ScopeFront.wire_written`): the fifth
+    waits on the wire until a token after the fourth arrived."""
+    config = ServerConfig(rate=20, burst=1, latency=0.05, headers="draft")
+    run = await _late_turn(
+        config, Scope("api", rate=20, burst=1), 6, lambda _: 0.0,
+        transport=_HeldAfterLeaving({3: 0.034}),
+    )  # fmt: skip
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts == [0.0, 0.05, 0.1, 0.184, 0.234, 0.284]
+
+
+async def test_one_request_slow_on_its_way_out_costs_its_own_lateness_alone(
+    autojump_clock: Any,
+) -> None:
+    """Told a bucket of one at 20/s: the third request takes 30 ms from the HTTP layer to
+    its headers (in real time, a garbage collection on its way). The next request waits
+    a token after it really left (on the wire, `ScopeFront.wire_wait`), and the rest
+    follow a token apart. Kept as a margin, that one spread paced every later request
+    30 ms longer, for the scope's life (1.47-1.50x the minimum in one real-time run in
+    twenty)."""
+    config = ServerConfig(rate=20, burst=1, latency=0.05, headers="draft")
+    scope = Scope("api", rate=20, burst=1)
+    run = await _late_turn(config, scope, 8, lambda _: 0.0, transport=_LateOnTheWay({2: 0.03}, {}))
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts == [0.0, 0.05, 0.13, 0.18, 0.23, 0.28, 0.33, 0.38]
+    assert scope.statistics().slack == pytest.approx(0.0, abs=1e-9)
+
+
 _SLACK = 0.004  # how much the first two calls' set-ups differ: the slack the rest is measured by
 
 
