@@ -793,11 +793,16 @@ class ScopeFront:
     def _wire_tokens(self, when: float) -> float:
         """What the told bucket holds at ``when``, counted by when requests reached the
         wire: all of its burst before the first."""
+        return self._told_tokens(self._wire, when)
+
+    def _told_tokens(self, state: tuple[float, float] | None, when: float) -> float:
+        """What the told bucket holds at ``when`` from ``state`` (its tokens, as of a
+        time): all of its burst before any."""
         rate, burst = self._limits
         assert rate is not None
-        if self._wire is None:
+        if state is None:
             return burst
-        tokens, at = self._wire
+        tokens, at = state
         return min(burst, tokens + (when - at) * rate)
 
     def window_wait(self, booked_by: float) -> float:
@@ -1149,12 +1154,7 @@ class ScopeFront:
     def _departure_tokens(self, when: float) -> float:
         """What the told bucket holds at ``when``, counted as this process's requests leave
         (`_departure_wait`): all of its burst before the first."""
-        rate, burst = self._limits
-        assert rate is not None
-        if self._departed is None:
-            return burst
-        tokens, at = self._departed
-        return min(burst, tokens + (when - at) * rate)
+        return self._told_tokens(self._departed, when)
 
     def _left_late(self, admitted_at: float, now: float) -> None:
         """A call admitted at ``admitted_at`` sends its request only ``now``, after a

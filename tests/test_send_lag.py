@@ -703,46 +703,31 @@ async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_le
     assert scope.statistics().slack == pytest.approx(0.05)
 
 
-async def test_a_request_that_cannot_afford_its_windows_wait_is_not_sent(
-    autojump_clock: Any,
+@pytest.mark.parametrize(
+    ("scope", "model", "retry_after_ms"),
+    [
+        (Scope("api", limit=1, per=1.0), "sliding", 950),
+        (Scope("api", rate=1, burst=1), "bucket", 900),
+    ],
+    ids=["window", "bucket"],
+)
+async def test_a_request_that_cannot_afford_its_wait_as_it_leaves_is_not_sent(
+    autojump_clock: Any, scope: Scope, model: str, retry_after_ms: int
 ) -> None:
-    """Told one per second, each call with 1.6 s: the first call's tool sets up for 1.2
-    s, the second, admitted at 1.0, for 0.3. The first left at 1.2, so the second,
-    leaving at 1.3, has room only at 2.25, past its deadline: it is answered
-    ``rate_limited`` then and there, with that wait, and the server never sees it.
-    Counted from its admission, it went, and drew a 429 with a second's wait."""
+    """Told one per second (a sliding log, or a bucket of one), each call with 1.6 s: the
+    first call's tool sets up for 1.2 s, the second, admitted at 1.0, for 0.3. The first
+    left at 1.2, so the second, leaving at 1.3, has room only at 2.25 (the log keeps
+    its slack) or a token at 2.2, past its deadline: it is answered ``rate_limited``
+    then and there, with that wait, and the server never sees it. Counted from its
+    admission, the window's went, and drew a 429 with a second's wait; the bucket's
+    slept to its deadline, and was answered ``timed_out``."""
     set_ups = iter([1.2, 0.3])
-    config = ServerConfig(rate=1, burst=1, latency=0.05, headers="draft", model="sliding")
-    run = await _late_turn(
-        config, Scope("api", limit=1, per=1.0), 2, lambda _: next(set_ups), timeout=1.6
-    )
+    config = ServerConfig(rate=1, burst=1, latency=0.05, headers="draft", model=model)
+    run = await _late_turn(config, scope, 2, lambda _: next(set_ups), timeout=1.6)
     first, second = sorted(run.turn.results, key=lambda r: r.status is fanout.Status.OK)[::-1]
     assert first.status is fanout.Status.OK
     assert second.status is fanout.Status.RATE_LIMITED
-    assert second.retry_after_ms == 950
-    answered = [e.time - run.began for e in run.turn.trace if e.call_id == second.tool_use_id
-                and e.kind is fanout.EventKind.ANSWERED]  # fmt: skip
-    assert answered == [pytest.approx(1.3)]
-    assert [round(start - run.began, 9) for start in run.server.starts()] == [1.2]
-
-
-async def test_a_request_that_cannot_afford_its_buckets_wait_as_it_leaves_is_not_sent(
-    autojump_clock: Any,
-) -> None:
-    """Told a bucket of one at 1/s, each call with 1.6 s: the first call's tool sets up
-    for 1.2 s, the second, admitted at 1.0, for 0.3. The first took the token at 1.2, so
-    the second, leaving at 1.3, has one only at 2.2, past its deadline: it is answered
-    ``rate_limited`` then and there, with that wait, and the server never sees it. It
-    slept to its deadline before, and was answered ``timed_out``."""
-    set_ups = iter([1.2, 0.3])
-    config = ServerConfig(rate=1, burst=1, latency=0.05, headers="draft")
-    run = await _late_turn(
-        config, Scope("api", rate=1, burst=1), 2, lambda _: next(set_ups), timeout=1.6
-    )
-    first, second = sorted(run.turn.results, key=lambda r: r.status is fanout.Status.OK)[::-1]
-    assert first.status is fanout.Status.OK
-    assert second.status is fanout.Status.RATE_LIMITED
-    assert second.retry_after_ms == 900
+    assert second.retry_after_ms == retry_after_ms
     answered = [e.time - run.began for e in run.turn.trace if e.call_id == second.tool_use_id
                 and e.kind is fanout.EventKind.ANSWERED]  # fmt: skip
     assert answered == [pytest.approx(1.3)]
