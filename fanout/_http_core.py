@@ -580,9 +580,12 @@ def _watch_connections(
     caller set is still called. A transport that reports nothing (a mock, a
     custom one) leaves every call a sample and every request unheld, as before.
     A call's ``first`` request tells its scopes when its headers leave
-    (`ScopeFront.headers_left`), and again once any hold is over
-    (`ScopeFront.request_left`); while it opens a connection or is held, that
-    it is delayed (`ScopeFront.request_delayed`).
+    (`ScopeFront.headers_left`). Every request, once any hold and any wait
+    for the wire is over (`_wait_to_leave`), tells them that it left
+    (`ScopeFront.request_left`) and took its token on the wire
+    (`ScopeFront.wire_left`), and once its headers are written, how much
+    later (`ScopeFront.wire_written`); while it opens a connection or is
+    held, that it is delayed (`ScopeFront.request_delayed`).
     """
     watch = _Watch(booked_by=booked_by, first=first)
     extensions = getattr(request, "extensions", None)
