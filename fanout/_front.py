@@ -169,6 +169,7 @@ class Backend(Protocol):
     ) -> None: ...
     def delayed(self, booked_by: float) -> None: ...
     def left(self, booked_by: float, *, anew: bool = False) -> None: ...
+    def written(self, booked_by: float, late: float) -> None: ...
     def departure_wait(self, booked_by: float) -> float: ...
     def voided(self) -> trio.Event | None: ...
     def estimated_wait(self, cost: float) -> float: ...
@@ -763,9 +764,10 @@ class ScopeFront:
         self._wire = (found - 1.0, now)
         return found
 
-    def wire_written(self, found: float, late: float) -> None:
-        """The request that found ``found`` tokens on the wire (`wire_left`) had its
-        headers written ``late`` seconds after it took its token there.
+    def wire_written(self, found: float, late: float, *, booked_by: float) -> None:
+        """The request whose token was confirmed by ``booked_by``, and which found
+        ``found`` tokens on the wire (`wire_left`), had its headers written ``late``
+        seconds after it took its token there.
 
         Normally a fraction of a millisecond (the write gives other tasks a
         turn); a pause of the whole process (a full garbage collection) in
@@ -774,7 +776,10 @@ class ScopeFront:
         time, against a bucket of one at 20/s, a request whose headers took
         34 ms to write reached the server 34 ms late, and the next one, 75 ms
         after it by the client's clock, 41 ms after it by the server's: a 429.
+        A told window counts it from now (`SlidingLog.written`).
         """
+        if self._window_sees_departures():
+            self._backend.written(booked_by, late)
         if not self._wire_counts() or self._wire is None:
             return
         rate, burst = self._limits

@@ -553,6 +553,12 @@ class RedisBackend:
         if isinstance(self._fallback_bucket, SlidingLog):
             self._fallback_bucket.left(booked_by, anew=anew)
 
+    def written(self, booked_by: float, late: float) -> None:
+        """As ``left``: only the local log while Redis is away counts a request from when
+        its headers were written."""
+        if isinstance(self._fallback_bucket, SlidingLog):
+            self._fallback_bucket.written(booked_by, late)
+
     def departure_wait(self, booked_by: float) -> float:
         """As ``left``: only the local log while Redis is away waits for a window's token
         as a request leaves; the shared log's other processes' requests are not seen."""

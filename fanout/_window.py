@@ -522,6 +522,20 @@ class SlidingLog:
         late = now - mine[0] > self.slack
         self._hold_entry(mine, _LEFT, now + self._span if late else -math.inf, now)
 
+    def written(self, booked_by: float, late: float) -> None:
+        """The request of a booking confirmed by ``booked_by``, counted as leaving
+        ``late`` seconds ago (``left``), had its headers written only now: the server
+        counts it from now. Later than the slack allows for, its token is held a window
+        from now, as ``left`` holds a late one. (Held from when its headers began, a
+        request written 34 ms later, behind a full garbage collection, was followed
+        inside its window by one a window after it began: against one per 20 ms,
+        answered in 50 ms, a 429.)"""
+        now = trio.current_time()
+        mine = self._confirmed_by(booked_by)
+        if late <= 0.0 or mine is None or mine[2] != _LEFT or now - mine[0] <= self.slack:
+            return
+        self._hold_entry(mine, _LEFT, now + self._span, now)
+
     def _own(self, booked_by: float) -> Entry | None:
         """The entry of the booking confirmed by ``booked_by`` whose request has not left:
         the one delayed, if one was; else the latest it may be. None where the log no

@@ -880,6 +880,26 @@ async def test_a_request_written_late_after_its_headers_left_owes_the_refill_it_
     assert starts == [0.0, 0.05, 0.1, 0.184, 0.234, 0.284]
 
 
+async def test_a_request_written_late_holds_its_told_windows_token_from_then(
+    autojump_clock: Any,
+) -> None:
+    """Told one per 20 ms (a sliding log), answered in 50 ms: the third request's headers
+    take 34 ms to write after it left at 0.04 s (in real time, a full garbage
+    collection in between), so the server counts it at 0.074. Held from when its
+    headers began, its token let the fourth out at 0.09, 16 ms after it arrived, long
+    before its answer could say so: a 429. Held from when it was written
+    (`SlidingLog.written`), the fourth goes a window after that."""
+    config = ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding")
+    run = await _late_turn(
+        config, Scope("api", limit=1, per=0.02), 8, lambda _: 0.0,
+        transport=_HeldAfterLeaving({2: 0.034}),
+    )  # fmt: skip
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts[:5] == [0.0, 0.02, 0.074, 0.094, 0.114]
+
+
 async def test_one_request_slow_on_its_way_out_costs_its_own_lateness_alone(
     autojump_clock: Any,
 ) -> None:
