@@ -859,45 +859,41 @@ class _HeldAfterLeaving(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-async def test_a_request_written_late_after_its_headers_left_owes_the_refill_it_lost(
-    autojump_clock: Any,
+@pytest.mark.parametrize(
+    ("scope", "config", "late", "starts"),
+    [
+        (
+            Scope("api", rate=20, burst=1),
+            ServerConfig(rate=20, burst=1, latency=0.05, headers="draft"),
+            3, [0.0, 0.05, 0.1, 0.184, 0.234, 0.284],
+        ),
+        (
+            Scope("api", limit=1, per=0.02),
+            ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding"),
+            2, [0.0, 0.02, 0.074, 0.094, 0.114, 0.168],
+        ),
+    ],
+    ids=["bucket", "window"],
+)  # fmt: skip
+async def test_a_request_written_late_is_counted_from_when_it_was_written(
+    autojump_clock: Any, scope: Scope, config: ServerConfig, late: int, starts: list[float]
 ) -> None:
-    """Told a bucket of one at 20/s: the fourth request's headers take 34 ms to write
-    after it took its token on the wire (in real time, a full garbage collection in
-    between), so it reaches the server at 0.184 s. Counted from when its headers began,
-    the fifth left a token after that, reached the server 16 ms after the fourth, and
-    was refused. The bucket, full until the fourth arrived, lost that refill, which
-    the scope hears once the headers are written (`ScopeFront.wire_written`): the fifth
-    waits on the wire until a token after the fourth arrived."""
-    config = ServerConfig(rate=20, burst=1, latency=0.05, headers="draft")
+    """A told bucket of one at 20/s, and a told sliding log of one per 20 ms answered in
+    50 ms: one request's headers take 34 ms to write after it took its token (in real
+    time, a full garbage collection in between), so the server counts it that much
+    later (0.184 s; 0.074 s). Counted from when its headers began, the next one left a
+    token or a window after that, reached the server 16 ms after it, long before any
+    answer could say so, and was refused. The bucket, full until the late request
+    arrived, lost that refill, which it hears once the headers are written
+    (`ScopeFront.wire_written`); the log holds its token a window from then
+    (`SlidingLog.written`): the next waits for either. (Once the late request's answer
+    is in, its round trip, 34 ms longer than the others', is the log's margin.)"""
     run = await _late_turn(
-        config, Scope("api", rate=20, burst=1), 6, lambda _: 0.0,
-        transport=_HeldAfterLeaving({3: 0.034}),
-    )  # fmt: skip
+        config, scope, 6, lambda _: 0.0, transport=_HeldAfterLeaving({late: 0.034})
+    )
     assert all(r.status is fanout.Status.OK for r in run.turn.results)
     assert run.server.count(status=429) == 0
-    starts = [round(start - run.began, 9) for start in run.server.starts()]
-    assert starts == [0.0, 0.05, 0.1, 0.184, 0.234, 0.284]
-
-
-async def test_a_request_written_late_holds_its_told_windows_token_from_then(
-    autojump_clock: Any,
-) -> None:
-    """Told one per 20 ms (a sliding log), answered in 50 ms: the third request's headers
-    take 34 ms to write after it left at 0.04 s (in real time, a full garbage
-    collection in between), so the server counts it at 0.074. Held from when its
-    headers began, its token let the fourth out at 0.09, 16 ms after it arrived, long
-    before its answer could say so: a 429. Held from when it was written
-    (`SlidingLog.written`), the fourth goes a window after that."""
-    config = ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding")
-    run = await _late_turn(
-        config, Scope("api", limit=1, per=0.02), 8, lambda _: 0.0,
-        transport=_HeldAfterLeaving({2: 0.034}),
-    )  # fmt: skip
-    assert all(r.status is fanout.Status.OK for r in run.turn.results)
-    assert run.server.count(status=429) == 0
-    starts = [round(start - run.began, 9) for start in run.server.starts()]
-    assert starts[:5] == [0.0, 0.02, 0.074, 0.094, 0.114]
+    assert [round(start - run.began, 9) for start in run.server.starts()] == starts
 
 
 async def test_one_request_slow_on_its_way_out_costs_its_own_lateness_alone(
