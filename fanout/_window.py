@@ -519,8 +519,7 @@ class SlidingLog:
         if mine is None:
             mine = (booked_by, 1.0, _STARTED, -math.inf)
             bisect.insort(self._entries, mine)
-        late = now - mine[0] > self.slack
-        self._hold_entry(mine, _LEFT, now + self._span if late else -math.inf, now)
+        self._leaves_now(mine, now)
 
     def written(self, booked_by: float, late: float) -> None:
         """The request of a booking confirmed by ``booked_by``, counted as leaving
@@ -530,11 +529,15 @@ class SlidingLog:
         request written 34 ms later, behind a full garbage collection, was followed
         inside its window by one a window after it began: against one per 20 ms,
         answered in 50 ms, a 429.)"""
-        now = trio.current_time()
         mine = self._confirmed_by(booked_by)
-        if late <= 0.0 or mine is None or mine[2] != _LEFT or now - mine[0] <= self.slack:
-            return
-        self._hold_entry(mine, _LEFT, now + self._span, now)
+        if late > 0.0 and mine is not None and mine[2] == _LEFT:
+            self._leaves_now(mine, trio.current_time())
+
+    def _leaves_now(self, entry: Entry, now: float) -> None:
+        """``entry``'s request reaches the server no sooner than ``now``: later than the
+        slack allows for, its token is held a window from now, not from its start."""
+        late = now - entry[0] > self.slack
+        self._hold_entry(entry, _LEFT, now + self._span if late else -math.inf, now)
 
     def _own(self, booked_by: float) -> Entry | None:
         """The entry of the booking confirmed by ``booked_by`` whose request has not left:
