@@ -355,15 +355,17 @@ class TokenBucket:
         """Use ``slack`` from now on; a busy bucket also defers its refill by the increase."""
         if not (slack >= 0 and math.isfinite(slack)):
             raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
-        if slack <= self.slack or self._full_at == -math.inf:
+        if slack == self.slack or self._full_at == -math.inf:
             self.slack = slack  # nothing booked yet (and perhaps no trio running)
             return
         now = trio.current_time()
         if self._full_at > now:
-            # Busy: the refill counts from later, and bookings ahead book again.
-            self._full_at += slack - self.slack
-            if self._paused_until > now:
-                self._paused_until += slack - self.slack
+            # Busy: a wider slack counts the refill from later; bookings ahead book
+            # again, later or (their pauses given back, `_present`) sooner.
+            if slack > self.slack:
+                self._full_at += slack - self.slack
+                if self._paused_until > now:
+                    self._paused_until += slack - self.slack
             if self._ahead_of(now):
                 present = self._present(now)
                 self._void()

@@ -355,8 +355,10 @@ async def _run_tool(
         scopes = state.plan.scopes
         if scopes:  # only a scope learns from how long the attempt took
             elapsed = trio.current_time() - context.admitted_at - context.held
+            warm = not context.opened_connection
+            reused = warm and context.reused_connection
             for scope in scopes:
-                scope.observe_call(elapsed, ok=went_fine, warm=not context.opened_connection)
+                scope.observe_call(elapsed, ok=went_fine, warm=warm, reused=reused)
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:

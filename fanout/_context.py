@@ -52,7 +52,8 @@ class CallContext:
     ``opened_connection`` is set when a request of the attempt opened a new
     connection (the HTTP layer is told so by the connection pool): its
     duration then includes the connection's set-up, so it is not a sample
-    of how fast the server answers. ``held`` is how long its requests
+    of how fast the server answers; ``reused_connection``, when one was seen
+    leaving over a connection already open. ``held`` is how long its requests
     waited inside the pool for a slow first connection's worst case, or for
     a place under a learned cap (`fanout._http_core`), which is no part of
     how long the server took.
@@ -75,6 +76,7 @@ class CallContext:
     admitted_at: float = -math.inf
     arrived_at: float = -math.inf
     opened_connection: bool = False
+    reused_connection: bool = False
     held: float = 0.0
     refused: bool = False
     idle: IdleWatch | None = None  # set while a tool with an idle_timeout runs

@@ -396,6 +396,7 @@ class ScopeFront:
     # The burst whose earliest answer a 429 made the slack take as all late arrival.
     _lag_assumed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
+    _warm_slowest: float | None = attrs.field(init=False, default=None, repr=False)
     # Requests over reused connections on the wire, and since when one has been unanswered.
     _warm_out: int = attrs.field(init=False, default=0, repr=False)
     _warm_since: float = attrs.field(init=False, default=math.inf, repr=False)
@@ -404,6 +405,8 @@ class ScopeFront:
     # The pause kept after the paced fill whose request is leaving now (`headers_left`).
     _leaving_pause: float = attrs.field(init=False, default=0.0, repr=False)
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # A request of the latest burst was seen reaching the server as it left (`_observe_arrival`).
+    _burst_on_time: bool = attrs.field(init=False, default=False, repr=False)
     # The server's bucket as this process's requests leave (`_departure_wait`): its
     # tokens, as of a time (later than now while a request waits for one).
     _departed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
@@ -617,6 +620,7 @@ class ScopeFront:
             self._remember(booking.start, cost)
             if booking.burst_began is not None:
                 self._burst = (booking.burst_began, math.inf)  # its first answer is to come
+                self._burst_on_time = False
                 self._quickest_send = math.inf
         return booking
 
@@ -1856,7 +1860,9 @@ class ScopeFront:
         blind = sent_at is not None and sent_at <= self._first_answer_at
         return blind or self._shut_until() is not None or sent_at in self._spent_on
 
-    def observe_call(self, seconds: float, *, ok: bool, warm: bool = True) -> None:
+    def observe_call(
+        self, seconds: float, *, ok: bool, warm: bool = True, reused: bool = False
+    ) -> None:
         """One attempt finished: its duration, the probe's end, the slack, and learning.
 
         Only an attempt that went fine is a sample of a call's duration: a
@@ -1866,6 +1872,8 @@ class ScopeFront:
         calls take at least that long. ``warm``: no request of the attempt
         opened a connection (or the transport could not tell), so its
         duration is the server's latency, without a connection's set-up.
+        ``reused``: each of its requests was seen leaving over a connection
+        already open (`_observe_arrival`).
         """
         self._probe.finished()
         self._first_answer_at = min(self._first_answer_at, trio.current_time())
@@ -1873,9 +1881,11 @@ class ScopeFront:
             self._ledger.observe_cut_short(seconds)
             return
         self._ledger.observe_latency(seconds)
-        if warm and (self._warm_fastest is None or seconds < self._warm_fastest):
-            self._warm_fastest = seconds
-        self._observe_arrival(seconds, warm=warm)
+        if warm:
+            fastest, slowest = self._warm_fastest, self._warm_slowest
+            self._warm_fastest = seconds if fastest is None else min(fastest, seconds)
+            self._warm_slowest = seconds if slowest is None else max(slowest, seconds)
+        self._observe_arrival(seconds, warm=warm, reused=reused)
         if self._window_length is not None and self.slack is None:
             self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
@@ -1888,7 +1898,7 @@ class ScopeFront:
             self._apply_learned()
             self._count_in_reopened()
 
-    def _observe_arrival(self, seconds: float, *, warm: bool = False) -> None:
+    def _observe_arrival(self, seconds: float, *, warm: bool = False, reused: bool = False) -> None:
         """How late the first request of the latest burst reached the server, at most.
 
         The server refills a burst's bucket from its *first arrival*; every
@@ -1899,7 +1909,13 @@ class ScopeFront:
         server time and way back). It is not the spread of durations: a
         server whose response time jitters stretches the slowest answers,
         but it admitted those requests when they arrived, and the earliest
-        answer is not stretched by much.
+        of many answers is not stretched by much. The one answer of a burst
+        of one is stretched as much as the server's time varies: a burst of
+        which a request was seen leaving over a connection already open, by a
+        scope that counts its requests on the wire (`_counts_departures`),
+        reached the server as it left, and its answers say nothing of a late
+        arrival (a bucket of one at 20/s, its answers 50 to 90 ms, kept 40 ms
+        after every request: 1.5x the minimum).
 
         A call that opened a connection is no sample of that server time: a
         slow first connection (a TLS handshake, a server slow to read it)
@@ -1922,12 +1938,13 @@ class ScopeFront:
         if self._of_burst(now - seconds):
             first = min(first, now)
             self._burst = (began, first)
-        lag = first - began - fastest  # a warm call's fastest may come later
-        if not math.isfinite(lag):
-            return
-        if self.slack is None and lag > self._arrival_lag:
+            self._burst_on_time |= reused and self._counts_departures()
+        lag = -math.inf if self._burst_on_time else first - began - fastest
+        if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
+        elif self.slack is None and warm and self._arrival_lag and self._counts_departures():
+            self._backend.set_slack(self._measured_slack())  # the server's time varies more
 
     def _of_burst(self, admitted: float) -> bool:
         """Whether a call admitted at ``admitted`` (after the latest burst began) went
@@ -2074,10 +2091,19 @@ class ScopeFront:
         if self._window_sees_departures():
             trips, quickest = self._ledger.trip_spread(), self._ledger.quickest_trip()
             send_lag = min(send_lag, math.inf if quickest is None else quickest)
-        slack = max(self._wake_lag + send_lag, self._arrival_lag, self._way_out_spread())
+        arrival = self._arrival_lag
+        if self._counts_departures() and self._window_length is None:
+            arrival = max(0.0, arrival - self._warm_spread())
+        slack = max(self._wake_lag + send_lag, arrival, self._way_out_spread())
         if self._window_length is not None:
             slack = max(slack, self._ledger.spread() if trips is None else trips)
         return slack
+
+    def _warm_spread(self) -> float:
+        """How much the durations of calls that opened no connection have varied: the
+        server's own time, with no connection's set-up in it."""
+        fastest, slowest = self._warm_fastest, self._warm_slowest
+        return 0.0 if fastest is None or slowest is None else slowest - fastest
 
     def _window_sees_departures(self) -> bool:
         """Whether this is a told window that counts each request from when it leaves

@@ -603,7 +603,7 @@ def _watch_connections(
                 for scope in context.scopes:
                     scope.headers_left(context.admitted_at)
             if not watch.opened:
-                watch.opened = False
+                watch.opened, context.reused_connection = False, True
                 for scope in context.scopes:
                     scope.observe_write_lag(trio.current_time() - handed_on)
                 hold = _warm_hold(context)  # what it costs is owed there
