@@ -1922,7 +1922,12 @@ class ScopeFront:
         makes a whole burst's answers late, which would look like a slower
         server and no lag at all. Until a warm call is seen, the fastest of
         any call stands in, and requests over reused connections wait for
-        the worst case (`warm_hold`).
+        the worst case (`warm_hold`). A told bucket that sees its requests
+        leave takes no sample until then: against the fastest of calls that
+        all opened connections, a burst's lag is only how much those vary,
+        the same delay in each (a bucket of one against answers of 50 to 90
+        ms took the first requests' spread for lateness, and kept 30 ms after
+        each until the warm answers showed as much spread).
         """
         now = trio.current_time()
         fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
@@ -1939,7 +1944,9 @@ class ScopeFront:
             first = min(first, now)
             self._burst = (began, first)
             self._burst_on_time |= reused and self._counts_departures()
-        lag = -math.inf if self._burst_on_time else first - began - fastest
+        cold_only = self._warm_fastest is None and self._counts_departures()
+        cold_only = cold_only and self._window_length is None
+        lag = -math.inf if self._burst_on_time or cold_only else first - began - fastest
         if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())

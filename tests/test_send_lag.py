@@ -1022,7 +1022,8 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     request: the last of the 30 left at 2.09, 2.40 and 2.26 s with these seeds (1.45 s
     at the least; 1.5x in real time). Now the slack comes back to (almost) nothing as
     warm answers show how much the server's time varies, the bookings ahead book
-    again sooner, and the last requests leave a token apart: 1.55-1.79 s."""
+    again sooner, and the last requests leave a token apart: 1.50-1.54 s. (With the
+    first, cold answers taken for lateness until then, 1.55-1.79 s.)"""
     config = ServerConfig(rate=20, burst=1, latency=0.05, jitter=0.04, seed=seed)
     scope = Scope("api", rate=20, burst=1)
     run = await _late_turn(config, scope, 30, lambda _: 0.0)
@@ -1031,5 +1032,5 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     starts = [start - run.began for start in run.server.starts()]
     assert all(b - a >= 0.05 - 1e-9 for a, b in itertools.pairwise(starts))
     assert starts[-1] - starts[-6] == pytest.approx(0.25, abs=0.005)
-    assert starts[-1] < 29 * 0.05 + 0.4
+    assert starts[-1] < 29 * 0.05 + 0.15
     assert scope.statistics().slack < 0.001
