@@ -43,7 +43,9 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
 * reset = for a bucket, the time until it is full again (``reset="full"``)
   or until its next token (``reset="next"``); for a window, until the
   window ends (fixed) or its oldest request leaves it (sliding). Rounded *up*
-  to whole seconds, except the ``openai`` duration (ms). The ``shopify``
+  to whole seconds, except the ``openai`` duration (ms); ``reset_rounding``
+  ``"nearest"`` or ``"down"`` rounds it as ``round()`` or ``int()`` would, so
+  a bucket with tokens to spare may say 0. The ``shopify``
   style states no reset: only the fill level, ``limit - remaining`` of ``limit``;
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
@@ -99,6 +101,7 @@ RetryAfterFormat = Literal["seconds", "http-date", "ms", "absent"]
 HeaderStyle = Literal["ietf", "draft", "x", "openai", "anthropic", "shopify", "azure", "none"]
 Model = Literal["bucket", "fixed", "sliding"]
 ResetMeaning = Literal["full", "next"]
+ResetRounding = Literal["up", "nearest", "down"]
 
 # Float slack: a client that sleeps exactly the advertised wait must be admitted.
 _EPS = 1e-9
@@ -110,6 +113,13 @@ _RATE_STATUSES = (403, 429, 503)  # what a rate may refuse with (module docstrin
 def _ceil(value: float) -> int:
     """Round up, forgiving float noise (1.0000000000000002 is 1)."""
     return math.ceil(value - _EPS)
+
+
+def _whole_seconds(value: float, rounding: ResetRounding) -> int:
+    """A reset in whole seconds, rounded as the server is configured to."""
+    if rounding == "nearest":
+        return round(value)
+    return _ceil(value) if rounding == "up" else math.floor(value + _EPS)
 
 
 # A validator for "a positive number, or None for unlimited" (typed loosely for the attrs plugin).
@@ -166,6 +176,9 @@ class ServerConfig:
     reset_precise: bool = False
     state_at_answer: bool = False
     reset_late: float = attrs.field(default=0.0, validator=_SECONDS)
+    reset_rounding: ResetRounding = attrs.field(
+        default="up", validator=attrs.validators.in_(get_args(ResetRounding))
+    )
     scope_header: str | None = None
     fail_first: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     date_skew: float = 0.0
@@ -514,7 +527,7 @@ class ThrottlingServer:
         limit, remaining = bucket.limit, bucket.remaining(now)
         until = bucket.reset(now) + self.config.reset_late
         full_at = _ceil(self._wall() + until)
-        reset: object = _ceil(until)
+        reset: object = _whole_seconds(until, self.config.reset_rounding)
         if style == "ietf":
             window = max(_ceil(bucket.limit / bucket.rate), 1)
             return [
@@ -635,6 +648,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--reset-as-epoch", action="store_true")
     p.add_argument("--reset-late", type=float, default=0.0)
     p.add_argument("--reset-precise", action="store_true")
+    p.add_argument("--reset-rounding", choices=get_args(ResetRounding), default="up")
     p.add_argument("--state-at-answer", action="store_true")
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)

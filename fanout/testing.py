@@ -13,6 +13,7 @@ from ._throttle_server import KeyLimits as KeyLimits
 from ._throttle_server import Model as Model
 from ._throttle_server import RequestRecord as RequestRecord
 from ._throttle_server import ResetMeaning as ResetMeaning
+from ._throttle_server import ResetRounding as ResetRounding
 from ._throttle_server import RetryAfterFormat as RetryAfterFormat
 from ._throttle_server import ServerConfig as ServerConfig
 from ._throttle_server import ThrottlingServer as ThrottlingServer
@@ -24,6 +25,7 @@ __all__ = [
     "Model",
     "RequestRecord",
     "ResetMeaning",
+    "ResetRounding",
     "RetryAfterFormat",
     "ServerConfig",
     "ThrottlingServer",

@@ -64,6 +64,7 @@ async def test_public_names() -> None:
         "Model",
         "RequestRecord",
         "ResetMeaning",
+        "ResetRounding",
         "RetryAfterFormat",
         "ServerConfig",
         "ThrottlingServer",
@@ -532,6 +533,21 @@ async def test_bucket_reset_means_full_or_next_token(
             last = await client.get("/")
     assert last.headers["x-ratelimit-remaining"] == "0"
     assert last.headers["x-ratelimit-reset"] == expected  # rounded up to whole seconds
+
+
+@pytest.mark.parametrize(("rounding", "expected"), [("up", "1"), ("nearest", "0"), ("down", "0")])
+async def test_a_bucket_reset_is_rounded_as_configured(
+    autojump_clock: trio.testing.MockClock,
+    rounding: fanout.testing.ResetRounding,
+    expected: str,
+) -> None:
+    """A full bucket at 4/s, one request taken: 0.25 s until full again, rounded up to
+    1, or to 0 as ``round()`` and ``int()`` would (a bucket with tokens to spare)."""
+    config = ServerConfig(rate=4, burst=8, headers="draft", reset_rounding=rounding)
+    async with running(config) as (_, client):
+        first = await client.get("/")
+    assert first.headers["ratelimit-remaining"] == "7"
+    assert first.headers["ratelimit-reset"] == expected
 
 
 @pytest.mark.parametrize(
