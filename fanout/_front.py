@@ -192,6 +192,21 @@ def _retry_budget(_: object, __: attrs.Attribute[RetryBudget], value: RetryBudge
         raise ConfigurationError(f"retry_budget must be a RetryBudget, not {value!r}")
 
 
+def _rounded_up(info: RateLimitInfo) -> RateLimitInfo:
+    """``info``, its whole-second reset of 0 with nothing remaining read as a second.
+
+    Nothing remains, so the bucket is not full, nor its next token come, nor
+    its window over: a reset of 0 was rounded down (``int()``) or to the
+    nearest second (``round()``), and is under a second. Read as now, each
+    wait for it ended at once into a 429 (four against a bucket at 2/s whose
+    reset to its next token was rounded to the nearest second).
+    """
+    remaining = info.remaining
+    if info.reset_after == 0 and not info.reset_exact and remaining is not None and remaining < 1:
+        return attrs.evolve(info, reset_after=1.0)
+    return info
+
+
 def _fastest(info: RateLimitInfo) -> float:
     """The fastest rate a stated ``limit`` per ``window`` allows.
 
@@ -1650,6 +1665,7 @@ class ScopeFront:
         ``admitted_at``: when its call was admitted, if it is the call's first
         request (a window's log holds that call's token from its arrival).
         """
+        info = _rounded_up(info)
         now = trio.current_time()
         self._first_answer_at = min(self._first_answer_at, now)
         sent = now if sent_at is None or not sent_at <= now else sent_at

@@ -348,7 +348,7 @@ class RateLearner:
         changed |= self._measure(remaining, at, started, alongside, sent, late, after_with)
         if self._grown_past and not refused and remaining + tied < self.burst - 1:
             changed |= self._grown_back(now)
-        if self.rate is None and reset_after:
+        if self.rate is None and reset_after is not None:
             # A burst's worth per reset (at least a second: resets are rounded up).
             guess = (limit if limit is not None else max(remaining, 1.0)) / max(reset_after, 1.0)
             if math.isfinite(guess) and guess > 0:

@@ -322,6 +322,30 @@ async def test_learning_reads_the_rate_from_how_remaining_refills(autojump_clock
     assert server.starts()[-1] <= 1.2 * (40 - 4) / 8
 
 
+@pytest.mark.parametrize("rounding", ["nearest", "down"])
+@pytest.mark.parametrize(("n", "rate", "burst"), [(8, 5, 5), (60, 20, 10), (20, 10, 5)])
+async def test_a_reset_of_0_with_tokens_to_spare_is_a_first_guess_too(
+    autojump_clock: Any, rounding: Any, n: int, rate: float, burst: int
+) -> None:
+    """A server that rounds its Reset as ``round()`` or ``int()`` do says 0 while its
+    bucket is nearly full: a probe's answers read ``Limit: 5, Remaining: 4, Reset: 0``.
+    A Reset of 0 was no first guess of the rate (a burst per reset, a second at
+    least), so the probe's Remaining was not adopted either: a slow start's guess
+    filled the bucket and sent a token more than remained, a 429, a halved rate
+    and bookings a second deep (8 calls at 5/s: 1.86x the minimum in real time;
+    60 at 20/s, 3.8x). Read as a reset of at most a second, as any other is."""
+    config = ServerConfig(
+        rate=rate, burst=burst, latency=0.05, headers="draft", reset_rounding=rounding
+    )
+    async with api(config) as (server, client):
+        scope = Scope("key")
+        turn = await Runner(registry(client), scopes=[scope], inline_wait=None).run_turn(calls(n))
+    assert ok(turn) == n
+    assert server.count(status=429) == 0
+    fastest = max(0.0, (n - burst) / rate) + 0.05
+    assert max(r.end for r in server.records) <= 1.2 * fastest
+
+
 @pytest.mark.parametrize(("rate", "burst"), [(50, 20), (10, 10), (20, 10)])
 async def test_a_guessed_rate_does_not_creep_up_while_remaining_is_drawn_down(
     autojump_clock: Any, rate: float, burst: float
