@@ -1959,14 +1959,13 @@ class ScopeFront:
         if self._of_burst(now - seconds):
             first = min(first, now)
             self._burst = (began, first)
-            self._burst_on_time |= reused and self._counts_departures()
-        cold_only = self._warm_fastest is None and self._counts_departures()
-        cold_only = cold_only and self._window_length is None
+            self._burst_on_time |= reused and self._bucket_sees_departures()
+        cold_only = self._warm_fastest is None and self._bucket_sees_departures()
         lag = -math.inf if self._burst_on_time or cold_only else first - began - fastest
         if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
-        elif self.slack is None and warm and self._arrival_lag and self._counts_departures():
+        elif self.slack is None and warm and self._arrival_lag and self._bucket_sees_departures():
             self._backend.set_slack(self._measured_slack())  # the server's time varies more
 
     def _of_burst(self, admitted: float) -> bool:
@@ -2109,13 +2108,17 @@ class ScopeFront:
         spread is kept: against such a server it costs the spread in every
         window, once (the answers themselves no longer add it again,
         `fanout._window.Arrivals`).
+
+        A told bucket that sees its requests leave keeps of a late arrival only
+        what is beyond how much its warm answers vary (`_warm_spread`): the
+        server's own time varies that much with no late arrival at all.
         """
         send_lag, trips = self._send_lag, None
         if self._window_sees_departures():
             trips, quickest = self._ledger.trip_spread(), self._ledger.quickest_trip()
             send_lag = min(send_lag, math.inf if quickest is None else quickest)
         arrival = self._arrival_lag
-        if self._counts_departures() and self._window_length is None:
+        if self._bucket_sees_departures():
             arrival = max(0.0, arrival - self._warm_spread())
         slack = max(self._wake_lag + send_lag, arrival, self._way_out_spread())
         if self._window_length is not None:
@@ -2127,6 +2130,12 @@ class ScopeFront:
         server's own time, with no connection's set-up in it."""
         fastest, slowest = self._warm_fastest, self._warm_slowest
         return 0.0 if fastest is None or slowest is None else slowest - fastest
+
+    def _bucket_sees_departures(self) -> bool:
+        """Whether this is a told bucket that sees each of its requests leave
+        (`_counts_departures`): a burst's answer later than its fastest is a late
+        arrival only beyond how much the server's own time varies (`_observe_arrival`)."""
+        return self._counts_departures() and self._window_length is None
 
     def _window_sees_departures(self) -> bool:
         """Whether this is a told window that counts each request from when it leaves
