@@ -1897,11 +1897,15 @@ class ScopeFront:
             self._ledger.observe_cut_short(seconds)
             return
         self._ledger.observe_latency(seconds)
+        spread = self._warm_spread()
         if warm:
             fastest, slowest = self._warm_fastest, self._warm_slowest
             self._warm_fastest = seconds if fastest is None else min(fastest, seconds)
             self._warm_slowest = seconds if slowest is None else max(slowest, seconds)
         self._observe_arrival(seconds, warm=warm, reused=reused)
+        widened = self._warm_spread() > spread and self._arrival_lag > 0.0
+        if widened and self.slack is None and self._bucket_sees_departures():
+            self._backend.set_slack(self._measured_slack())  # less of the lag is lateness
         if self._window_length is not None and self.slack is None:
             self._backend.set_slack(self._measured_slack())
         if self._learner is not None:
@@ -1965,8 +1969,6 @@ class ScopeFront:
         if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
-        elif self.slack is None and warm and self._arrival_lag and self._bucket_sees_departures():
-            self._backend.set_slack(self._measured_slack())  # the server's time varies more
 
     def _of_burst(self, admitted: float) -> bool:
         """Whether a call admitted at ``admitted`` (after the latest burst began) went
