@@ -79,6 +79,8 @@ _RECENT_FOR = 60.0  # seconds a booking is remembered
 # Counts kept to tell what the server counted first (`_counted_before`): requests that
 # overtake one on the way in are answered about when it is, among the latest answers.
 _COUNTS_KEPT = 64
+_LEVEL_WAVE = 3  # answers stating one count that show a server counting as it answers
+_LEVEL_MARGIN = 4.0  # ... where this many times the rate in use would not explain them
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
@@ -403,6 +405,10 @@ class ScopeFront:
     _took_full: collections.deque[tuple[float, float, float, float]] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
+    # The quickest a connection was opened: a round trip on the network, no server time.
+    _network_trip: float = attrs.field(init=False, default=math.inf, repr=False)
+    # The server states its count as it answers, not as each request arrives.
+    _counts_on_answer: bool = attrs.field(init=False, default=False, repr=False)
     # The least and most time requests over open connections took to reach their headers.
     _write_lags: tuple[float, float] = attrs.field(
         init=False, default=(math.inf, -math.inf), repr=False
@@ -998,6 +1004,8 @@ class ScopeFront:
         rate, learner = self._limits[0], self._learner
         if rate is None or learner is None or learner.refusals or self._emptied:
             return max(0.0, others)
+        if self._counts_on_answer:  # counts kept by when they were taken, not sent
+            return max(0.0, others)
         shown = [
             counted
             for other, counted, refused in self._counts
@@ -1006,6 +1014,33 @@ class ScopeFront:
         if not 0 < len(shown) <= left - 1.0:  # not matched to requests known to have left
             return max(0.0, others)
         return counted_after_at_most(shown, others, remaining, rate * (late + TOGETHER))
+
+    def _tied_shortfall(self, sent: float, before: float, remaining: float) -> float:
+        """How far below ``remaining`` the server's count can be, of the requests sent up
+        to ``before`` s ahead of the one sent at ``sent``, once every one of them the
+        server admitted is answered (one it refused took no token); inf until then.
+
+        Whichever of them the server counted last found all of them counted (on
+        arrival, or as it answered: either way the count was taken after each
+        had arrived), and said no less than the least of their counts. So the
+        server holds that least count, less what started since, whatever the
+        order they reached it in. Read one by one, two probes that both said 3
+        (a server that counts as it answers: each count took both) were each
+        taken for one the other may have come after, and the bucket kept a token
+        too few for good (8 calls at 5/s, 1.24 times the minimum).
+        """
+        if self._learner is None or self._counts_on_answer:  # matched to when they left
+            return math.inf
+        since = sent - before
+        others = max(self._sent_within(since, sent), self._left_within(since, sent)) - 1.0
+        answered = [
+            counted
+            for other, counted, refused in self._counts
+            if not refused and since <= other <= sent
+        ]
+        if others <= 0 or len(answered) - 1.0 < others:  # its own is read already
+            return math.inf
+        return max(0.0, remaining - min(answered))
 
     def _may_have_overtaken(
         self, sent: float, now: float, remaining: float, rate: float, late: float
@@ -1705,7 +1740,8 @@ class ScopeFront:
         # Its own token is left out of the count it states once, here or just above: left
         # out twice, the probe admitted beside a 503 over a cap of one counted as come
         # after a count it was in, and proved 3.9/s against 2/s.
-        self._adopt_stated(info, sent, refused=refused and not forgotten)
+        counted_at = self._counted_at(sent, now, info.remaining, refused=refused)
+        self._adopt_stated(info, counted_at, refused=refused and not forgotten)
         if not refused:
             self._ledger.observe_trip(now - sent)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
@@ -1730,19 +1766,23 @@ class ScopeFront:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()
             late = self._ledger.spread()
-            first = self._counted_before(sent, remaining, rate, late)
-            surely = max(0.0, self._started_between(sent, now) - first)
+            first = self._counted_before(counted_at, remaining, rate, late)
+            surely = max(0.0, self._started_between(counted_at, now) - first)
             # Those that left within how much later one request may arrive than
             # another may have been counted first; their own answers will tell.
-            soon = self._may_have_overtaken(sent, now, remaining, rate, late)
-            self._counts.append((sent, remaining, refused))
+            soon = self._may_have_overtaken(counted_at, now, remaining, rate, late)
+            self._counts.append((counted_at, remaining, refused))
             # Anything that started within the slowest latency seen before this
-            # request was sent may have reached the server after it; before any
+            # request was counted may have reached the server after it; before any
             # latency is known, what left with it (a probe two wide: each answer's
             # count, read as the other's too, let a fourth of three tokens out).
             # Fewer where the answers read already say so (`_counted_after_at_most`).
             before = max(self._ledger.slowest(), TOGETHER)
-            unsure = self._counted_after_at_most(sent, before, remaining, late)
+            unsure = min(
+                self._counted_after_at_most(counted_at, before, remaining, late),
+                # Those this count surely took are in it, not in the least of theirs.
+                self._tied_shortfall(counted_at, before, remaining) + first,
+            )
             count = ServerCount(
                 remaining,
                 started_since=surely,
@@ -1750,13 +1790,14 @@ class ScopeFront:
                 # tokens by then and still wait for a place under a learned cap will
                 # reach the server too: left out, a count adopted while they waited
                 # was spent twice (a fourth 429 against 8/s with a cap of 3).
-                unsure=unsure + self._parked_by(sent),
-                elapsed=now - sent,
+                unsure=unsure + self._parked_by(counted_at),
+                elapsed=now - counted_at,
                 # The request may have reached the server as late as the slowest
-                # call here was slower than the fastest.
-                late=late,
+                # call here was slower than the fastest; a count taken as the server
+                # answered, as late as the answer: no refill since is sure.
+                late=late if counted_at <= sent else max(late, now - counted_at),
                 proven=self._proven(),
-                crossing=self._crossing(sent, late),
+                crossing=self._crossing(counted_at, late),
                 as_of=now,
                 overtaking=min(surely, soon),
                 limit=info.limit,
@@ -1765,6 +1806,78 @@ class ScopeFront:
             await self._backend.sync(count)
         else:
             await trio.lowlevel.checkpoint()
+
+    def _counted_at(
+        self, sent: float, now: float, remaining: float | None, *, refused: bool
+    ) -> float:
+        """When the server took the count an answer states: as its request arrived (read
+        as of its sending, and how late it may have arrived), or, where the server
+        states its count as it answers, as the soonest it can have answered.
+
+        A handler that does its work, then reads its limiter for the headers,
+        counts in each answer what arrived while it worked. Read as of each
+        request's arrival, a wave of eight at 20/s that all said 2 (two were
+        left once all eight were in) was taken for eight counts of one bucket
+        refilling as fast as they arrived: a first guess proved 25.8/s, a 429,
+        and then the answer after its wait (``Remaining: 10, Reset: 0``) made
+        a fixed window of 10 a second of the bucket (2.08 times the minimum).
+        So a wave no refill can explain shows it (`_shows_counts_on_answer`),
+        and from then on an admitted request's count is as of the soonest its
+        answer can have been written: the quickest round trip after its
+        sending (not when it is read: a busy process reads it late, and a
+        told bucket of 20 at 50/s took requests sent meanwhile for counted,
+        and drew a 429 in one run of five), less the quickest a connection
+        took to open, and a hair: what left after that may not have reached
+        the server. (Taken for counted, a request sent as the answer was read
+        let out a token the server did not have: a 429 against 42.8/s, burst
+        24.) A refused one is answered at once, as it arrives.
+        Only once a round trip is known: without one, the answer's time says
+        nothing of the count's.
+        """
+        if refused or remaining is None or not math.isfinite(self._network_trip):
+            return sent
+        if not self._counts_on_answer and self._shows_counts_on_answer(sent, remaining):
+            self._counts_on_answer = True
+            if self._learner is not None:
+                self._learner.read_counts_as_answered()
+        if not self._counts_on_answer or self._window_length is not None:
+            return sent  # a window's log keeps its own reading (`_counted_after_at_most`)
+        quickest = self._ledger.quickest_trip()
+        written = now if quickest is None else sent + quickest
+        return max(sent, math.nextafter(min(now, written) - self._network_trip, -math.inf))
+
+    def _shows_counts_on_answer(self, sent: float, remaining: float) -> bool:
+        """Whether the answers read show a server that counts as it answers: at least
+        ``_LEVEL_WAVE`` requests sent so close together that not even
+        `_LEVEL_MARGIN` times the rate in use could have refilled between their
+        arrivals what they took, stating one count below a full bucket.
+
+        Counted as each arrived, ``k`` requests in a row each take a token, so
+        their floored counts can all be level only where the bucket refilled
+        more than ``k - 2`` tokens between the first and the last arrival. A
+        bucket full on arrival states ``B - 1`` to each at a fast enough
+        refill, and is left out.
+        """
+        rate, burst = self._limits
+        if rate is None or remaining >= burst - 1.0:
+            return False
+        late = self._ledger.spread()
+        since = sent - max(self._ledger.slowest(), TOGETHER)
+        level = [
+            other
+            for other, counted, refused in self._counts
+            if not refused and counted == remaining and since <= other <= sent
+        ]
+        if len(level) + 1 < _LEVEL_WAVE:
+            return False
+        span = sent - min(level) + late + TOGETHER
+        return len(level) - 1.0 > _LEVEL_MARGIN * rate * span
+
+    def observe_connect(self, seconds: float) -> None:
+        """A connection of this scope's took ``seconds`` to open: a round trip on the
+        network, with no server time in it (`_counted_at`)."""
+        if 0.0 <= seconds < _MAX_LAG:
+            self._network_trip = min(self._network_trip, seconds)
 
     def _take_proof(self) -> None:
         """Take in the fastest refill any process sharing the limit proved

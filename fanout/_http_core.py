@@ -510,6 +510,7 @@ class _Watch:
     # charge for a later one. Its scopes know its booking by it.
     booked_by: float = -math.inf
     first: bool = True
+    connecting: float = math.inf  # when it began to open a connection, if it did
     # Each scope's tokens as the request took its token on the wire, and when
     # (`ScopeFront.wire_left`), until its headers are written (`written`).
     _wire: list[tuple[ScopeLike, float]] = attrs.field(factory=list)
@@ -597,7 +598,11 @@ def _watch_connections(
     async def trace(event: str, info: dict[str, Any]) -> None:
         if event.startswith("connection.connect_") and event.endswith(".started"):
             watch.opened = context.opened_connection = True
+            watch.connecting = trio.current_time()
             watch.delayed(context)
+        elif event.startswith("connection.connect_") and event.endswith(".complete"):
+            for scope in context.scopes:
+                scope.observe_connect(trio.current_time() - watch.connecting)
         elif event.endswith(".send_request_headers.started"):
             if first:  # its call's token: how late it leaves (`ScopeFront.headers_left`)
                 for scope in context.scopes:

@@ -517,6 +517,15 @@ class RateLearner:
             self._exact = kept[-_EXACT_KEPT:]
         return bound
 
+    def read_counts_as_answered(self) -> None:
+        """The server states its count as it answers (`ScopeFront._counted_at`): no
+        count is exact (a bucket refills after the last request it counted), and what
+        was measured from counts read as of their requests' sending is forgotten."""
+        self._counts_before = True
+        self._exact.clear()
+        self._anchor = self._drawn_from = None
+        self._refill_at_most = math.inf
+
     def on_throttled(
         self,
         sending_rate: float,
