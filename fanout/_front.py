@@ -1773,11 +1773,17 @@ class ScopeFront:
             soon = self._may_have_overtaken(counted_at, now, remaining, rate, late)
             self._counts.append((counted_at, remaining, refused))
             # Anything that started within the slowest latency seen before this
-            # request was counted may have reached the server after it; before any
+            # request was sent may have reached the server after it; before any
             # latency is known, what left with it (a probe two wide: each answer's
             # count, read as the other's too, let a fourth of three tokens out).
             # Fewer where the answers read already say so (`_counted_after_at_most`).
             before = max(self._ledger.slowest(), TOGETHER)
+            if counted_at > sent:
+                # Counted as the server answered: what left before then had arrived, but
+                # for how much later one may arrive than another. Within the slowest
+                # latency, a told bucket synced under the server by the first answer of
+                # a burst (read as of its arrival) was never lifted by the others.
+                before = max(late, TOGETHER)
             unsure = min(
                 self._counted_after_at_most(counted_at, before, remaining, late),
                 # Those this count surely took are in it, not in the least of theirs.
