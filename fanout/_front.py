@@ -1839,9 +1839,8 @@ class ScopeFront:
         request sent that much before was taken for counted and let out a
         token the server did not have (a 429 under 2 s deadlines, 16 of 23
         answered where 22 can). A refused one is answered at once, as it
-        arrives.
-        Only once a round trip is known: without one, the answer's time says
-        nothing of the count's.
+        arrives. Only once a round trip is known: without one, the answer's
+        time says nothing of the count's.
         """
         if refused or remaining is None or not math.isfinite(self._network_trip):
             return sent
