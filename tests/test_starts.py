@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fanout._starts import Starts
@@ -60,9 +60,12 @@ class _Scanned:
         latest = max((e for e in self.entries if e[0] <= by), key=lambda e: e[0], default=None)
         if latest is None:
             return None
-        # Of equal starts, the one a sorted list keeps last: the latest added of the cost.
-        same = [e for e in self.entries if e[0] == latest[0]]
-        self.entries.remove(same[-1])
+        # Of equal starts, the one a sorted list keeps last: the latest added. By its
+        # place, not its value: ``remove`` took the first equal entry, an earlier one of
+        # the same cost, and a start of cost 1 taken between two of cost 2 read as a
+        # disagreement.
+        last = max(i for i, entry in enumerate(self.entries) if entry[0] == latest[0])
+        del self.entries[last]
         return latest[0]
 
     def forget_before(self, horizon: float) -> None:
@@ -84,6 +87,13 @@ class _Scanned:
 
 @settings(max_examples=400, deadline=None)
 @given(operations=_OPERATIONS, kept=st.integers(1, 8))
+@example(
+    operations=[
+        ("add", 0.0, 2.0), ("add", 0.0, 1.0), ("add", 0.0, 2.0),
+        ("take_latest", 0.0), ("take_latest", 0.0),
+    ],
+    kept=3,
+)  # fmt: skip
 def test_every_query_agrees_with_a_scan_of_the_bookings(
     operations: list[tuple[Any, ...]], kept: int
 ) -> None:
