@@ -1002,9 +1002,9 @@ class ScopeFront:
         left = self._left_within(since, sent)
         others = max(self._sent_within(since, sent), left) - 1.0
         rate, learner = self._limits[0], self._learner
-        if rate is None or learner is None or learner.refusals or self._emptied:
-            return max(0.0, others)
-        if self._counts_on_answer:  # counts kept by when they were taken, not sent
+        # Nor where counts are kept by when they were taken, not sent (`_counted_at`).
+        unmatched = learner is None or learner.refusals or self._counts_on_answer
+        if rate is None or unmatched or self._emptied:
             return max(0.0, others)
         shown = [
             counted
@@ -1033,14 +1033,19 @@ class ScopeFront:
             return math.inf
         since = sent - before
         others = max(self._sent_within(since, sent), self._left_within(since, sent)) - 1.0
-        answered = [
-            counted
-            for other, counted, refused in self._counts
-            if not refused and since <= other <= sent
-        ]
+        answered = [counted for _, counted in self._admitted_counts(since, sent)]
         if others <= 0 or len(answered) - 1.0 < others:  # its own is read already
             return math.inf
         return max(0.0, remaining - min(answered))
+
+    def _admitted_counts(self, since: float, until: float) -> list[tuple[float, float]]:
+        """The counts read of admitted requests (when each was counted, and what it
+        said), counted from ``since`` to ``until``, both included."""
+        return [
+            (other, counted)
+            for other, counted, refused in self._counts
+            if not refused and since <= other <= until
+        ]
 
     def _may_have_overtaken(
         self, sent: float, now: float, remaining: float, rate: float, late: float
@@ -1777,8 +1782,9 @@ class ScopeFront:
             # latency is known, what left with it (a probe two wide: each answer's
             # count, read as the other's too, let a fourth of three tokens out).
             # Fewer where the answers read already say so (`_counted_after_at_most`).
+            as_answered = counted_at > sent
             before = max(self._ledger.slowest(), TOGETHER)
-            if counted_at > sent:
+            if as_answered:
                 # Counted as the server answered: what left before then had arrived, but
                 # for how much later one may arrive than another. Within the slowest
                 # latency, a told bucket synced under the server by the first answer of
@@ -1801,7 +1807,7 @@ class ScopeFront:
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest; a count taken as the server
                 # answered, as late as the answer: no refill since is sure.
-                late=late if counted_at <= sent else max(late, now - counted_at),
+                late=max(late, now - counted_at) if as_answered else late,
                 proven=self._proven(),
                 crossing=self._crossing(counted_at, late),
                 as_of=now,
@@ -1873,9 +1879,7 @@ class ScopeFront:
         late = self._ledger.spread()
         since = sent - max(self._ledger.slowest(), TOGETHER)
         level = [
-            other
-            for other, counted, refused in self._counts
-            if not refused and counted == remaining and since <= other <= sent
+            other for other, counted in self._admitted_counts(since, sent) if counted == remaining
         ]
         if len(level) + 1 < _LEVEL_WAVE:
             return False
