@@ -95,7 +95,9 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     """The server admits a request when it arrives and jitters only its answer (0-100 ms
     here): the slack is not how widely the answers spread, nor how late the burst's
     earliest answer came beyond what the server's own time varies by, and every start
-    after the first warm answers is on its token."""
+    after the first warm answers is on its token, but for what the wire's count owes
+    once: the burst's earliest answer less the quickest warm call, taken as a late read
+    (`ScopeFront._owe_late_arrival`), and 5 ms; 31 ms here, 1.2% of the turn."""
     config = ServerConfig(rate=20, burst=10, latency=0.05, jitter=0.1, headers="draft")
     scope = Scope("api", rate=20, burst=10)
     turn, server, began = await _turn(config, scope, 60)
@@ -112,9 +114,11 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     late = [start - began - token for start, token in zip(server.starts(), ideal, strict=True)]
     # Until a call over a reused connection answers, such a
     # request waits for the worst case: the burst's earliest answer, all of it a late
-    # first arrival. Then every start is on its token again.
+    # first arrival. Then every start is on its token again, but for what the wire
+    # owes: no warm call is quicker than the server's least latency.
     assert max(late[:16]) <= earliest + 1e-9
-    assert max(late[16:]) <= 1e-9
+    assert max(late[16:]) <= earliest - 0.05 + 0.005 + 1e-9
+    assert late[16:27] == pytest.approx([0.0] * 11, abs=1e-9)
     assert min(late) >= -1e-9
 
 

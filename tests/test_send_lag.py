@@ -1023,7 +1023,9 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     at the least; 1.5x in real time). Now the slack comes back to (almost) nothing as
     warm answers show how much the server's time varies, the bookings ahead book
     again sooner, and the last requests leave a token apart: 1.50-1.54 s. (With the
-    first, cold answers taken for lateness until then, 1.55-1.79 s.)"""
+    first, cold answers taken for lateness until then, 1.55-1.79 s.) One of them may
+    leave a few ms later, where a quicker warm call shows the first burst may have
+    been read that much later, and the wire's count owes it (`_owe_late_arrival`)."""
     config = ServerConfig(rate=20, burst=1, latency=0.05, jitter=0.04, seed=seed)
     scope = Scope("api", rate=20, burst=1)
     run = await _late_turn(config, scope, 30, lambda _: 0.0)
@@ -1031,6 +1033,6 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     assert run.server.count(status=429) == 0
     starts = [start - run.began for start in run.server.starts()]
     assert all(b - a >= 0.05 - 1e-9 for a, b in itertools.pairwise(starts))
-    assert starts[-1] - starts[-6] == pytest.approx(0.25, abs=0.005)
+    assert starts[-1] - starts[-6] == pytest.approx(0.25, abs=0.01)
     assert starts[-1] < 29 * 0.05 + 0.15
     assert scope.statistics().slack < 0.001
