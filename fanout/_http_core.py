@@ -542,7 +542,7 @@ class _Watch:
         how much later than then (`ScopeFront.wire_written`)."""
         late = trio.current_time() - self._wire_at
         for scope, found in self._wire:
-            scope.wire_written(found, late, booked_by=self.booked_by)
+            scope.wire_written(found, late, booked_by=self.booked_by, opened=self.opened is True)
         self._wire = []
 
     def left(self, context: CallContext) -> None:
