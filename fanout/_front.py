@@ -431,6 +431,9 @@ class ScopeFront:
     # When the latest burst's first request took its token on the wire, and how much of
     # its late arrival the wire's count owes already (`_owe_late_arrival`).
     _burst_wire: tuple[float, float] = attrs.field(init=False, default=(math.inf, 0.0), repr=False)
+    # How much later than they left on the wire bursts over new connections were read, at
+    # most: what a request that opens a connection owes there (`wire_written`).
+    _read_late: float = attrs.field(init=False, default=0.0, repr=False)
     # The server's bucket as this process's requests leave (`_departure_wait`): its
     # tokens, as of a time (later than now while a request waits for one).
     _departed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
@@ -812,11 +815,13 @@ class ScopeFront:
         after it by the client's clock, 41 ms after it by the server's: a 429.
         A told window counts it from now (`SlidingLog.written`).
 
-        ``opened``: it opened a connection. Once a warm answer has shown how late
-        a burst over new connections was read (`_observe_arrival`), such a request
-        is taken as read that much later still, and owes what a full bucket loses
-        meanwhile; the slack keeps none of it (`_measured_slack`), since requests
-        over connections already open are read as they leave. Kept in the slack, a
+        ``opened``: it opened a connection. Once a warm answer has shown how much
+        later than it left on the wire a burst over new connections was read
+        (`_owe_late_arrival`; a handshake the client waits out is no part of it),
+        such a request is taken as read that much later still, and owes what a
+        full bucket loses meanwhile; the slack keeps none of it
+        (`_measured_slack`), since requests over connections already open are read
+        as they leave. Kept in the slack, a
         server reading new connections 100 ms late held a bucket of one at 20/s
         100 ms after every request, over connections long open: 3.1x the fastest.
         """
@@ -826,8 +831,8 @@ class ScopeFront:
             return
         rate, burst = self._limits
         assert rate is not None
-        if opened and self._warm_fastest is not None:
-            late += self._arrival_lag
+        if opened:
+            late += self._read_late
         lost = min(1.0, found + late * rate - burst)  # the refill past a full bucket
         if lost > 0.0:
             tokens, at = self._wire
@@ -2153,6 +2158,7 @@ class ScopeFront:
         owes = late + TOGETHER if late > TOGETHER + _INSTANT else 0.0
         if owes <= owed:
             return
+        self._read_late = max(self._read_late, late)
         rate, burst = self._limits
         assert rate is not None
         now = trio.current_time()
