@@ -2135,7 +2135,7 @@ class ScopeFront:
         request (100 ms, a burst of 5 at 10/s) took the burst in a token late; the
         requests held for the worst case (`warm_hold`) left after one booked behind
         them that a warm answer had let go at once, 49 ms after it: a 429, in real
-        time, one run in three (none in 14 now).
+        time, one run in three (none in 16 now).
 
         The latest, not the earliest the answers allow (less how much warm calls
         vary, as the slack takes it): a burst's earliest answer is the quickest of
@@ -2143,7 +2143,7 @@ class ScopeFront:
         server written apart from fanout, whose answers Nagle's algorithm held 40 ms
         now and then, the earliest reading owed 62 ms of a 100 ms late burst, and 200
         calls at 50/s (B=20, C=16) drew one or two 429s in each of six runs (7 of
-        10 owing nothing; 1 of 20 owing the latest). Against a server whose answers
+        10 owing nothing; 1 of 25 owing the latest). Against a server whose answers
         jitter and that read the burst on time, the latest costs up to the jitter
         once.
         """
