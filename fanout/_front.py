@@ -821,9 +821,9 @@ class ScopeFront:
         such a request is taken as read that much later still, and owes what a
         full bucket loses meanwhile; the slack keeps none of it
         (`_measured_slack`), since requests over connections already open are read
-        as they leave. Kept in the slack, a
-        server reading new connections 100 ms late held a bucket of one at 20/s
-        100 ms after every request, over connections long open: 3.1x the fastest.
+        as they leave. Kept in the slack, a server reading new connections 100 ms
+        late held a bucket of one at 20/s 100 ms after every request, over
+        connections long open: 3.1x the fastest.
         """
         if self._window_sees_departures():
             self._backend.written(booked_by, late)
