@@ -167,7 +167,7 @@ class Backend(Protocol):
     def leave_window(self) -> None: ...
     async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None: ...
     async def answered(
-        self, sent: float, arrived_by: float, *, booked_by: float | None = None
+        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float
     ) -> None: ...
     def delayed(self, booked_by: float) -> None: ...
     def left(self, booked_by: float, *, anew: bool = False) -> None: ...
@@ -1775,7 +1775,9 @@ class ScopeFront:
             self._ledger.observe_trip(now - sent)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival
-                await self._backend.answered(sent, arrived_by, booked_by=admitted_at)
+                await self._backend.answered(
+                    sent, arrived_by, booked_by=admitted_at, set_up=self._arrivals.set_up
+                )
             if self._window_trial is not None and info.remaining is not None:
                 self._judge_window(info, sent, now, arrived_by)
         rate, _ = self._limits

@@ -529,14 +529,16 @@ class RedisBackend:
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
     async def answered(
-        self, sent: float, arrived_by: float, *, booked_by: float | None = None
+        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float
     ) -> None:
-        """A log holds a booking from when its request reached the server (one round trip)."""
+        """A log holds a booking from when its request reached the server (one round trip).
+        The shared log keeps what it was told (`SlidingLog.answered` holds a request
+        sooner once ``set_up`` shows it arrived sooner; the shared one does not yet)."""
         if self.window is None:
             await trio.lowlevel.checkpoint()
             return
         if isinstance(self._fallback_bucket, SlidingLog):
-            self._fallback_bucket.answered(sent, arrived_by, booked_by=booked_by)
+            self._fallback_bucket.answered(sent, arrived_by, booked_by=booked_by, set_up=set_up)
         now = trio.current_time()
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)

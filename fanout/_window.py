@@ -27,6 +27,7 @@ touches them.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from typing import TYPE_CHECKING
 
@@ -189,8 +190,13 @@ class Arrivals:
             return sent
         self._cold = min(self._cold, trip)
         # At most this trip (the quickest cold one is no slower): never after its answer.
-        set_up = self._cold - self._warm if math.isfinite(self._warm) else self._cold
-        return sent + max(0.0, set_up)
+        return sent + max(0.0, self.set_up)
+
+    @property
+    def set_up(self) -> float:
+        """How much later than it left a cold request may have reached the server: the
+        quickest cold round trip, less the quickest warm one once one is known."""
+        return self._cold - self._warm if math.isfinite(self._warm) else self._cold
 
 
 @attrs.define
@@ -212,6 +218,12 @@ class SlidingLog:
     _refused: int = attrs.field(init=False, default=0)
     _refunded: int = attrs.field(init=False, default=0)
     _drained: int = attrs.field(init=False, default=0)
+    # Requests answered over new connections, each held from the latest its set-up let
+    # it arrive (`answered`): (sent, held until before, entry as answered).
+    _answered_cold: collections.deque[tuple[float, float, Entry]] = attrs.field(
+        init=False, factory=collections.deque
+    )
+    _set_up: float = attrs.field(init=False, default=math.inf)
 
     def __attrs_post_init__(self) -> None:
         if not (self.limit >= 1 and math.isfinite(self.limit)):
@@ -429,7 +441,14 @@ class SlidingLog:
         released = (entry[0], kept, _RELEASED, min(at, _end(entry, self._span)))
         bisect.insort(self._entries, released)
 
-    def answered(self, sent: float, arrived_by: float, *, booked_by: float | None = None) -> None:
+    def answered(
+        self,
+        sent: float,
+        arrived_by: float,
+        *,
+        booked_by: float | None = None,
+        set_up: float = math.inf,
+    ) -> None:
         """A request sent at ``sent`` reached the server by ``arrived_by``.
 
         Its booking (the one confirmed by ``booked_by``, the first request's
@@ -442,15 +461,54 @@ class SlidingLog:
         slack allows for, so it holds the slack more; one whose arrival is
         bounded by its answer does not. Bookings ahead that this overlaps book
         again.
+
+        ``set_up``: how much later than it left a request over a new connection
+        may have arrived (`Arrivals.set_up`). Before any answer over a warm one,
+        that is its whole round trip; once it is less, the requests answered
+        over new connections are held from the sooner arrival (`_arrived_sooner`).
         """
         now = trio.current_time()
         self._longest = max(self._longest, now - sent)
         entry = self._sent_by(sent) if booked_by is None else self._confirmed_by(booked_by)
-        if entry is None:
-            return
-        way = self.slack if arrived_by <= sent else 0.0
-        # It reached the server no sooner than it left (`left`), whatever its answer says.
-        self._hold_entry(entry, _ANSWERED, arrived_by + self.window + way, now)
+        if entry is not None:
+            way = self.slack if arrived_by <= sent else 0.0
+            # It reached the server no sooner than it left (`left`), whatever its answer says.
+            held = self._hold_entry(entry, _ANSWERED, arrived_by + self.window + way, now)
+            if arrived_by > sent:
+                while self._answered_cold and _end(self._answered_cold[0][2], self._span) <= now:
+                    self._answered_cold.popleft()  # the server forgot it
+                self._answered_cold.append((sent, entry[3], held))
+        if set_up < self._set_up:
+            self._set_up = set_up
+            self._arrived_sooner(now)
+
+    def _arrived_sooner(self, now: float) -> None:
+        """The requests answered over new connections reached the server no later than
+        the set-up now known after they left: each holds its token a window from then.
+
+        Before any request over a warm connection was answered, one that opened its
+        own was held from its answer: with the answers 0.4 s away and a cap of four,
+        the first four held their tokens until 1.4 s against ten per second, and
+        every window after started 0.4 s late (1.45x the fastest; aiometer 1.39x).
+        Bookings ahead book again, sooner.
+        """
+        sooner, kept = False, collections.deque[tuple[float, float, Entry]]()
+        for sent, before, entry in self._answered_cold:
+            at = bisect.bisect_left(self._entries, entry)
+            if at == len(self._entries) or self._entries[at] != entry:
+                continue  # released, or gone: nothing of it to hold
+            way = self.slack if self._set_up <= 0.0 else 0.0
+            until = max(before, sent + max(0.0, self._set_up) + self.window + way)
+            if until < entry[3]:
+                sooner = sooner or entry[3] - until > TOGETHER
+                del self._entries[at]
+                entry = (*entry[:3], until)
+                bisect.insort(self._entries, entry)
+            if _end(entry, self._span) > now:
+                kept.append((sent, before, entry))
+        self._answered_cold = kept
+        if sooner and self._ahead(now):
+            self._void()
 
     def _confirmed_by(self, booked_by: float) -> Entry | None:
         """The entry of the booking confirmed by ``booked_by`` not answered yet: the latest
@@ -569,15 +627,17 @@ class SlidingLog:
         earliest = max(now, self._blocked_until)
         return _first_fit(gone, cost, earliest=earliest, limit=self.limit, span=self._span) - now
 
-    def _hold_entry(self, entry: Entry, kind: int, until: float, now: float) -> None:
+    def _hold_entry(self, entry: Entry, kind: int, until: float, now: float) -> Entry:
         """``entry`` becomes ``kind``, holding its tokens until ``until`` at least (and as
-        long as it did); bookings that start before it now leaves book again."""
+        long as it did); bookings that start before it now leaves book again. Returns
+        the entry as held."""
         held = (entry[0], entry[1], kind, max(until, entry[3]))
         self._entries.remove(entry)
         bisect.insort(self._entries, held)
         end = _end(held, self._span)
         if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
             self._drop_bookings()
+        return held
 
     def hold_started(self, starts: Sequence[tuple[float, float]]) -> None:
         """Requests (start, cost) that started before the log did, which the server still
