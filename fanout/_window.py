@@ -198,6 +198,12 @@ class Arrivals:
         quickest cold round trip, less the quickest warm one once one is known."""
         return self._cold - self._warm if math.isfinite(self._warm) else self._cold
 
+    @property
+    def measured_set_up(self) -> float:
+        """``set_up`` where both kinds of round trip were seen; 0 until then."""
+        both = math.isfinite(self._warm) and math.isfinite(self._cold)
+        return max(0.0, self._cold - self._warm) if both else 0.0
+
 
 @attrs.define
 class SlidingLog:

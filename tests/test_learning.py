@@ -390,8 +390,9 @@ async def test_answers_taken_as_the_server_answered_lift_a_bucket_synced_under_i
     answers, are read as of then, when all five had arrived; only what left within the
     spread of latencies before may be missing from them, not all that left within the
     slowest latency (`ScopeFront.observe_headers`). Read so, they lift the bucket back:
-    the sixth goes by 0.3 s, the eighth by 0.67 (0.62 at best), where the three calls
-    left went at 0.64-0.84 s."""
+    the sixth goes by 0.3 s, the eighth by 0.675 (0.62 at best, and up to 5 ms the wire
+    owes once for how the answers vary, `ScopeFront._owe_late_arrival`), where the three
+    calls left went at 0.64-0.84 s."""
     config = ServerConfig(rate=5, burst=5, latency=0.05, headers="draft", state_at_answer=True)
     async with api(config) as (server, client):
         reg = Registry()
@@ -409,7 +410,7 @@ async def test_answers_taken_as_the_server_answered_lift_a_bucket_synced_under_i
     assert server.count(status=429) == 0
     starts = [r.start - began for r in server.records]
     assert starts[5] <= 0.3
-    assert starts[7] <= 0.67
+    assert starts[7] <= 0.675
 
 
 @pytest.mark.parametrize("rounding", ["nearest", "down"])

@@ -97,7 +97,8 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     earliest answer came beyond what the server's own time varies by, and every start
     after the first warm answers is on its token, but for what the wire's count owes
     once: the burst's earliest answer less the quickest warm call, taken as a late read
-    (`ScopeFront._owe_late_arrival`), and 5 ms; 31 ms here, 1.2% of the turn."""
+    (`ScopeFront._owe_late_arrival`), and 5 ms; 31 ms here, 1.2% of the turn (6 ms of it
+    from the first warm answers on)."""
     config = ServerConfig(rate=20, burst=10, latency=0.05, jitter=0.1, headers="draft")
     scope = Scope("api", rate=20, burst=10)
     turn, server, began = await _turn(config, scope, 60)
@@ -115,10 +116,13 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     # Until a call over a reused connection answers, such a
     # request waits for the worst case: the burst's earliest answer, all of it a late
     # first arrival. Then every start is on its token again, but for what the wire
-    # owes: no warm call is quicker than the server's least latency.
+    # owes: no warm call is quicker than the server's least latency. The first warm
+    # answers, slow ones, show a read under a ms late, and answers varying by more
+    # than 5 ms: that much is owed at once (the server reads a burst a few ms apart,
+    # `ScopeFront._owe_late_arrival`), the rest as quicker warm calls come.
     assert max(late[:16]) <= earliest + 1e-9
     assert max(late[16:]) <= earliest - 0.05 + 0.005 + 1e-9
-    assert late[16:27] == pytest.approx([0.0] * 11, abs=1e-9)
+    assert all(0.005 - 1e-9 <= x <= 0.006 for x in late[16:27])
     assert min(late) >= -1e-9
 
 

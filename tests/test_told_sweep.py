@@ -382,6 +382,82 @@ def test_a_burst_a_warm_answer_shows_was_read_late_is_owed_on_the_wire(
     assert outcome.makespan <= 1.05 * fastest(s) + s.connect_delay
 
 
+@pytest.mark.parametrize("connect_delay", [0.001, 0.0025, 0.005])
+@pytest.mark.parametrize(
+    ("rate", "burst", "calls"), [(10, 5, 20), (20, 10, 60), (50, 20, 100), (5, 5, 8)]
+)
+def test_a_burst_read_a_few_ms_late_is_owed_on_the_wire(
+    connect_delay: float, rate: float, burst: int, calls: int
+) -> None:
+    """Issue 13's rows against a server that reads each new connection's first request a
+    few ms late (a threaded server starting a thread for it): the burst went over new
+    connections and was read that late, the paced requests after it over warm ones on
+    the wire's count, which took the burst as read when it left. A read under 5 ms late
+    was owed nothing, and each of these twelve servers drew a 429 (1.2-2.2x the
+    fastest); against the server written apart, which reads new connections 1-3 ms
+    late, 20 calls at 10/s drew one in about one run in ten. What a warm answer shows
+    of it is owed now, with as much again as a margin (`ScopeFront._owe_late_arrival`)."""
+    s = Scenario(
+        name="repro", title="", calls=calls, rate=rate, burst=burst, latency=0.05,
+        connect_delay=connect_delay,
+    )  # fmt: skip
+    outcome = run(s)
+    assert outcome.server.count(status=429) == 0
+    assert all(r.status is Status.OK for r in outcome.turn.results)
+    assert outcome.makespan <= 1.01 * fastest(s)
+
+
+def test_a_new_connection_read_late_is_owed_by_each_request_that_opens_one() -> None:
+    """A bucket of one at 40/s, answers in 50-53 ms, each new connection's first request
+    read 1 ms late. Every second's wait after a 429 was followed by requests over reused
+    connections and one over a new one, read late, and a warm one on its token after it:
+    early by what was not owed, another 429 (twelve in 40 calls, 12.7x the fastest). The
+    late read is now known from the quickest round trips over new and reused connections,
+    and owed by each request that opens one (`ScopeFront._new_connection_read_late`): the
+    first 429, before any warm answer (the strict expected failure below), and one more
+    while a few answers understate it."""
+    s = Scenario(
+        name="repro", title="", calls=40, rate=40, burst=1, latency=0.05,
+        connect_delay=0.001, jitter=0.003, seed=42,
+    )  # fmt: skip
+    outcome = run(s)
+    assert outcome.server.count(status=429) <= 2
+    assert all(r.status is Status.OK for r in outcome.turn.results)
+    assert outcome.makespan <= 3.1 * fastest(s)
+
+
+@st.composite
+def buckets_reading_new_connections_late(draw: Callable[..., Any]) -> Scenario:
+    """A told token bucket, no cap, answers that do not jitter, and each new connection's
+    first request read 1-5 ms late."""
+    reset = draw(st.sampled_from(["full", "next"]))
+    return Scenario(
+        name="drawn", title="a bucket reading new connections late",
+        calls=draw(st.integers(5, 60)),
+        rate=draw(_grid(50, 500, 10)),
+        burst=draw(st.integers(1, 20)),
+        latency=draw(_grid(4, 40, 200)),
+        retry_after="seconds", reset=reset,
+        headers=draw(st.sampled_from(["draft", "ietf", "x", "none"])),
+        connect_delay=draw(st.sampled_from([0.001, 0.002, 0.003, 0.005])),
+    )  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(s=buckets_reading_new_connections_late())
+def test_after_a_warm_answer_a_few_ms_late_read_draws_no_429(s: Scenario) -> None:
+    """A server that reads new connections 1-5 ms late and whose answers do not jitter:
+    once a request over a reused connection can have been answered (two latencies and
+    the late read after the first arrival), no request is refused. Before that, a
+    request over a reused connection may leave at once where waiting out the worst
+    case costs a token or more (the strict expected failure below)."""
+    outcome = run(s)
+    warm_by = s.connect_delay + 2 * s.latency
+    assert [r.start for r in outcome.server.records if r.status == 429 and r.start > warm_by] == []
+    assert outcome.server.count(status=503) == 0
+    assert all(r.status is Status.OK for r in outcome.turn.results)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open: before any warm answer, a request over a reused connection waits out "
