@@ -256,17 +256,21 @@ class Runner:
         return state_for, options
 
     async def run_turn(self, calls: Iterable[ToolCall], **options: Unpack[TurnOptions]) -> Turn:
-        """Build and run a turn (`turn`); return it with every call answered."""
+        """Build and run a turn (`turn`); return it with every call answered, within its
+        deadline counted from this call."""
+        since = trio.current_time()
         turn = self.turn(calls, **options)
-        await turn.run()
+        await turn.run(since=since)
         return turn
 
     async def run_stream(
         self, events: AsyncIterable[Any], decoder: StreamDecoder, **options: Unpack[TurnOptions]
     ) -> StreamingTurn:
-        """Build and run a streaming turn (`stream_turn`); return it with every call answered."""
+        """Build and run a streaming turn (`stream_turn`); return it with every call
+        answered, within its deadline counted from this call."""
+        since = trio.current_time()
         turn = self.stream_turn(events, decoder, **options)
-        await turn.run()
+        await turn.run(since=since)
         return turn
 
     def statistics(self) -> RunnerStatistics:

@@ -70,9 +70,10 @@ class StreamingTurn(Turn):
         self._ended = False
         self._stream_error: Exception | None = None
 
-    async def run(self) -> None:
-        """Read the stream and run every call to its answer under the turn's deadline."""
-        await self._run_to_the_end()
+    async def run(self, *, since: float | None = None) -> None:
+        """Read the stream and run every call to its answer under the turn's deadline
+        (counted from ``since``, if before now: `Turn.run`)."""
+        await self._run_to_the_end(since)
         if self._stream_error is not None:
             raise self._stream_error
 

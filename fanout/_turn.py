@@ -163,20 +163,25 @@ class Turn:
     def deadline(self) -> float:
         return self._deadline
 
-    async def run(self) -> None:
+    async def run(self, *, since: float | None = None) -> None:
         """Run every call to its answer under the turn's hard deadline.
 
         Nothing but ``Cancelled`` (the caller's) and ``KeyboardInterrupt``
-        escapes: whatever else fails is logged and answered.
+        escapes: whatever else fails is logged and answered. ``since`` (a
+        ``trio.current_time()``): when the deadline counts from, if before now;
+        `Runner.run_turn` passes when it was called, so that building the calls
+        is within it (10,000 calls took 32 ms to build, and were answered that
+        much after the caller's deadline).
         """
-        await self._run_to_the_end()
+        await self._run_to_the_end(since)
 
-    async def _run_to_the_end(self) -> None:
+    async def _run_to_the_end(self, since: float | None = None) -> None:
         if self._stage is not _Stage.NEW:
             raise UsageError("a turn runs once; build a new one for the next message")
         self._stage = _Stage.RUNNING
         self._host = self._host_of()
-        self._deadline = trio.current_time() + self._timeout
+        now = trio.current_time()
+        self._deadline = (now if since is None else min(now, since)) + self._timeout
         self._turn_budget = Budget(self._deadline, self._settings.inline_wait)
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1

@@ -78,6 +78,21 @@ async def test_hung_tool_times_out_exactly_at_its_own_deadline(
     assert [e.time for e in answered] == [3.0]
 
 
+@pytest.mark.parametrize(("since", "deadline"), [(0.0, 10.0), (None, 11.0), (5.0, 11.0)])
+async def test_a_turn_s_deadline_counts_from_since(
+    registry: Registry, autojump_clock: Any, since: float | None, deadline: float
+) -> None:
+    """Built at 0 and run at 1 s, a turn's deadline counts from ``since`` where that is
+    earlier than its run (`Runner.run_turn` passes when it was called: building 10,000
+    calls took 32 ms in real time, and their answers came that late past the caller's
+    deadline), else from its run."""
+    turn = Runner(registry).turn([call("b", "sleep_for", {"seconds": 50})], timeout=10)
+    await trio.sleep(1)
+    await turn.run(since=since)
+    assert trio.current_time() == deadline
+    assert turn.results[0].status is Status.TIMED_OUT
+
+
 async def test_turn_deadline_cancels_everything_still_running(
     registry: Registry, autojump_clock: Any
 ) -> None:
