@@ -848,16 +848,17 @@ class ScopeFront:
         rate, burst = self._limits
         assert rate is not None
         if opened:
-            late += max(self._read_late, self._new_connection_read_late())
+            late += self._new_connection_read_late()
         lost = min(1.0, found + late * rate - burst)  # the refill past a full bucket
         if lost > 0.0:
             tokens, at = self._wire
             self._wire = (tokens - lost, at)
 
     def _new_connection_read_late(self) -> float:
-        """How much later than a warm one the server reads a new connection's first request,
-        as the quickest round trips over each show it, less the quickest connection's
-        own set-up, which the request waited out before it left.
+        """How much later than a warm one the server reads a new connection's first request:
+        as a burst's showed it (`_owe_late_arrival`), or as the quickest round trips over
+        each show it, less the quickest connection's own set-up, which the request waited
+        out before it left, whichever is more.
 
         A burst's earliest answer shows it only where no request of the burst went
         over a reused connection (`_owe_late_arrival`): a bucket of one at 40/s, each
@@ -870,9 +871,10 @@ class ScopeFront:
         the warm answers vary, up to ``TOGETHER`` (nothing where none was seen)."""
         set_up = self._arrivals.measured_set_up
         if set_up <= 0.0:
-            return 0.0
+            return self._read_late
         connect = self._network_trip if math.isfinite(self._network_trip) else 0.0
-        return max(0.0, set_up - connect) + min(TOGETHER, self._warm_spread())
+        measured = max(0.0, set_up - connect) + min(TOGETHER, self._warm_spread())
+        return max(self._read_late, measured)
 
     def _wire_counts(self) -> bool:
         """Whether the told bucket is counted by when requests reach the wire

@@ -202,7 +202,7 @@ class Arrivals:
     def measured_set_up(self) -> float:
         """``set_up`` where both kinds of round trip were seen; 0 until then."""
         both = math.isfinite(self._warm) and math.isfinite(self._cold)
-        return max(0.0, self._cold - self._warm) if both else 0.0
+        return max(0.0, self.set_up) if both else 0.0
 
 
 @attrs.define
