@@ -426,6 +426,23 @@ def test_a_new_connection_read_late_is_owed_by_each_request_that_opens_one() -> 
     assert outcome.makespan <= 3.1 * fastest(s)
 
 
+def _drawn_load(
+    draw: Callable[..., Any],
+    *,
+    fewest_calls: int,
+    rates: tuple[int, int],
+    latencies: tuple[int, int],
+) -> dict[str, Any]:
+    """Up to 60 calls, a rate in tenths per second, a burst of 1 to 20 and a latency in
+    200ths of a second, drawn in that order."""
+    return {
+        "calls": draw(st.integers(fewest_calls, 60)),
+        "rate": draw(_grid(*rates, 10)),
+        "burst": draw(st.integers(1, 20)),
+        "latency": draw(_grid(*latencies, 200)),
+    }
+
+
 @st.composite
 def buckets_reading_new_connections_late(draw: Callable[..., Any]) -> Scenario:
     """A told token bucket, no cap, answers that do not jitter, and each new connection's
@@ -433,10 +450,7 @@ def buckets_reading_new_connections_late(draw: Callable[..., Any]) -> Scenario:
     reset = draw(st.sampled_from(["full", "next"]))
     return Scenario(
         name="drawn", title="a bucket reading new connections late",
-        calls=draw(st.integers(5, 60)),
-        rate=draw(_grid(50, 500, 10)),
-        burst=draw(st.integers(1, 20)),
-        latency=draw(_grid(4, 40, 200)),
+        **_drawn_load(draw, fewest_calls=5, rates=(50, 500), latencies=(4, 40)),
         retry_after="seconds", reset=reset,
         headers=draw(st.sampled_from(["draft", "ietf", "x", "none"])),
         connect_delay=draw(st.sampled_from([0.001, 0.002, 0.003, 0.005])),
@@ -631,10 +645,7 @@ def capped_windows(draw: Callable[..., Any]) -> Scenario:
     and a latency up to the window's length or past it."""
     return Scenario(
         name="drawn", title="a capped window",
-        calls=draw(st.integers(1, 60)),
-        rate=draw(_grid(5, 500, 10)),
-        burst=draw(st.integers(1, 20)),
-        latency=draw(_grid(1, 100, 200)),
+        **_drawn_load(draw, fewest_calls=1, rates=(5, 500), latencies=(1, 100)),
         max_in_flight=draw(st.integers(1, 16)),
         retry_after=draw(st.sampled_from(["seconds", "ms", "http-date", "absent"])),
         model=draw(st.sampled_from(["fixed", "sliding"])),
