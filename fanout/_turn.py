@@ -178,6 +178,14 @@ class Turn:
     async def _run_to_the_end(self, since: float | None = None) -> None:
         if self._stage is not _Stage.NEW:
             raise UsageError("a turn runs once; build a new one for the next message")
+        if since is not None and (
+            isinstance(since, bool)
+            or not isinstance(since, int | float)
+            or not math.isfinite(since)
+        ):
+            raise UsageError(
+                f"since must be a trio.current_time() (a finite number), not {since!r}"
+            )
         self._stage = _Stage.RUNNING
         self._host = self._host_of()
         now = trio.current_time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import threading
 from typing import Any
 
@@ -91,6 +92,18 @@ async def test_a_turn_s_deadline_counts_from_since(
     await turn.run(since=since)
     assert trio.current_time() == deadline
     assert turn.results[0].status is Status.TIMED_OUT
+
+
+@pytest.mark.parametrize("since", [math.nan, math.inf, -math.inf, "0", True])
+async def test_a_since_that_is_no_time_is_refused_before_anything_runs(
+    registry: Registry, autojump_clock: Any, since: Any
+) -> None:
+    """``since`` that is not a finite time is a UsageError, and the turn is left unrun:
+    no call started, none answered."""
+    turn = Runner(registry).turn([call("b", "sleep_for", {"seconds": 1})])
+    with pytest.raises(fanout.UsageError, match="since must be"):
+        await turn.run(since=since)
+    assert not [e for e in turn.trace if e.kind is fanout.EventKind.STARTED]
 
 
 async def test_turn_deadline_cancels_everything_still_running(
