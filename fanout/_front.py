@@ -1830,8 +1830,9 @@ class ScopeFront:
         # after a count it was in, and proved 3.9/s against 2/s.
         counted_at = self._counted_at(sent, now, info.remaining, refused=refused)
         self._adopt_stated(info, counted_at, refused=refused and not forgotten)
-        if not refused and sent_at is not None:  # a round trip only where its start is known
-            self._ledger.observe_trip(now - sent)
+        if not refused:
+            if sent_at is not None:  # a round trip only where its start is known
+                self._ledger.observe_trip(now - sent)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(

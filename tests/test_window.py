@@ -634,6 +634,34 @@ async def test_a_configured_rate_takes_two_429s_to_turn_to_a_window(autojump_clo
     assert scope.statistics().bucket.window == 1.0
 
 
+async def test_answers_told_without_when_sent_still_judge_a_learned_window(
+    autojump_clock: Any,
+) -> None:
+    """A learning scope fed its answers by hand, with no ``sent_at`` (each taken as sent
+    as it is read): a count of 0 with a reset of a second, a 429 inside that second,
+    and the trial's answer once it reopened, with room for all but itself, make it a
+    window of 5 per second. Only the round trip needs the sending time: skipping the
+    rest with it, the trial went unjudged and the scope stayed a bucket at the 429's
+    rate."""
+    scope = Scope("key")
+    for _ in range(5):
+        await scope.reserve(1, 10)
+    for remaining in (4, 3, 2, 1, 0):
+        await scope.observe_headers(RateLimitInfo(limit=5, remaining=remaining, reset_after=1.0))
+    await trio.sleep(0.2)
+    await scope.reserve(1, 10)
+    await scope.on_throttled(1.0)
+    assert scope.statistics().bucket.window is None
+    await trio.sleep(1.1)
+    trial = await scope.reserve(1, 100)
+    assert trial is not None
+    await trio.sleep_until(trial.start)
+    assert await scope.confirm(trial)
+    await trio.sleep(0.05)
+    await scope.observe_headers(RateLimitInfo(limit=5, remaining=4, reset_after=1.0))
+    assert scope.statistics().bucket.window == 1.0
+
+
 @pytest.mark.parametrize(("starts", "window"), [(11, 0.4), (60, None)])
 async def test_a_429_after_more_starts_than_a_window_allows_is_a_stray_not_a_window(
     autojump_clock: Any, starts: int, window: float | None
