@@ -48,6 +48,7 @@ from ._repeats import (
     settle,
     shared,
 )
+from ._validate import finite
 from ._values import Kind, Status, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -178,11 +179,7 @@ class Turn:
     async def _run_to_the_end(self, since: float | None = None) -> None:
         if self._stage is not _Stage.NEW:
             raise UsageError("a turn runs once; build a new one for the next message")
-        if since is not None and (
-            isinstance(since, bool)
-            or not isinstance(since, int | float)
-            or not math.isfinite(since)
-        ):
+        if since is not None and finite(since) is None:
             raise UsageError(
                 f"since must be a trio.current_time() (a finite number), not {since!r}"
             )
