@@ -1831,7 +1831,7 @@ class ScopeFront:
         counted_at = self._counted_at(sent, now, info.remaining, refused=refused)
         self._adopt_stated(info, counted_at, refused=refused and not forgotten)
         if not refused:
-            if sent_at is not None:  # a round trip only where its start is known
+            if sent == sent_at:  # a round trip only where its start is known (and a time)
                 self._ledger.observe_trip(now - sent)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened)
             if self._window_length is not None:  # a log holds each token from its arrival

@@ -25,6 +25,7 @@ from fanout._budget import Budget, Verdict
 from fanout._front import counted_after_at_most
 from fanout._learning import TOGETHER, RateLearner
 from fanout._slots import TRIAL_SPACING
+from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
@@ -1158,6 +1159,23 @@ async def test_work_after_the_answer_is_no_lateness_on_the_way_in(
     assert server.count(status=429) == 0
     assert ok(turn) == 22
     assert max(answered_at(turn).values()) <= 2.0
+
+
+@pytest.mark.parametrize("sent_at", [None, math.nan, math.inf, 5.0])
+async def test_an_answer_with_no_time_of_sending_adds_no_round_trip(
+    autojump_clock: Any, sent_at: float | None
+) -> None:
+    """Round trips say how much later one request may arrive than another
+    (`ScopeFront._arrival_spread`): an answer told with no sending time, or one that is
+    no time or after now, records none (read as sent as it is read, it was a trip of 0),
+    while one sent 0.1 s before records 0.1."""
+    scope = Scope("key")
+    await trio.sleep(1.0)
+    info = RateLimitInfo(limit=5, remaining=3, reset_after=1.0)
+    await scope.observe_headers(info, sent_at=sent_at)
+    assert scope._ledger.trip_spread() is None
+    await scope.observe_headers(info, sent_at=0.9)
+    assert list(scope._ledger._trips) == [pytest.approx(0.1)]
 
 
 def answered_at(turn: fanout.Turn) -> dict[str | None, float]:
