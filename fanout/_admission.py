@@ -96,7 +96,7 @@ async def admit(
         queued()
 
     shortfall = await take_tokens(
-        scopes, cost, budget=budget, patience=budget.patience(), on_wait=waiting
+        scopes, cost, budget=budget, patience=budget.patience(), on_wait=waiting, admits=True
     )
     return None if shortfall is None else _token_denial(shortfall, budget)
 
@@ -174,6 +174,7 @@ async def take_tokens(
     budget: Budget,
     patience: float,
     on_wait: Callable[[float, str | None], None],
+    admits: bool = False,
 ) -> Shortfall | None:
     """Book ``cost`` on every scope and sleep the longest wait, or say what fell short.
 
@@ -183,6 +184,10 @@ async def take_tokens(
     and the call books again, within the same budget, or is denied. Bookings
     are refunded if any scope falls short or the sleep is cancelled, so the
     buckets never keep tokens for a request that was not sent.
+
+    ``admits``: the tokens admit a call, which may start a scope's lead
+    before them (`ScopeFront.admission_lead`); a later request of the call
+    leaves as its tokens are taken, and is given none.
     """
     while True:
         booked = await _book_all(scopes, cost, budget, patience)
@@ -192,9 +197,10 @@ async def take_tokens(
             return booked
         confirmed = False
         try:
-            longest = max((booking.wait for _, booking in booked), default=0.0)
+            leads = [scope.admission_lead() if admits else 0.0 for scope, _ in booked]
+            longest, slowest = _longest_wait(booked, leads)
             if longest > 0:
-                slowest = next(s for s, b in booked if b.wait == longest)
+                assert slowest is not None
                 voided = slowest.voided()  # the server said otherwise: wake to book again
                 on_wait(longest, slowest.name)
                 for scope in scopes:
@@ -212,14 +218,26 @@ async def take_tokens(
             if doomed is not None:
                 return doomed
             confirmed = True
-            for scope, booking in booked:
-                confirmed = confirmed and await scope.confirm(booking)
+            for (scope, booking), lead in zip(booked, leads, strict=True):
+                confirmed = confirmed and await scope.confirm(booking, lead=lead)
         finally:
             if not confirmed:
                 for scope, booking in booked:
                     await scope.refund(booking)
         if confirmed:
             return None
+
+
+def _longest_wait(
+    booked: list[tuple[ScopeLike, Booking]], leads: list[float]
+) -> tuple[float, ScopeLike | None]:
+    """The longest wait of the bookings, each less the lead its scope gives a call
+    (`ScopeFront.admission_lead`: it may start that much before its token), and whose."""
+    waits = [
+        (max(0.0, booking.wait - lead), scope)
+        for (scope, booking), lead in zip(booked, leads, strict=True)
+    ]
+    return max(waits, key=lambda wait: wait[0], default=(0.0, None))
 
 
 def _ends_late_however_quick(scopes: Sequence[ScopeLike], budget: Budget) -> Shortfall | None:

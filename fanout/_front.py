@@ -406,6 +406,8 @@ class ScopeFront:
     _sends: tuple[float, float] = attrs.field(init=False, default=(math.inf, -math.inf), repr=False)
     _quickest_send: float = attrs.field(init=False, default=math.inf, repr=False)
     _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `_observe_wake_lag`
+    # The quickest a call's first request got to its headers after its admission (`admission_lead`).
+    _quickest_way_out: float = attrs.field(init=False, default=math.inf, repr=False)
     # Bookings that took a full bucket, confirmed and not yet sent:
     # (confirmed, start, cost, the refill pause kept after it).
     _took_full: collections.deque[tuple[float, float, float, float]] = attrs.field(
@@ -667,8 +669,9 @@ class ScopeFront:
             self._started -= booking.cost
         await self._backend.refund(booking)
 
-    async def confirm(self, booking: Booking) -> bool:
-        """Whether a booking still holds now it is due (nothing voided it meanwhile).
+    async def confirm(self, booking: Booking, *, lead: float = 0.0) -> bool:
+        """Whether a booking still holds now it is due (nothing voided it meanwhile):
+        due ``lead`` s before its start (`admission_lead`).
 
         A shared schedule may have moved it (`RedisBackend.confirm`): the
         start remembered for counting what started since a response's
@@ -678,8 +681,8 @@ class ScopeFront:
         now = trio.current_time()
         if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
             self._recent.add(now, booking.cost)
-        if held and booking.took_full:
-            self._observe_wake_lag(now - booking.start)
+        if held and booking.took_full:  # it slept until its start, less its lead
+            self._observe_wake_lag(now - booking.start + min(lead, booking.wait))
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
             self._took_full.append((now, booking.start, booking.cost, booking.pause))
@@ -713,6 +716,7 @@ class ScopeFront:
         """
         rate, _ = self._limits
         self._gate_owed(admitted_at)
+        self._quickest_way_out = min(self._quickest_way_out, trio.current_time() - admitted_at)
         found = None
         self._leaving_pause = 0.0
         while self._took_full and self._took_full[0][0] <= admitted_at:
@@ -725,6 +729,41 @@ class ScopeFront:
         late = trio.current_time() - start - allowed
         if late > 0.0:
             self._backend.owe(min(late * rate, cost))
+
+    def admission_lead(self) -> float:
+        """How much before its token's time a call waiting for one may be let start: the
+        quickest any call's first request got to its headers after its admission.
+
+        The server counts a request when it arrives, not when its call starts.
+        A call admitted at its token's time reaches the wire that much later,
+        and where the bucket was full meanwhile (paced, a burst of one) the
+        server lost that refill: the request owes it (`headers_left`), and the
+        next token comes that much later. Every interval paid the call's way
+        out again: tools that set up for 0.1 s before sending held a bucket of
+        one at 10/s to one request every 0.2 s (2.0x the fastest, in real time
+        as on a mock clock; 1.14x started ahead). A call let start that much
+        earlier reaches the wire at its token's time; the next token still
+        counts from when it really left. One quicker than the quickest so far
+        is held on its way out by the gates that count requests as they leave
+        (`_departure_wait`, `wire_wait`): so only a told bucket counted on the
+        wire, and only once a warm answer is in (before it, requests over
+        reused connections are held for a worst case reckoned from the
+        bucket's schedule, `warm_hold`). A window's log refuses a booking
+        confirmed before its time while a request is on its way
+        (`SlidingLog.confirm`): a window's calls start at their tokens.
+
+        Nothing while the bucket is blocked (a 429's wait): those gates count
+        tokens, not the server's wait, and a call woken inside the block is
+        refused there (`TokenBucket.confirm`). It booked again for the same
+        start, found no wait left before its lead, and was refused again at
+        once: on a mock clock, forever.
+        """
+        quickest = self._quickest_way_out
+        if not self._wire_counts() or self._warm_fastest is None or not math.isfinite(quickest):
+            return 0.0
+        if self._backend.bucket_statistics().blocked_until > trio.current_time():
+            return 0.0
+        return max(0.0, quickest)
 
     def _gate_owed(self, admitted_at: float) -> None:
         """The request of a call admitted at ``admitted_at`` leaves now; if it took the

@@ -17,11 +17,15 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._admission import take_tokens
+from fanout._budget import Budget
 from fanout.http import NotSentError, RateLimitInfo
 from fanout.testing import RequestRecord, ServerConfig, ThrottlingServer, serve_throttled
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from fanout._bucket import Booking
 
 
 async def test_a_tools_own_set_up_before_its_request_is_no_slack(autojump_clock: Any) -> None:
@@ -637,16 +641,18 @@ async def test_a_request_held_before_its_headers_takes_its_token_as_it_leaves(
     worst case (`ScopeFront.warm_hold`), after the told bucket counted it as leaving.
     Counted before its hold, one held 50 ms was followed by the next 50 ms after it
     reached the server, and a 429; it takes its token when its hold ends now. Each
-    request reaches the server a token after the one before it at least, and the turn
-    ends by 6 s (5.95-6.0 as the calls' order falls; 8.75 with the set-up kept as slack,
-    3.05 at the fastest: each request owes the refill its set-up cost the server)."""
+    request reaches the server a token after the one before it at least. Once a warm
+    answer is in, each call starts its set-up before its token (`admission_lead`), and
+    the turn ends by 3.6 s (3.35-3.55 as the calls' order falls, 3.05 at the fastest;
+    5.95-6.0 when each call started at its token and its request owed the refill its
+    set-up cost the server; 8.75 with the set-up kept as slack)."""
     config = ServerConfig(rate=10, burst=1, latency=0.05, headers="draft")
     run = await _late_turn(config, Scope("api", rate=10, burst=1), 30, lambda _: 0.1)
     assert all(r.status is fanout.Status.OK for r in run.turn.results)
     assert run.server.count(status=429) == 0
     starts = run.server.starts()
     assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(starts))
-    assert max(r.end for r in run.server.records) - run.began <= 6.0 + 1e-9
+    assert max(r.end for r in run.server.records) - run.began <= 3.6 + 1e-9
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -665,7 +671,13 @@ def test_a_set_up_every_call_takes_alike_is_owed_not_kept_as_slack(
     server refuses nothing and the slack stays nothing, the set-up being seen as each
     request leaves. Kept as the slack (the time since the burst began), it was paid
     again at every burst: 60 calls at 50/s with a burst of 20 and 0.3 s took 1.26x the
-    fastest, 1.12x now; a burst of one at 10/s with 0.1 s took 2.87x, 1.95x now."""
+    fastest, 1.12x; a burst of one at 10/s with 0.1 s took 2.87x, 1.95x.
+
+    A bucket's last ten requests reach the server at its rate: each call starts its
+    set-up that much before its token (`ScopeFront.admission_lead`). Started at its
+    token, a request of a burst of one owed the refill its set-up cost a full server,
+    and the next token came that much later: 0.2 s apart at 10/s with 0.1 s (1.08x
+    the fastest now, 1.95x then)."""
 
     async def main() -> tuple[_LateRun, float]:
         config = ServerConfig(rate=rate, burst=burst, latency=latency, headers="draft", model=model)
@@ -680,6 +692,9 @@ def test_a_set_up_every_call_takes_alike_is_owed_not_kept_as_slack(
     assert run.server.count(status=429) == 0
     assert all(r.status is fanout.Status.OK for r in run.turn.results)
     assert slack == pytest.approx(0.0, abs=1e-9)
+    last = run.server.starts()[-10:]
+    if model == "bucket" and calls >= burst + 20:
+        assert last[-1] - last[0] <= 9 / rate + 1e-9
 
 
 async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_leaves(
@@ -1036,3 +1051,49 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     assert starts[-1] - starts[-6] == pytest.approx(0.25, abs=0.01)
     assert starts[-1] < 29 * 0.05 + 0.15
     assert scope.statistics().slack < 0.001
+
+
+class _CountedConfirms:
+    """A scope whose confirmations are counted: a loop that never lets time move fails."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope, self.confirms = scope, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.scope, name)
+
+    async def confirm(self, booking: Booking, *, lead: float = 0.0) -> bool:
+        self.confirms += 1
+        assert self.confirms < 100, "confirmed again and again, time never moving"
+        return await self.scope.confirm(booking, lead=lead)
+
+
+async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
+    autojump_clock: Any,
+) -> None:
+    """Told one a second with a burst of one, a warm answer in, and a call whose request
+    got to its headers 0.2 s after it started: a call waiting for a token starts 0.2 s
+    before it (`ScopeFront.admission_lead`), but none starts inside a block (a 429's
+    wait). Woken 0.2 s before a block's end, a booking was refused there, booked again
+    for the block's end, found no wait left before its lead, and was refused again at
+    once, the mock clock never moving."""
+    scope = Scope("api", rate=1, burst=1)
+    scope.observe_call(0.05, ok=True)  # a warm answer
+    scope.headers_left(-0.2)  # a call admitted at -0.2 s sends its first request now
+    assert scope.admission_lead() == pytest.approx(0.2)
+    counted = _CountedConfirms(scope)
+    budget = Budget(60.0)
+
+    async def admit() -> float:
+        shortfall = await take_tokens(
+            [counted], 1.0, budget=budget, patience=budget.patience(),
+            on_wait=lambda *_: None, admits=True,
+        )  # fmt: skip
+        assert shortfall is None
+        return trio.current_time()
+
+    await scope.block_until(5.0)
+    assert scope.admission_lead() == 0.0
+    assert await admit() == 5.0  # the block's end, where its token is
+    assert await admit() == pytest.approx(5.8)  # its token at 6, less the lead
+    assert counted.confirms == 2
