@@ -197,8 +197,8 @@ async def take_tokens(
             return booked
         confirmed = False
         try:
-            leads = [scope.admission_lead() if admits else 0.0 for scope, _ in booked]
-            longest, slowest = _longest_wait(booked, leads)
+            longest, slowest = _longest_wait(booked, ahead=admits)
+            woken_for = trio.current_time() + longest  # how late it wakes sizes a slack
             if longest > 0:
                 assert slowest is not None
                 voided = slowest.voided()  # the server said otherwise: wake to book again
@@ -218,8 +218,8 @@ async def take_tokens(
             if doomed is not None:
                 return doomed
             confirmed = True
-            for (scope, booking), lead in zip(booked, leads, strict=True):
-                confirmed = confirmed and await scope.confirm(booking, lead=lead)
+            for scope, booking in booked:
+                confirmed = confirmed and await scope.confirm(booking, woken_for=woken_for)
         finally:
             if not confirmed:
                 for scope, booking in booked:
@@ -229,13 +229,14 @@ async def take_tokens(
 
 
 def _longest_wait(
-    booked: list[tuple[ScopeLike, Booking]], leads: list[float]
+    booked: list[tuple[ScopeLike, Booking]], *, ahead: bool
 ) -> tuple[float, ScopeLike | None]:
-    """The longest wait of the bookings, each less the lead its scope gives a call
-    (`ScopeFront.admission_lead`: it may start that much before its token), and whose."""
+    """The longest wait of the bookings, and whose; ``ahead``, each less the lead its
+    scope gives a call (`ScopeFront.admission_lead`: it may start that much before its
+    token)."""
     waits = [
-        (max(0.0, booking.wait - lead), scope)
-        for (scope, booking), lead in zip(booked, leads, strict=True)
+        (max(0.0, booking.wait - (scope.admission_lead() if ahead else 0.0)), scope)
+        for scope, booking in booked
     ]
     return max(waits, key=lambda wait: wait[0], default=(0.0, None))
 

@@ -669,20 +669,22 @@ class ScopeFront:
             self._started -= booking.cost
         await self._backend.refund(booking)
 
-    async def confirm(self, booking: Booking, *, lead: float = 0.0) -> bool:
-        """Whether a booking still holds now it is due (nothing voided it meanwhile):
-        due ``lead`` s before its start (`admission_lead`).
+    async def confirm(self, booking: Booking, *, woken_for: float | None = None) -> bool:
+        """Whether a booking still holds now it is due (nothing voided it meanwhile).
 
         A shared schedule may have moved it (`RedisBackend.confirm`): the
         start remembered for counting what started since a response's
         request is when it is confirmed, not when it was booked for.
+        ``woken_for``: when the sleep for it was to end (its start, unless its
+        call was let start ahead of it, `admission_lead`, or slept for another
+        scope's token), from which how late the process woke is measured.
         """
         held = await self._backend.confirm(booking)
         now = trio.current_time()
         if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
             self._recent.add(now, booking.cost)
-        if held and booking.took_full:  # it slept until its start, less its lead
-            self._observe_wake_lag(now - booking.start + min(lead, booking.wait))
+        if held and booking.took_full:
+            self._observe_wake_lag(now - (booking.start if woken_for is None else woken_for))
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
             self._took_full.append((now, booking.start, booking.cost, booking.pause))

@@ -1062,10 +1062,10 @@ class _CountedConfirms:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.scope, name)
 
-    async def confirm(self, booking: Booking, *, lead: float = 0.0) -> bool:
+    async def confirm(self, booking: Booking, *, woken_for: float | None = None) -> bool:
         self.confirms += 1
         assert self.confirms < 100, "confirmed again and again, time never moving"
-        return await self.scope.confirm(booking, lead=lead)
+        return await self.scope.confirm(booking, woken_for=woken_for)
 
 
 async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
@@ -1097,3 +1097,23 @@ async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
     assert await admit() == 5.0  # the block's end, where its token is
     assert await admit() == pytest.approx(5.8)  # its token at 6, less the lead
     assert counted.confirms == 2
+
+
+async def test_a_call_that_slept_for_another_scopes_token_did_not_wake_late(
+    autojump_clock: Any,
+) -> None:
+    """A call on two told scopes, a burst of one at 10/s and one at 1/s: the second call
+    sleeps a second for the slower scope's token, its token on the faster due 0.9 s
+    before it woke. That is no late wake-up (`ScopeFront._observe_wake_lag`): the faster
+    scope's slack stays nothing. Measured from that token, it was 0.9 s, and every call
+    of the faster scope alone then paused that long after its token."""
+    fast, slow = Scope("fast", rate=10, burst=1), Scope("slow", rate=1, burst=1)
+    budget = Budget(60.0)
+    for _ in range(2):
+        shortfall = await take_tokens(
+            [fast, slow], 1.0, budget=budget, patience=budget.patience(),
+            on_wait=lambda *_: None,
+        )  # fmt: skip
+        assert shortfall is None
+    assert trio.current_time() == 1.0
+    assert fast.statistics().slack == 0.0
