@@ -746,13 +746,15 @@ class ScopeFront:
         as on a mock clock; 1.14x started ahead). A call let start that much
         earlier reaches the wire at its token's time; the next token still
         counts from when it really left. One quicker than the quickest so far
-        is held on its way out by the gates that count requests as they leave
-        (`_departure_wait`, `wire_wait`): so only a told bucket counted on the
-        wire, and only once a warm answer is in (before it, requests over
-        reused connections are held for a worst case reckoned from the
-        bucket's schedule, `warm_hold`). A window's log refuses a booking
-        confirmed before its time while a request is on its way
-        (`SlidingLog.confirm`): a window's calls start at their tokens.
+        leaves before its token as far as the gates that count requests as
+        they leave allow (`_departure_wait`, `wire_wait`): a token after the
+        request before it, without the slack a full bucket keeps, once (it is
+        the quickest then). So only a told bucket counted on the wire, and
+        only once a warm answer is in (before it, requests over reused
+        connections are held for a worst case reckoned from the bucket's
+        schedule, `warm_hold`). A window's log refuses a booking confirmed
+        before its time while a request is on its way (`SlidingLog.confirm`):
+        a window's calls start at their tokens.
 
         Nothing while the bucket is blocked (a 429's wait): those gates count
         tokens, not the server's wait, and a call woken inside the block is
