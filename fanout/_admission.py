@@ -198,7 +198,7 @@ async def take_tokens(
         confirmed = False
         try:
             longest, slowest = _longest_wait(booked, ahead=admits)
-            woken_for = trio.current_time() + longest  # how late it wakes sizes a slack
+            woken_for = trio.current_time() + longest
             if longest > 0:
                 assert slowest is not None
                 voided = slowest.voided()  # the server said otherwise: wake to book again
@@ -219,7 +219,9 @@ async def take_tokens(
                 return doomed
             confirmed = True
             for scope, booking in booked:
-                confirmed = confirmed and await scope.confirm(booking, woken_for=woken_for)
+                confirmed = confirmed and await scope.confirm(booking)
+                if confirmed and booking.took_full:  # a late wake cost a full server its refill
+                    scope.observe_wake_lag(trio.current_time() - woken_for)
         finally:
             if not confirmed:
                 for scope, booking in booked:

@@ -405,7 +405,7 @@ class ScopeFront:
     # a call of the latest burst took (`observe_send_lag`).
     _sends: tuple[float, float] = attrs.field(init=False, default=(math.inf, -math.inf), repr=False)
     _quickest_send: float = attrs.field(init=False, default=math.inf, repr=False)
-    _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `_observe_wake_lag`
+    _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `observe_wake_lag`
     # The quickest a call's first request got to its headers after its admission (`admission_lead`).
     _quickest_way_out: float = attrs.field(init=False, default=math.inf, repr=False)
     # Bookings that took a full bucket, confirmed and not yet sent:
@@ -669,22 +669,18 @@ class ScopeFront:
             self._started -= booking.cost
         await self._backend.refund(booking)
 
-    async def confirm(self, booking: Booking, *, woken_for: float | None = None) -> bool:
+    async def confirm(self, booking: Booking) -> bool:
         """Whether a booking still holds now it is due (nothing voided it meanwhile).
 
         A shared schedule may have moved it (`RedisBackend.confirm`): the
         start remembered for counting what started since a response's
         request is when it is confirmed, not when it was booked for.
-        ``woken_for``: when the sleep for it was to end (its start, unless its
-        call was let start ahead of it, `admission_lead`, or slept for another
-        scope's token), from which how late the process woke is measured.
         """
         held = await self._backend.confirm(booking)
         now = trio.current_time()
         if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
             self._recent.add(now, booking.cost)
         if held and booking.took_full:
-            self._observe_wake_lag(now - (booking.start if woken_for is None else woken_for))
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
             self._took_full.append((now, booking.start, booking.cost, booking.pause))
@@ -952,8 +948,12 @@ class ScopeFront:
             return 0.0
         return self._backend.departure_wait(booked_by)
 
-    def _observe_wake_lag(self, seconds: float) -> None:
-        """A booking that took a full bucket was confirmed ``seconds`` after its start.
+    def observe_wake_lag(self, seconds: float) -> None:
+        """A booking that took a full bucket was confirmed ``seconds`` after the sleep for
+        it was to end (its start, unless its call was let start ahead of it,
+        `admission_lead`, or slept for another scope's later token: measured from
+        its own start, a bucket of one at 10/s beside one at 1/s took 0.9 s for
+        lateness, and paused that long after every token).
 
         The server's bucket stays full until that request arrives, and loses
         its refill meanwhile. A call's own way from admission to the wire is
@@ -2432,7 +2432,7 @@ class ScopeFront:
     def _measured_slack(self) -> float:
         """The margin measured so far: the later of the two signs of a late first arrival,
         or how much the requests' way out varies (`observe_write_lag`). A call woken
-        late (`_observe_wake_lag`) also sends late: the two lags add up.
+        late (`observe_wake_lag`) also sends late: the two lags add up.
 
         A window gives back every token of its last window, not only a
         burst's first: its margin is also how much call durations vary. A

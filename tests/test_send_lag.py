@@ -977,8 +977,9 @@ def test_a_paced_burst_of_one_keeps_its_slack_for_the_way_to_the_server(
 
 async def test_a_booking_woken_late_widens_the_slack(autojump_clock: Any) -> None:
     """A burst of one: the second call's token is due at 0.25 s and its holder is woken
-    10 ms later (a busy loop). The server's bucket, full from 0.25 s, loses that refill:
-    the slack takes it at once, and the next token comes 10 ms later too."""
+    10 ms later (a busy loop), as admission tells the scope (`take_tokens`). The
+    server's bucket, full from 0.25 s, loses that refill: the slack takes it at once,
+    and the next token comes 10 ms later too."""
     scope = Scope("api", rate=4, burst=1)
     first = await scope.reserve(1.0, 10.0)
     assert first is not None
@@ -988,6 +989,8 @@ async def test_a_booking_woken_late_widens_the_slack(autojump_clock: Any) -> Non
     assert second.start == 0.25
     await trio.sleep(0.26)
     assert await scope.confirm(second)
+    assert second.took_full
+    scope.observe_wake_lag(trio.current_time() - second.start)
     assert scope.statistics().slack == pytest.approx(0.01)
     third = await scope.reserve(1.0, 10.0)
     assert third is not None
@@ -1062,10 +1065,10 @@ class _CountedConfirms:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.scope, name)
 
-    async def confirm(self, booking: Booking, *, woken_for: float | None = None) -> bool:
+    async def confirm(self, booking: Booking) -> bool:
         self.confirms += 1
         assert self.confirms < 100, "confirmed again and again, time never moving"
-        return await self.scope.confirm(booking, woken_for=woken_for)
+        return await self.scope.confirm(booking)
 
 
 async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
@@ -1104,7 +1107,7 @@ async def test_a_call_that_slept_for_another_scopes_token_did_not_wake_late(
 ) -> None:
     """A call on two told scopes, a burst of one at 10/s and one at 1/s: the second call
     sleeps a second for the slower scope's token, its token on the faster due 0.9 s
-    before it woke. That is no late wake-up (`ScopeFront._observe_wake_lag`): the faster
+    before it woke. That is no late wake-up (`ScopeFront.observe_wake_lag`): the faster
     scope's slack stays nothing. Measured from that token, it was 0.9 s, and every call
     of the faster scope alone then paused that long after its token."""
     fast, slow = Scope("fast", rate=10, burst=1), Scope("slow", rate=1, burst=1)
