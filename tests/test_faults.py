@@ -426,3 +426,20 @@ def test_every_call_answered_truthfully_whatever_fails(
     answered = [e for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
     assert sorted(e.call_id or "" for e in answered) == sorted(c.id for c in calls)
     assert all(e.time <= turn.deadline for e in answered)
+
+
+async def test_a_scope_that_overrides_its_awaited_methods_admits_every_call(
+    autojump_clock: Any,
+) -> None:
+    """A subclass of ``Scope`` overriding its awaited methods with their documented
+    signatures (as ``FaultyScope`` does), no fault planned: six calls paced at 5/s are
+    all answered ok. Admission once passed ``confirm`` a keyword such an override did
+    not take, and every call that waited for a token was refused as a limiter fault,
+    which the property above counts as an answer."""
+    scope = FaultyScope("api", rate=5, burst=2, max_concurrency=2)
+    scope.faults = Faults({}, budget=0)
+    runner = Runner(_registry([("return", "done")] * 6), scopes=[scope], inline_wait=None)
+    name = f"{Kind.READS.value}_scoped"
+    turn = await runner.run_turn([ToolCall(f"c{i}", name, {"n": i}) for i in range(6)])
+    assert [r.status for r in turn.results] == [fanout.Status.OK] * 6
+    assert abs(trio.current_time() - 0.8) < 1e-9  # two at once, then one every 0.2 s
