@@ -179,6 +179,7 @@ class Backend(Protocol):
     def owe(self, tokens: float) -> None: ...
     def share_exhaustion(self, until: float) -> None: ...
     def bucket_statistics(self) -> BucketStatistics: ...
+    def blocked_until(self) -> float: ...
     @property
     def shared(self) -> bool:
         """Whether other processes draw on the same tokens, unseen by this one."""
@@ -761,7 +762,7 @@ class ScopeFront:
         quickest = self._quickest_way_out
         if not self._wire_counts() or self._warm_fastest is None or not math.isfinite(quickest):
             return 0.0
-        if self._backend.bucket_statistics().blocked_until > trio.current_time():
+        if self._backend.blocked_until() > trio.current_time():
             return 0.0
         return max(0.0, quickest)
 

@@ -898,6 +898,10 @@ class RedisBackend:
         if self.nursery is not None:
             self.nursery.start_soon(self.bucket.mark_exhausted, until - trio.current_time())
 
+    def blocked_until(self) -> float:
+        _, blocked_until = self._projected()
+        return blocked_until
+
     def bucket_statistics(self) -> BucketStatistics:
         tokens, blocked_until = self._projected()
         return BucketStatistics(

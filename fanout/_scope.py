@@ -294,6 +294,9 @@ class LocalBackend:
     def bucket_statistics(self) -> BucketStatistics:
         return self.tokens.statistics()
 
+    def blocked_until(self) -> float:
+        return self.tokens.blocked_until
+
     @property
     def shared(self) -> bool:
         """No: this process is the only one that uses the scope."""
