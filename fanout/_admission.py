@@ -198,22 +198,14 @@ async def take_tokens(
         confirmed = False
         try:
             longest, slowest = _longest_wait(booked, ahead=admits)
-            woken_for = trio.current_time() + longest
             if longest > 0:
                 assert slowest is not None
-                voided = slowest.voided()  # the server said otherwise: wake to book again
                 on_wait(longest, slowest.name)
-                for scope in scopes:
-                    scope.note_waiting(+1)
-                try:
-                    with trio.move_on_after(longest):
-                        if voided is None:
-                            await trio.sleep_forever()
-                        else:
-                            await voided.wait()
-                finally:
-                    for scope in scopes:
-                        scope.note_waiting(-1)
+            woken_for = await _sleep_until_due(
+                booked, admits=admits, budget=budget, patience=patience
+            )
+            if woken_for is None:
+                continue  # moved past what the budget allows: book again, and be judged
             doomed = _ends_late_however_quick(scopes, budget)
             if doomed is not None:
                 return doomed
@@ -228,6 +220,57 @@ async def take_tokens(
                     await scope.refund(booking)
         if confirmed:
             return None
+
+
+async def _sleep_until_due(
+    booked: list[tuple[ScopeLike, Booking]], *, admits: bool, budget: Budget, patience: float
+) -> float | None:
+    """Sleep until every booking is due, following each as its schedule moves; when
+    the last sleep was to end, or None if they moved past what the budget allows.
+
+    A late request moves every booking of its bucket later (`TokenBucket.owe`)
+    without waking anyone: a holder finds out as it wakes (``retimed``) and
+    sleeps on, judged again on the longer wait. ``booked`` is updated in place,
+    so that whatever happens next (a confirmation, a refund under cancellation)
+    has each booking as its scope last moved it. It wakes early only when its
+    bookings are void (the server said otherwise), to confirm, be refused, and
+    book again.
+    """
+    scopes = [scope for scope, _ in booked]
+    longest, slowest = _longest_wait(booked, ahead=admits)
+    woken_for = trio.current_time() + longest
+    while longest > 0:
+        assert slowest is not None
+        voided = slowest.voided()  # the server said otherwise: wake to book again
+        for scope in scopes:
+            scope.note_waiting(+1)
+        try:
+            with trio.move_on_after(longest):
+                if voided is None:
+                    await trio.sleep_forever()
+                else:
+                    await voided.wait()
+        finally:
+            for scope in scopes:
+                scope.note_waiting(-1)
+        if voided is not None and voided.is_set():
+            break
+        retimed = [(scope, scope.retimed(booking)) for scope, booking in booked]
+        if all(new is old for (_, new), (_, old) in zip(retimed, booked, strict=True)):
+            break  # nothing moved while it slept
+        booked[:] = retimed
+        longest, slowest = _longest_wait(booked, ahead=admits)
+        if longest <= 0:
+            break  # woken later than it moved
+        assert slowest is not None
+        latency = slowest.wait_latency()
+        if (
+            trio.current_time() + longest > patience
+            or budget.judge(longest, latency=latency) is not Verdict.SLEEP
+        ):
+            return None
+        woken_for = trio.current_time() + longest
+    return woken_for
 
 
 def _longest_wait(

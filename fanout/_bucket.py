@@ -18,6 +18,15 @@ latest booking is undone exactly; an earlier one leaves a *hole* that a later
 booking of no greater cost may fill, since that start time was already
 proven safe.
 
+A request that leaves late costs a full server the refill it missed
+(`ScopeFront.headers_left`): the bucket *owes* it, and every booking not
+started yet moves that much later in place (``owe``); a wider slack moves
+each by the pauses ahead of it (``set_slack``). Its holder finds out when it
+wakes (``retimed``). Voided instead, as they once were, every holder woke to
+book again: with hundreds of calls waiting on a bucket of one, each late
+request and each widening woke all of them, and the busy loop woke the next
+holders late, which owed again and widened the slack again.
+
 A booking is *pending* from ``reserve`` until its holder confirms it (or
 refunds it): due is not started, since a holder may wake a moment after its
 start. A void hands a pending booking's tokens back to the balance, since its
@@ -82,11 +91,40 @@ class BucketStatistics:
 
 
 @attrs.frozen
+class Mark:
+    """Where a bucket's schedule stood when a booking was made, to tell how far it has
+    moved the booking in place since (`TokenBucket._moved_since`).
+
+    ``moved``: the moves every booking ahead takes alike (an owed refill, a
+    wider slack's first step). ``widened``: the slack's widenings, each of
+    which also moves a booking by one widening per full booking ahead of it
+    (each pauses the refill by the slack); ``widened_from`` sums each widening
+    times the full bookings there were before the first it moved. ``fills``:
+    the full bookings made before this one. ``paces``: this one took the
+    bucket just as it filled again, and pauses the refill after it by the
+    slack, as it widens (`TokenBucket.reserve`).
+    """
+
+    moved: float = 0.0
+    widened: float = 0.0
+    widened_from: float = 0.0
+    fills: int = 0
+    paces: bool = False
+
+
+_UNMOVED = Mark()
+
+
+@attrs.frozen
 class Booking:
     """One reservation: its absolute ``start``, the ``wait`` until it, and its ``cost``.
 
     ``epoch`` and ``after`` let the bucket tell, on refund and confirmation,
-    whether this booking is still the latest and still valid. ``burst_began``
+    whether this booking is still the latest and still valid. ``mark`` is
+    where a local schedule stood when it was booked, and ``moved`` how much
+    later than ``start`` its holder last saw it start (`TokenBucket.retimed`);
+    ``shift``, how far a shared schedule had moved (`fanout._redis_scope`).
+    ``burst_began``
     is set on the first booking this process sees of a burst (the bucket was
     full): when that burst began, on this process's clock, which is where the
     server's refill counts from at the earliest. ``took_full``: the bucket was
@@ -101,6 +139,8 @@ class Booking:
     before: Any = attrs.field(repr=False, default=None)  # the schedule before it
     after: float = attrs.field(repr=False, default=math.nan)  # the schedule after it
     shift: float = attrs.field(repr=False, default=0.0)  # a shared schedule's move, when booked
+    mark: Mark = attrs.field(repr=False, default=_UNMOVED)  # a local one's
+    moved: float = attrs.field(repr=False, default=0.0)  # its own move, as its holder last saw
     burst_began: float | None = attrs.field(repr=False, default=None)
     took_full: bool = attrs.field(repr=False, default=False)
     pause: float = attrs.field(repr=False, default=0.0)  # refill it put off past its own
@@ -258,8 +298,15 @@ class TokenBucket:
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     epochs: Epochs = attrs.field(init=False, factory=Epochs)
     _holes: list[tuple[float, float]] = attrs.field(init=False, factory=list)
-    # Bookings not started yet, by start, cost and the refill pause each added (`reserve`).
-    _pending: Counter[tuple[float, float, float]] = attrs.field(init=False, factory=Counter)
+    # Bookings not started yet, by start, cost, the refill pause each added (`reserve`)
+    # and where the schedule stood when booked (each starts `_moved_since` its mark later).
+    _pending: Counter[tuple[float, float, float, Mark]] = attrs.field(init=False, factory=Counter)
+    _moved: float = attrs.field(init=False, default=0.0)  # `Mark`'s sums, as of now
+    _widened: float = attrs.field(init=False, default=0.0)
+    _widened_from: float = attrs.field(init=False, default=0.0)
+    _fills: int = attrs.field(init=False, default=0)
+    # The refill the latest paced booking to start put off, and until when (`_margin_kept`).
+    _pause_kept: tuple[float, float] = attrs.field(init=False, default=(0.0, -math.inf))
     _prune_at: int = attrs.field(init=False, default=2 * _HOLES)
     _reserved: int = attrs.field(init=False, default=0)
     _refused: int = attrs.field(init=False, default=0)
@@ -294,8 +341,9 @@ class TokenBucket:
         self._reserved += 1
         if hole is not None:
             self._fill(hole, cost)
-            self._pend(start, cost, 0.0, now)
-            return Booking(start, start - now, cost, self.epochs.current)
+            mark = self._mark(paces=False)
+            self._pend(start, cost, 0.0, mark, now)
+            return Booking(start, start - now, cost, self.epochs.current, mark=mark)
         before = (self._full_at, self._paused_until)
         idle = full = False
         pause = 0.0
@@ -313,17 +361,23 @@ class TokenBucket:
                     self._paused_until = start + self.slack
                 else:  # the pause is in the schedule: a void gives it back (`_present`)
                     pause = self.slack
-        self._pend(start, cost, pause, now)
+        mark = self._mark(paces=full and not idle)
+        if full:
+            self._fills += 1
+        self._pend(start, cost, pause, mark, now)
         return Booking(
-            start, start - now, cost, self.epochs.current, before, self._full_at,
+            start, start - now, cost, self.epochs.current, before, self._full_at, mark=mark,
             burst_began=start if idle else None, took_full=full, pause=pause,
         )  # fmt: skip
 
-    def _pend(self, start: float, cost: float, pause: float, now: float) -> None:
+    def _mark(self, *, paces: bool) -> Mark:
+        return Mark(self._moved, self._widened, self._widened_from, self._fills, paces)
+
+    def _pend(self, start: float, cost: float, pause: float, mark: Mark, now: float) -> None:
         """Count a booking as not started yet, until it is confirmed or refunded."""
         if self.rate is None:
             return
-        self._pending[start, cost, pause] += 1
+        self._pending[start, cost, pause, mark] += 1
         if len(self._pending) > self._prune_at:  # holders that never confirm
             self._prune_at = 2 * max(_HOLES, len(self._unstarted(now)))
 
@@ -334,10 +388,20 @@ class TokenBucket:
         was made) must be booked again: its tokens came back to the balance
         when it was voided, if its holder had not confirmed it by then. A
         confirmed booking has started: its tokens stay spent through any void.
+        One the schedule moved since its holder last looked (``retimed``) is
+        refused too: its holder would start it early.
         """
-        held = booking.epoch == self.epochs.current and trio.current_time() >= self._blocked_until
+        held = (
+            booking.epoch == self.epochs.current
+            and trio.current_time() >= self._blocked_until
+            and booking.moved == self._moved_since(booking.mark)  # its holder knows when
+        )
         if held:
             self._forget(booking)  # started: its token is spent
+            if booking.mark.paces and self.rate is not None:
+                pause = booking.pause + self._widened - booking.mark.widened
+                start = booking.start + booking.moved
+                self._pause_kept = (pause * self.rate, start + booking.cost / self.rate + pause)
         return held
 
     def refund(self, booking: Booking) -> None:
@@ -345,31 +409,54 @@ class TokenBucket:
         if booking.epoch != self.epochs.current or self.rate is None:
             return  # void already, or nothing was counted
         self._refunded += 1
+        start = self._start_of(booking)
         self._forget(booking)
-        if booking.after == self._full_at:
+        if booking.after == self._full_at and self._moved_since(booking.mark) == 0.0:
             self._full_at, self._paused_until = booking.before
-        elif booking.start > trio.current_time() and len(self._holes) < _HOLES:
-            self._holes.append((booking.start, booking.cost))
+        elif start > trio.current_time() and len(self._holes) < _HOLES:
+            self._holes.append((start, booking.cost))
+
+    def retimed(self, booking: Booking) -> Booking:
+        """``booking`` as it stands now: ``moved`` and ``wait`` follow the schedule's moves
+        since it was booked (``owe``, ``set_slack``); the same booking if it has not moved
+        since last seen (or was voided: ``confirm`` refuses it)."""
+        moved = self._moved_since(booking.mark)
+        if booking.epoch != self.epochs.current or moved == booking.moved:
+            return booking
+        start = booking.start + moved
+        return attrs.evolve(booking, moved=moved, wait=start - trio.current_time())
 
     def set_slack(self, slack: float) -> None:
-        """Use ``slack`` from now on; a busy bucket also defers its refill by the increase."""
+        """Use ``slack`` from now on; a busy bucket also defers its refill, and what is
+        booked ahead, by the increase (a narrower one books what is ahead again)."""
         if not (slack >= 0 and math.isfinite(slack)):
             raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
         if slack == self.slack or self._full_at == -math.inf:
             self.slack = slack  # nothing booked yet (and perhaps no trio running)
             return
         now = trio.current_time()
-        if self._full_at > now:
-            # Busy: a wider slack counts the refill from later; bookings ahead book
-            # again, later or (their pauses given back, `_present`) sooner.
-            if slack > self.slack:
-                self._full_at += slack - self.slack
-                if self._paused_until > now:
-                    self._paused_until += slack - self.slack
-            if self._ahead_of(now):
-                present = self._present(now)
-                self._void()
-                self._keep_balance(now, present)
+        if self._full_at > now and slack > self.slack:
+            # Busy: a wider slack counts the refill from later, and what is booked
+            # ahead moves with it, in place, each also by the wider pause of every
+            # full booking ahead of it, as if booked again at the new slack. (Booked
+            # again, a queue of hundreds woke at each widening, and the busy loop
+            # woke the next holders late: that widened it again, until a bucket of
+            # one at 200/s paced 40 ms apart. Moved alike, a queue booked before any
+            # lag was measured kept no margin, and drew a 429.)
+            wider = slack - self.slack
+            first = min((mark.fills for *_, mark in self._unstarted(now)), default=self._fills)
+            self._full_at += wider * (1 + self._fills - first)
+            if self._paused_until > now:
+                self._paused_until += wider
+            self._moved += wider
+            self._widened += wider
+            self._widened_from += wider * first
+            self._holes.clear()  # each would move by the pauses ahead of it
+        elif self._full_at > now and self._ahead_of(now):
+            # Narrower: bookings ahead book again, their pauses given back (`_present`).
+            present = self._present(now)
+            self._void()
+            self._keep_balance(now, present)
         self.slack = slack
 
     # -- what the server said ----------------------------------------------
@@ -438,9 +525,10 @@ class TokenBucket:
         (a rate learned too fast shows there, or in a 429); bookings not
         yet due are void, and book again against it. A surplus of a token or
         more over the bucket by the least the server can have is added (the
-        bucket could not see the server refill), and while learning any surplus
-        a proven rate shows (``ServerCount.refilled_at_least``). True when the
-        bucket changed.
+        bucket could not see the server refill), beyond the margin a paced
+        bucket keeps on purpose (``_margin_kept``), and while learning any
+        surplus a proven rate shows (``ServerCount.refilled_at_least``). True
+        when the bucket changed.
         """
         if self.rate is None or not math.isfinite(count.remaining):
             return False
@@ -469,7 +557,7 @@ class TokenBucket:
             # its sending) is made up as soon as a proven rate shows it, not a
             # token at a time.
             adopt = max(adopt, refilled)
-        elif adopt < present + SURPLUS:
+        elif adopt < present + SURPLUS + self._margin_kept(now):
             return False
         # The bucket could not see the server refill: bookings ahead may
         # start sooner, so they are void and book again (``voided`` wakes them).
@@ -488,13 +576,16 @@ class TokenBucket:
 
     def owe(self, tokens: float) -> None:
         """Give up ``tokens`` the server may have lost (it filled up while requests were
-        held back); bookings not yet due book again against what is left."""
+        held back): the schedule, and every booking not started yet, moves later by
+        their refill time. Holders find out as they wake (``retimed``); the holes
+        left by refunds move too, still proven safe a token's time apart."""
         if self.rate is None or not tokens > 0:
             return
+        delay = tokens / self.rate
         now = trio.current_time()
-        present = self._present(now)
-        self._void()
-        self._keep_balance(now, present - tokens)
+        self._full_at = max(self._full_at, now, self._paused_until) + delay
+        self._moved += delay
+        self._holes = [(start + delay, cost) for start, cost in self._holes]
 
     def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset), without draining.
@@ -561,7 +652,7 @@ class TokenBucket:
         self._paused_until = -math.inf
 
     def _keep_balance(self, now: float, tokens: float) -> None:
-        """Hold ``tokens`` (what ``_present`` said, less any owed), and a refill pause
+        """Hold ``tokens`` (what ``_present`` said), and a refill pause
         under way: it counts from the pause's end, as ``_present`` did. (Set from now,
         the send lag measured on a burst's first request ended the burst's pause at
         once, and the first token after the burst came a slack early: a told 429.)"""
@@ -579,23 +670,46 @@ class TokenBucket:
         self._holes.clear()
         self._pending.clear()
 
+    def _margin_kept(self, now: float) -> float:
+        """Tokens a bucket paced at every fill holds back on purpose: the refill the pause
+        of the latest paced booking to start put off (`reserve`), until it ends; the
+        server had it. Taken as a refill the bucket could not see, a slack wider than a
+        token's time was given back at every answer, voiding every booking ahead: a
+        bucket of one at 200/s with a queue of hundreds woke them all at each answer,
+        and woke the next holders late."""
+        tokens, until = self._pause_kept
+        return tokens if now < until else 0.0
+
+    def _moved_since(self, mark: Mark) -> float:
+        """How much later than booked a booking made at ``mark`` starts, if not started yet:
+        every move alike since, and a widening's share per full booking ahead of it."""
+        widened = mark.fills * (self._widened - mark.widened)
+        return self._moved - mark.moved + widened - (self._widened_from - mark.widened_from)
+
+    def _start_of(self, booking: Booking) -> float:
+        """When ``booking`` starts: moved with the schedule while pending, else as last seen."""
+        if (booking.start, booking.cost, booking.pause, booking.mark) in self._pending:
+            return booking.start + self._moved_since(booking.mark)
+        return booking.start + booking.moved
+
     def _forget(self, booking: Booking) -> None:
-        entry = (booking.start, booking.cost, booking.pause)
+        entry = (booking.start, booking.cost, booking.pause, booking.mark)
         if self._pending[entry] > 1:
             self._pending[entry] -= 1
         else:
             self._pending.pop(entry, None)
 
-    def _unstarted(self, now: float) -> Counter[tuple[float, float, float]]:
+    def _unstarted(self, now: float) -> Counter[tuple[float, float, float, Mark]]:
         """Bookings not started yet: pending, and not stale (``_UNCONFIRMED``)."""
-        stale = [entry for entry in self._pending if entry[0] < now - _UNCONFIRMED]
+        horizon = now - _UNCONFIRMED
+        stale = [e for e in self._pending if e[0] + self._moved_since(e[3]) < horizon]
         for entry in stale:
             del self._pending[entry]
         return self._pending
 
     def _ahead_of(self, now: float) -> bool:
         """Whether a booking is still to come (one that voiding could move sooner or later)."""
-        return any(start > now for start, _, _ in self._pending)
+        return any(start + self._moved_since(mark) > now for start, _, _, mark in self._pending)
 
     def _unstarted_tokens(
         self, now: float, *, taken_since: float, upto: float
@@ -606,10 +720,13 @@ class TokenBucket:
         pause (`reserve`) is kept too: voided, it gives back the time it put off."""
         kept = taken = 0.0
         rate = self.rate or 0.0
-        for (start, cost, pause), n in self._unstarted(now).items():
+        for (booked, cost, pause, mark), n in self._unstarted(now).items():
+            start = booked + self._moved_since(mark)
             if taken_since < start <= upto:
                 taken += cost * n
             else:
+                if mark.paces:  # its pause widened with the slack since (`set_slack`)
+                    pause += self._widened - mark.widened
                 kept += (cost + pause * rate) * n
         return kept, taken
 

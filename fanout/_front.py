@@ -175,6 +175,7 @@ class Backend(Protocol):
     def written(self, booked_by: float, late: float) -> None: ...
     def departure_wait(self, booked_by: float) -> float: ...
     def voided(self) -> trio.Event | None: ...
+    def retimed(self, booking: Booking) -> Booking: ...
     def estimated_wait(self, cost: float) -> float: ...
     def owe(self, tokens: float) -> None: ...
     def share_exhaustion(self, until: float) -> None: ...
@@ -666,7 +667,7 @@ class ScopeFront:
 
     async def refund(self, booking: Booking) -> None:
         """Hand back a booking whose call gave up before starting."""
-        if self._recent.discard(booking.start, booking.cost):
+        if self._recent.discard(booking.start + booking.moved, booking.cost):
             self._started -= booking.cost
         await self._backend.refund(booking)
 
@@ -679,12 +680,13 @@ class ScopeFront:
         """
         held = await self._backend.confirm(booking)
         now = trio.current_time()
-        if held and now != booking.start and self._recent.discard(booking.start, booking.cost):
+        start = booking.start + booking.moved  # as its holder slept for it (``retimed``)
+        if held and now != start and self._recent.discard(start, booking.cost):
             self._recent.add(now, booking.cost)
         if held and booking.took_full:
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
-            self._took_full.append((now, booking.start, booking.cost, booking.pause))
+            self._took_full.append((now, start, booking.cost, booking.pause))
         return held
 
     def headers_left(self, admitted_at: float) -> None:
@@ -976,6 +978,24 @@ class ScopeFront:
         """An event set when bookings made until now are void, or None if this
         process cannot tell (a shared bucket): a waiter wakes early to book again."""
         return self._backend.voided()
+
+    def retimed(self, booking: Booking) -> Booking:
+        """``booking`` as it stands now, moved later with the schedule since it was made
+        (what the server lost to a late request, `headers_left`): its holder sleeps on
+        until then (`fanout._admission.take_tokens`), and ``confirm`` refuses it before.
+
+        The start remembered for counting what started since a response's request
+        moves with it: left where it was booked, a booking moved past an answer's
+        sending counted as started in the server's count and not started in the
+        bucket, which read that as more tokens than the server could have, and
+        voided every booking ahead.
+        """
+        moved = self._backend.retimed(booking)
+        if moved is not booking and self._recent.discard(
+            booking.start + booking.moved, booking.cost
+        ):
+            self._recent.add(moved.start + moved.moved, booking.cost)
+        return moved
 
     async def wait_for(self, cost: float) -> float:
         """Seconds until ``cost`` tokens would be available, consuming nothing."""

@@ -861,6 +861,12 @@ class RedisBackend:
         refilled = tokens + (trio.current_time() - seen_at) * self.rate
         return min(self.burst, refilled), blocked_until
 
+    def retimed(self, booking: Booking) -> Booking:
+        """The booking: ``confirm`` follows the shared schedule's moves itself, and holds
+        a booking until its new start; one made here while Redis was away is refused
+        there if the local bucket moved it (it books again)."""
+        return booking
+
     def owe(self, tokens: float) -> None:
         """The server lost ``tokens`` (`ScopeFront.headers_left`): the shared schedule
         moves that much later, each booking ahead with it (``confirm``), as a wider

@@ -215,9 +215,53 @@ async def test_a_void_gives_back_the_pauses_of_the_bookings_it_voids(
     booked = [bucket.reserve() for _ in range(4)]  # at 0, 0.3125, 0.625 and 0.9375
     await trio.sleep(0.3125)
     assert all(bucket.confirm(b) for b in booked[:2] if b is not None)
+    voided = bucket.voided()
+    bucket.set_slack(0.0)  # narrower: the bookings ahead book again, to start sooner
+    assert voided.is_set()
+    # Full at 0.625 after the second's pause, then a token apart with no slack. (Their
+    # pauses kept as spent, they came 0.125 s later.)
+    assert waits([bucket.reserve() for _ in range(2)]) == [0.3125, 0.5625]
+
+
+async def test_a_wider_slack_moves_the_bookings_ahead_in_place(autojump_clock: Any) -> None:
+    """A wider slack counts the refill from that much later: what is booked ahead moves
+    with it, in place, each also by the wider pause of every full booking ahead of it,
+    where booking it again would have put it. (Booked again, a queue of hundreds woke at
+    each widening, and the busy loop woke holders late enough to widen it again: a
+    bucket of one at 200/s paced 40 ms apart. Moved alike, a queue booked before any lag
+    was measured kept no margin, and drew a 429.)"""
+    bucket = TokenBucket(rate=4, burst=1, slack=0.0625)
+    booked = [bucket.reserve() for _ in range(4)]  # at 0, 0.3125, 0.625 and 0.9375
+    await trio.sleep(0.3125)
+    assert all(bucket.confirm(b) for b in booked[:2] if b is not None)
+    voided = bucket.voided()
+    bucket.set_slack(0.125)
+    assert not voided.is_set()
+    # Each a token after the one before and its pause of 0.125: at 0.6875 and 1.0625.
+    assert [bucket.retimed(b).wait for b in booked[2:] if b is not None] == [0.375, 0.75]
+    assert waits([bucket.reserve() for _ in range(2)]) == [1.125, 1.5]
+
+
+async def test_an_owed_refill_moves_the_bookings_ahead_in_place(autojump_clock: Any) -> None:
+    """A late request's owed refill moves every booking not started yet by its time, pauses
+    and all, with no void: no holder wakes for it. One whose holder has not looked since
+    (``retimed``) is refused, and would have started early. (Voided instead, hundreds of
+    holders woke to book again at every late request of a busy bucket of one.)"""
+    bucket = TokenBucket(rate=4, burst=1, slack=0.0625)
+    booked = [bucket.reserve() for _ in range(4)]  # at 0, 0.3125, 0.625 and 0.9375
+    await trio.sleep(0.3125)
+    assert all(bucket.confirm(b) for b in booked[:2] if b is not None)
+    voided = bucket.voided()
     bucket.owe(0.25)  # the second left 62.5 ms past its slack
-    # It took the bucket at 0.3125 and keeps its slack: full at 0.625, owed 62.5 ms more.
-    assert waits([bucket.reserve() for _ in range(2)]) == [0.375, 0.6875]
+    assert not voided.is_set()
+    ahead = [b for b in booked[2:] if b is not None]
+    assert [bucket.retimed(b).wait for b in ahead] == [0.375, 0.6875]
+    assert waits([bucket.reserve() for _ in range(2)]) == [1.0, 1.3125]  # behind them
+    await trio.sleep(0.375)
+    assert not bucket.confirm(ahead[0])  # as booked, before the owe: 62.5 ms early
+    assert bucket.confirm(bucket.retimed(ahead[0]))
+    bucket.owe(0.25)  # the third left late too: only the fourth, not started, moves again
+    assert bucket.retimed(ahead[1]).wait == 0.375
 
 
 async def test_reservations_made_during_a_block_are_owed_from_its_tokens(
@@ -474,13 +518,14 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
 ) -> None:
     """Starts never exceed burst + rate*dt in any interval, nor begin inside a block.
 
-    Waiters behave as admission does: sleep to their start, confirm, and book
+    Waiters behave as admission does: sleep to their start, sleep on to where
+    a lost refill or a wider slack moved it (``retimed``), confirm, and book
     again (or give up) when the booking was voided meanwhile. Some wake late
     (a busy process; a call that also waits on another scope), so a void can
     find a booking due and not yet confirmed: its tokens come back, and its
-    holder books again. A start is counted when it was booked for (a late
-    holder's request reaches the server late, which is its own lateness, not
-    the bucket's admission).
+    holder books again. A start is counted when it was booked for, as moved
+    (a late holder's request reaches the server late, which is its own
+    lateness, not the bucket's admission).
     """
     admitted: list[Admitted] = []
     limits: list[tuple[int, float, float]] = []  # (seq set, rate, burst)
@@ -494,18 +539,25 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
         changed.append((trio.current_time(), rate, burst))
         pending: list[tuple[Booking, int, float]] = []  # (booking, seq booked, lateness)
 
+        def wakes(waiter: tuple[Booking, int, float]) -> float:
+            booking, _, late = waiter
+            return booking.start + booking.moved + late
+
         async def advance(seconds: float) -> None:
             target = trio.current_time() + seconds
             while True:
-                due = [p for p in pending if p[0].start + p[2] <= target]
+                due = [p for p in pending if wakes(p) <= target]
                 if not due:
                     break
-                waiter = min(due, key=lambda p: p[0].start + p[2])
+                waiter = min(due, key=wakes)
                 booking, booked_at, late = waiter
-                await trio.sleep_until(max(booking.start + late, trio.current_time()))
+                await trio.sleep_until(max(wakes(waiter), trio.current_time()))
                 pending.remove(waiter)
-                if bucket.confirm(booking):
-                    at = booking.start  # when its token was taken
+                retimed = bucket.retimed(booking)
+                if retimed is not booking:  # moved later while it slept: sleeps on
+                    pending.append((retimed, booked_at, late))
+                elif bucket.confirm(booking):
+                    at = booking.start + booking.moved  # when its token was taken
                     admitted.append(Admitted(at, booking.cost, booked_at, next(counter)))
                 else:
                     again = bucket.reserve(booking.cost, max_wait=10)
@@ -569,17 +621,18 @@ def test_no_interleaving_admits_faster_than_allowed_or_inside_a_block(
             assert not (seq < start.seq and start.at < until - 1e-9)
 
 
-async def test_owing_lowers_the_balance_and_rebooks_what_is_ahead(autojump_clock: Any) -> None:
+async def test_owing_lowers_the_balance_and_moves_what_is_ahead(autojump_clock: Any) -> None:
     """``owe`` gives up tokens the server may have lost: the balance drops by them, and a
-    booking not yet due is void, so its holder books again, later."""
+    booking not yet due moves later by their refill time, the next after it."""
     bucket = TokenBucket(10.0, 2.0)
     start_now(bucket, 2)
     ahead = bucket.reserve()
     assert ahead is not None
     assert ahead.start == pytest.approx(0.1)
     bucket.owe(0.5)
-    assert not bucket.confirm(ahead)
-    assert bucket.wait_for(1.0) == pytest.approx(0.15)
+    assert not bucket.confirm(ahead)  # its holder would start it 50 ms early
+    assert bucket.retimed(ahead).wait == pytest.approx(0.15)
+    assert bucket.wait_for(1.0) == pytest.approx(0.25)
 
 
 @settings(max_examples=200, deadline=None)
@@ -616,9 +669,9 @@ def test_a_rate_changed_during_a_block_keeps_the_schedule_in_time(
 async def test_a_wider_slack_during_a_bursts_pause_keeps_the_pause(autojump_clock: Any) -> None:
     """8/s, burst 2, slack 62.5 ms: the burst's refill waits until 62.5 ms. Widened to
     125 ms at 31.25 ms (the burst's first request left that late), the call booked after
-    the burst books again at 0.25 s, the pause's end and a token. Rebooked from now
-    instead, it went at 0.15625 s, 94 ms early: the server, whose refill began when the
-    burst's first request arrived, could refuse it."""
+    the burst moves to 0.25 s, the pause's end and a token. Rebooked from now instead,
+    it went at 0.15625 s, 94 ms early: the server, whose refill began when the burst's
+    first request arrived, could refuse it."""
     bucket = TokenBucket(rate=8, burst=2, slack=0.0625)
     booked = [bucket.reserve() for _ in range(3)]
     assert waits(booked) == [0, 0, 0.1875]
@@ -626,4 +679,5 @@ async def test_a_wider_slack_during_a_bursts_pause_keeps_the_pause(autojump_cloc
     assert all(bucket.confirm(b) for b in booked[:2] if b is not None)
     bucket.set_slack(0.125)
     assert not any(bucket.confirm(b) for b in booked[2:] if b is not None)
-    assert waits([bucket.reserve()]) == [0.125 + 0.125 - 0.03125]
+    assert [bucket.retimed(b).wait for b in booked[2:] if b is not None] == [0.21875]
+    assert waits([bucket.reserve()]) == [0.34375]  # a token after it

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
-from fanout._admission import take_tokens
+from fanout._admission import Shortfall, take_tokens
 from fanout._budget import Budget
 from fanout.http import NotSentError, RateLimitInfo
 from fanout.testing import RequestRecord, ServerConfig, ThrottlingServer, serve_throttled
@@ -655,6 +655,41 @@ async def test_a_request_held_before_its_headers_takes_its_token_as_it_leaves(
     assert max(r.end for r in run.server.records) - run.began <= 3.6 + 1e-9
 
 
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    rate=st.sampled_from([10.0, 50.0, 200.0]),
+    calls=st.integers(100, 300),
+    latency=st.sampled_from([0.005, 0.02, 0.1]),
+    set_ups=st.sampled_from([(0.0, 0.002), (0.0, 0.005, 0.01), (0.0, 0.03), (0.001,)]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_deep_queue_on_a_bucket_of_one_is_moved_not_booked_again(
+    rate: float, calls: int, latency: float, set_ups: tuple[float, ...], seed: int
+) -> None:
+    """Hundreds of calls queued on a told bucket of one, their tools setting up for
+    different times: every request slower on its way out than the quickest leaves late
+    and owes the refill it cost a full server (`ScopeFront.headers_left`). The bookings
+    ahead move later in place (`TokenBucket.owe`), so no call books more than about
+    once, none is refused, and the queue goes a token and the slack apart. (Each debt
+    once voided every booking ahead: 200 calls at 50/s booked 16,346 times, each late
+    request waking every holder, and 300 calls at 10/s took 43.3 s for 38.9.)"""
+    draw = random.Random(seed)
+    leaves = [draw.choice(set_ups) for _ in range(calls)]
+
+    async def main() -> tuple[_LateRun, fanout.ScopeStatistics]:
+        config = ServerConfig(rate=rate, burst=1, latency=latency, headers="draft")
+        scope = Scope("api", rate=rate, burst=1)
+        run = await _late_turn(config, scope, calls, leaves.__getitem__, timeout=600)
+        return run, scope.statistics()
+
+    run, statistics = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert run.server.count(status=429) == 0
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert statistics.bucket.reserved <= 2 * calls
+    span = run.server.starts()[-1] - run.began
+    assert span <= (calls - 1) * (1 / rate + statistics.slack) + 0.2
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     model=st.sampled_from(["bucket", "fixed", "sliding"]),
@@ -1069,6 +1104,44 @@ class _CountedConfirms:
         self.confirms += 1
         assert self.confirms < 100, "confirmed again and again, time never moving"
         return await self.scope.confirm(booking)
+
+
+async def test_a_waiting_call_follows_its_booking_as_it_moves_and_is_judged_again(
+    autojump_clock: Any,
+) -> None:
+    """A told bucket of one at 4/s: a call waits for its token at 0.25 s; meanwhile a
+    late request owes half a token (`TokenBucket.owe`), and another a whole one. The
+    call wakes at 0.25, sleeps on to where its booking moved, 0.375, then to 0.625,
+    and starts there, booked once. A second call, whose deadline the move passes,
+    is answered short then, its tokens handed back, and never starts late."""
+    scope = Scope("api", rate=4, burst=1)
+    first = await scope.reserve(1.0, 10.0)
+    assert first is not None
+    assert await scope.confirm(first)
+
+    async def owe(at: float, tokens: float) -> None:
+        await trio.sleep_until(at)
+        scope.bucket.owe(tokens)
+
+    async def take(deadline: float) -> tuple[float, object]:
+        budget = Budget(deadline)
+        shortfall = await take_tokens(
+            [scope], 1.0, budget=budget, patience=budget.patience(), on_wait=lambda *_: None
+        )
+        return trio.current_time(), shortfall
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(owe, 0.1, 0.5)
+        nursery.start_soon(owe, 0.3, 1.0)
+        assert await take(10.0) == (0.625, None)
+    assert scope.statistics().bucket.reserved == 2  # the first call's, and this one's once
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(owe, 0.7, 2.0)  # the next token, due at 0.875, moves to 1.375
+        ended, shortfall = await take(1.2)
+    assert isinstance(shortfall, Shortfall)
+    assert ended < 1.2
+    assert scope.bucket.wait_for(1.0) == pytest.approx(1.375 - trio.current_time())
 
 
 async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
