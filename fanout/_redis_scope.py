@@ -862,9 +862,13 @@ class RedisBackend:
         return min(self.burst, refilled), blocked_until
 
     def retimed(self, booking: Booking) -> Booking:
-        """The booking: ``confirm`` follows the shared schedule's moves itself, and holds
-        a booking until its new start; one made here while Redis was away is refused
-        there if the local bucket moved it (it books again)."""
+        """A shared booking as it is: ``confirm`` follows the shared schedule's moves
+        itself, and holds it until its new start. One booked on the local fallback
+        while Redis was away (``refund`` tells them apart the same way) moves with that
+        bucket."""
+        local = self._fallback_bucket
+        if isinstance(local, TokenBucket) and not isinstance(booking.before, float | str):
+            return local.retimed(booking)
         return booking
 
     def owe(self, tokens: float) -> None:

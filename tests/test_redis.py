@@ -1464,6 +1464,24 @@ async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
             stop(restarted)
 
 
+async def test_a_fallback_booking_moves_with_the_local_bucket(private_redis: RedisServer) -> None:
+    """Booked on the local fallback while Redis is away, a booking moves with that bucket
+    when a late request owes a full server's refill: its holder sees it move (``retimed``)
+    and sleeps on, where it would have woken at its old time, been refused and booked
+    again."""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
+        fallback=LocalFallback(share=0.5), recheck_after=0.05, op_timeout=0.1,
+    ) as scope:  # fmt: skip
+        await scope.wait_for(1)
+        private_redis.stop()
+        first, second = await scope.reserve(1, 1.0), await scope.reserve(1, 1.0)
+        assert first is not None
+        assert second is not None
+        scope._backend.owe(0.5)  # half a token at the fallback's 10/s
+        assert scope.retimed(second).moved == pytest.approx(0.05)
+
+
 async def test_after_a_real_restart_calls_in_flight_hold_their_slots_again(
     private_redis: RedisServer,
 ) -> None:
