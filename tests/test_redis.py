@@ -1440,10 +1440,13 @@ async def test_bad_redis_scope_configuration_fails_closed(
         RedisScope(client, **{"name": "api", **options})
 
 
-async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
+async def test_a_fallback_booking_moves_with_its_bucket_and_is_refunded_there(
     private_redis: RedisServer,
 ) -> None:
-    """A booking made on the local fallback is handed back locally, even once Redis answers."""
+    """A booking made on the local fallback moves with that bucket when a late request
+    owes a full server's refill (its holder sees it move, ``retimed``, and sleeps on,
+    where it would have woken at its old time, been refused and booked again), and is
+    handed back locally, even once Redis answers."""
     async with RedisScope.from_url(
         private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
         fallback=LocalFallback(share=0.5), recheck_after=0.05, op_timeout=0.1,
@@ -1454,6 +1457,9 @@ async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
         assert first is not None
         assert second is not None
         assert second.wait > 0  # the fallback's share: 10/s, burst 1
+        scope._backend.owe(0.5)  # half a token at 10/s
+        second = scope.retimed(second)
+        assert second.moved == pytest.approx(0.05)
         restarted = restart_on(private_redis.port)
         try:
             await trio.sleep(0.3)  # Redis answers again
@@ -1462,24 +1468,6 @@ async def test_a_fallback_booking_is_refunded_after_redis_comes_back(
             assert again is not None  # and Redis serves bookings again
         finally:
             stop(restarted)
-
-
-async def test_a_fallback_booking_moves_with_the_local_bucket(private_redis: RedisServer) -> None:
-    """Booked on the local fallback while Redis is away, a booking moves with that bucket
-    when a late request owes a full server's refill: its holder sees it move (``retimed``)
-    and sleeps on, where it would have woken at its old time, been refused and booked
-    again."""
-    async with RedisScope.from_url(
-        private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=2,
-        fallback=LocalFallback(share=0.5), recheck_after=0.05, op_timeout=0.1,
-    ) as scope:  # fmt: skip
-        await scope.wait_for(1)
-        private_redis.stop()
-        first, second = await scope.reserve(1, 1.0), await scope.reserve(1, 1.0)
-        assert first is not None
-        assert second is not None
-        scope._backend.owe(0.5)  # half a token at the fallback's 10/s
-        assert scope.retimed(second).moved == pytest.approx(0.05)
 
 
 async def test_after_a_real_restart_calls_in_flight_hold_their_slots_again(
