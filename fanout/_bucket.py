@@ -146,6 +146,11 @@ class Booking:
     pause: float = attrs.field(repr=False, default=0.0)  # refill it put off past its own
     entry: str = attrs.field(repr=False, default="")  # its start's name in a shared log
 
+    @property
+    def starts(self) -> float:
+        """When it starts, as its holder last saw it moved (``moved``)."""
+        return self.start + self.moved
+
 
 @attrs.frozen
 class ServerCount:
@@ -399,9 +404,9 @@ class TokenBucket:
         if held:
             self._forget(booking)  # started: its token is spent
             if booking.mark.paces and self.rate is not None:
-                pause = booking.pause + self._widened - booking.mark.widened
-                start = booking.start + booking.moved
-                self._pause_kept = (pause * self.rate, start + booking.cost / self.rate + pause)
+                pause = self._pause_of(booking.pause, booking.mark)
+                ends = booking.starts + booking.cost / self.rate + pause
+                self._pause_kept = (pause * self.rate, ends)
         return held
 
     def refund(self, booking: Booking) -> None:
@@ -686,11 +691,16 @@ class TokenBucket:
         widened = mark.fills * (self._widened - mark.widened)
         return self._moved - mark.moved + widened - (self._widened_from - mark.widened_from)
 
+    def _pause_of(self, pause: float, mark: Mark) -> float:
+        """The refill a booking made at ``mark`` puts off after it: the ``pause`` it was
+        booked with, and, if it paces, every widening of the slack since (`set_slack`)."""
+        return pause + (self._widened - mark.widened if mark.paces else 0.0)
+
     def _start_of(self, booking: Booking) -> float:
         """When ``booking`` starts: moved with the schedule while pending, else as last seen."""
         if (booking.start, booking.cost, booking.pause, booking.mark) in self._pending:
             return booking.start + self._moved_since(booking.mark)
-        return booking.start + booking.moved
+        return booking.starts
 
     def _forget(self, booking: Booking) -> None:
         entry = (booking.start, booking.cost, booking.pause, booking.mark)
@@ -725,9 +735,7 @@ class TokenBucket:
             if taken_since < start <= upto:
                 taken += cost * n
             else:
-                if mark.paces:  # its pause widened with the slack since (`set_slack`)
-                    pause += self._widened - mark.widened
-                kept += (cost + pause * rate) * n
+                kept += (cost + self._pause_of(pause, mark) * rate) * n
         return kept, taken
 
     def _present(self, now: float) -> float:

@@ -667,7 +667,7 @@ class ScopeFront:
 
     async def refund(self, booking: Booking) -> None:
         """Hand back a booking whose call gave up before starting."""
-        if self._recent.discard(booking.start + booking.moved, booking.cost):
+        if self._recent.discard(booking.starts, booking.cost):
             self._started -= booking.cost
         await self._backend.refund(booking)
 
@@ -680,7 +680,7 @@ class ScopeFront:
         """
         held = await self._backend.confirm(booking)
         now = trio.current_time()
-        start = booking.start + booking.moved  # as its holder slept for it (``retimed``)
+        start = booking.starts  # as its holder slept for it (``retimed``)
         if held and now != start and self._recent.discard(start, booking.cost):
             self._recent.add(now, booking.cost)
         if held and booking.took_full:
@@ -991,10 +991,8 @@ class ScopeFront:
         voided every booking ahead.
         """
         moved = self._backend.retimed(booking)
-        if moved is not booking and self._recent.discard(
-            booking.start + booking.moved, booking.cost
-        ):
-            self._recent.add(moved.start + moved.moved, booking.cost)
+        if moved is not booking and self._recent.discard(booking.starts, booking.cost):
+            self._recent.add(moved.starts, booking.cost)
         return moved
 
     async def wait_for(self, cost: float) -> float:
