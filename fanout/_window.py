@@ -522,12 +522,16 @@ class SlidingLog:
         its request was sent instead, a call that set up for 0.1 s took the entry of
         one admitted after it and sent before it, and the later one's was counted
         twice as it left (the log then held a window of ten per second full at eight)."""
-        order = (_LEFT, _STARTED, _DELAYED)
-        mine = [e for e in self._entries if e[2] in order and e[0] <= booked_by]
+        return self._latest(booked_by, (_LEFT, _STARTED, _DELAYED))
+
+    def _latest(self, booked_by: float, kinds: tuple[int, ...]) -> Entry | None:
+        """The latest entry of one of ``kinds`` that started by ``booked_by``; of those
+        that started together, the first of ``kinds``."""
+        mine = [e for e in self._entries if e[2] in kinds and e[0] <= booked_by]
         if not mine:
             return None
         latest = [e for e in mine if e[0] == mine[-1][0]]
-        return min(latest, key=lambda e: order.index(e[2]))
+        return min(latest, key=lambda e: kinds.index(e[2]))
 
     def _sent_by(self, sent: float) -> Entry | None:
         """The entry of a request sent at ``sent`` whose booking is not known: its own was
@@ -605,11 +609,15 @@ class SlidingLog:
 
     def _own(self, booked_by: float) -> Entry | None:
         """The entry of the booking confirmed by ``booked_by`` whose request has not left:
-        the one delayed, if one was; else the latest it may be. None where the log no
-        longer keeps it (it started more than a window and the slowest answer ago)."""
-        mine = [e for e in self._entries if e[2] == _DELAYED and e[0] <= booked_by]
-        mine = mine or [e for e in self._entries if e[2] == _STARTED and e[0] <= booked_by]
-        return mine[-1] if mine else None
+        the latest that started by then, one delayed before one not. None where the log
+        no longer keeps it (it started more than a window and the slowest answer ago).
+
+        Entries are told apart only by their starts, so a call may take another's, one
+        token for another; each finds one as long as each takes the latest that fits.
+        Taking one delayed, if any, before a later one, the last of ten took an earlier
+        call's, the earlier found none, and counted a token of its own (`left`): eleven
+        in a log of ten, and the tenth call of a turn waited a window."""
+        return self._latest(booked_by, (_DELAYED, _STARTED))
 
     def departure_wait(self, booked_by: float) -> float:
         """How long the request of a booking confirmed by ``booked_by``, leaving now, waits

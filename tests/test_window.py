@@ -857,3 +857,50 @@ async def test_a_count_takes_ours_sent_just_after_it_for_ours(autojump_clock: An
     await trio.sleep(0.1)
     assert not log.sync(ServerCount(0, started_since=1, elapsed=0.103))
     assert log.wait_for() == pytest.approx(0.897)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    limit=st.integers(2, 10),
+    plan=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3)), min_size=1, max_size=10
+    ),  # per call: its request is delayed first (a new connection), and how long it sets up
+    order=st.randoms(use_true_random=False),
+)
+def test_requests_leaving_in_any_order_each_hold_one_token(
+    limit: int, plan: list[tuple[bool, int]], order: Any
+) -> None:
+    """Calls admitted one after another, each sending its request once its own set-up is
+    done (some over a new connection first, `delayed`), in any order: each request holds
+    one token, and what the log holds is what was sent. (The log finds a request's entry
+    by when its call was admitted. Preferring one on its way over a later one that fits
+    too, the last of ten calls took another's entry, the other found none and counted a
+    token of its own: eleven held in a log of ten, and the tenth call of the first window,
+    in real time, waited a window.)"""
+    plan = plan[:limit]
+
+    async def main() -> None:
+        log = SlidingLog(limit, 1.0)
+        admitted = []
+        for _ in plan:
+            booking = log.reserve()
+            assert booking is not None
+            assert booking.start == trio.current_time()  # the window has room
+            assert log.confirm(booking)
+            admitted.append(trio.current_time())
+            await trio.sleep(0.001)
+        steps = [(i, "delayed") for i, (delayed, _) in enumerate(plan) if delayed]
+        steps += [(i, "left") for i in range(len(plan))]
+        order.shuffle(steps)
+        steps.sort(key=lambda step: step[1] == "left")  # on its way before it leaves
+        for i, step in steps:
+            await trio.sleep(0.001 * plan[i][1])
+            if step == "delayed":
+                log.delayed(admitted[i])
+            else:
+                log.left(admitted[i], anew=True)
+        assert log.statistics().tokens == limit - len(plan)
+        if len(plan) < limit:
+            assert log.wait_for() == 0.0
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
