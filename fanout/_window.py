@@ -364,9 +364,10 @@ class SlidingLog:
         # Ours that started as late as TOGETHER after it may have reached the server first
         # (and ``counted_by - elapsed`` can fall short of the request's own start): taken
         # for someone else's, such a request left a phantom a window long, and the last
-        # call of a capped log of 5 per second went a window late in 1 run of 12.
+        # call of a capped log of 5 per second went a window late in 1 run of 12. So may
+        # ours that left the log after it was sent: it arrived then or later.
         sent = count.counted_by(now) - max(0.0, elapsed)
-        ours = sum(entry[1] for entry in self._live(sent + TOGETHER))
+        ours = sum(entry[1] for entry in self._live_between(sent, sent + TOGETHER))
         if self._hold(now, self.limit - remaining - ours, returns=now + self.window):
             return True
         if not count.of_limit(self.limit):
@@ -708,7 +709,11 @@ class SlidingLog:
 
     def _live(self, now: float) -> list[Entry]:
         """Entries that started and have not left yet."""
-        return [e for e in self._as_of(now) if e[0] <= now < _end(e, self._span)]
+        return self._live_between(now, now)
+
+    def _live_between(self, since: float, until: float) -> list[Entry]:
+        """Entries held at some moment from ``since`` to ``until``."""
+        return [e for e in self._as_of(until) if e[0] <= until and _end(e, self._span) > since]
 
     def _ahead(self, now: float) -> list[Entry]:
         return [e for e in self._entries if e[0] > now]

@@ -166,6 +166,25 @@ async def test_a_count_is_compared_with_the_log_as_it_was_when_the_server_counte
     assert log.statistics().tokens == 2
 
 
+async def test_a_count_takes_ours_that_left_the_log_just_after_it_was_sent_for_ours(
+    autojump_clock: Any,
+) -> None:
+    """Two of 2 per second: one sent at 0, one at 0.998, 2 ms before the first leaves the
+    log, answered 10 ms later: none left. The server counted the second as it arrived,
+    which may be before the first left, so both are ours and nothing is held for someone
+    else. (Compared with the log as of ``TOGETHER`` after the second was sent, the first
+    had left: the log took one of its own for another client's and held it a window, and
+    in real time the last call of a window of ten waited for the next.)"""
+    log = SlidingLog(2, 1.0)
+    start_now(log, 1)
+    await trio.sleep(0.998)
+    start_now(log, 1)
+    await trio.sleep(0.01)
+    assert not log.sync(ServerCount(0, elapsed=0.01))
+    assert log.wait_for() == 0.0  # the first's token is back
+    assert log.wait_for(2) == pytest.approx(0.99)  # and the second's a window after it
+
+
 async def test_a_count_is_compared_with_the_log_as_of_the_requests_own_start(
     autojump_clock: Any,
 ) -> None:
