@@ -965,6 +965,29 @@ async def test_one_request_slow_on_its_way_out_costs_its_own_lateness_alone(
     assert scope.statistics().slack == pytest.approx(0.0, abs=1e-9)
 
 
+@pytest.mark.parametrize("model", ["sliding", "fixed"])
+async def test_one_request_slow_on_its_way_out_holds_a_told_window_its_own_lateness_alone(
+    autojump_clock: Any, model: Any
+) -> None:
+    """Told 2 per 100 ms, 50 calls: the second request takes 30 ms from the HTTP layer to
+    its headers. The window counts each request from when it left (`SlidingLog.left`):
+    the fourth goes a window after the second really left, and once that round trip is
+    no longer among the recent ones (`ScopeFront._measured_slack`), no margin is kept
+    for it, and the last two go a window after the two before them. Kept as a margin for
+    the scope's life, the spread of the way out held every later window 30 ms longer (in
+    real time, twenty requests waking together took up to 60 ms to reach their headers,
+    and 200 calls at 20 per 0.4 s took 1.13-1.19x the minimum)."""
+    config = ServerConfig(rate=20, burst=2, latency=0.01, model=model, headers="draft")
+    scope = Scope("api", limit=2, per=0.1)
+    run = await _late_turn(config, scope, 50, lambda _: 0.0, transport=_LateOnTheWay({1: 0.03}, {}))
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts[:2] == [0.0, 0.03]
+    assert starts[-1] - starts[-3] == pytest.approx(0.1)
+    assert scope.statistics().slack == pytest.approx(0.0, abs=1e-9)
+
+
 _SLACK = 0.004  # how much the first two calls' set-ups differ: the slack the rest is measured by
 
 
