@@ -404,8 +404,7 @@ class SlidingLog:
             if entry[1] > forgotten + _EPS:
                 break
             forgotten -= entry[1]
-            self._release(entry, now)
-            released = True
+            released |= self._release(entry, now)
         return released
 
     def _release_by_reset(self, sent: float, until: float) -> bool:
@@ -435,18 +434,22 @@ class SlidingLog:
         if oldest[2] == _ANSWERED:
             oldest = min((e for e in counted if e[2] == _ANSWERED), key=_arrival)
         # A phantom stands for as many requests as it holds tokens: one of them leaves.
-        self._release(oldest, until, tokens=1.0 if oldest[2] == _PHANTOM else oldest[1])
-        return True
+        return self._release(oldest, until, tokens=1.0 if oldest[2] == _PHANTOM else oldest[1])
 
-    def _release(self, entry: Entry, at: float, *, tokens: float | None = None) -> None:
+    def _release(self, entry: Entry, at: float, *, tokens: float | None = None) -> bool:
         """``entry`` holds its tokens (or ``tokens`` of them, the rest as before) until
-        ``at`` (if sooner), and not a moment longer."""
+        ``at`` (if sooner), and not a moment longer. True if they come back sooner: an
+        entry that already left by ``at`` changes nothing, and no one need book again.
+        (Read as a change, most answers to a told log of 20 per 0.4 s woke every call
+        waiting to book again: 31 times in 200 calls.)"""
+        sooner = at < _end(entry, self._span) - _EPS
         self._entries.remove(entry)
         if tokens is not None and entry[1] > tokens + _EPS:
             bisect.insort(self._entries, (entry[0], entry[1] - tokens, *entry[2:]))
         kept = entry[1] if tokens is None else min(tokens, entry[1])
         released = (entry[0], kept, _RELEASED, min(at, _end(entry, self._span)))
         bisect.insort(self._entries, released)
+        return sooner
 
     def answered(
         self,

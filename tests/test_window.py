@@ -275,6 +275,29 @@ async def test_a_count_that_shows_the_server_forgot_tokens_frees_them_for_calls_
     assert log.wait_for(2) == 0  # at 1.1, where the burst's held until 2.0
 
 
+async def test_a_count_of_tokens_the_log_already_gave_back_wakes_no_one(
+    autojump_clock: Any,
+) -> None:
+    """2 per second: one of ours at 0 (held until 1.0), one at 0.99, answered at 1.02: the
+    server counts the second alone. The first was forgotten, but the log let it go at
+    1.0 already: nothing changes, and the calls waiting keep their bookings. (Taken as a
+    release, most answers to a told log of 20 per 0.4 s voided every booking, and each
+    of the calls waiting booked again: 31 times in a turn of 200.)"""
+    log = SlidingLog(2, 1.0)
+    start_now(log, 1)
+    log.answered(0.0, 0.0)
+    await trio.sleep(0.99)
+    start_now(log, 1)
+    waiting = log.reserve()
+    assert waiting is not None
+    assert waiting.start == pytest.approx(1.0)
+    voided = log.voided()
+    await trio.sleep(0.03)
+    assert not log.sync(ServerCount(1, elapsed=0.03, limit=2))
+    assert not voided.is_set()
+    assert log.confirm(waiting)
+
+
 async def test_requests_sent_with_the_counted_one_are_not_taken_for_forgotten(
     autojump_clock: Any,
 ) -> None:
