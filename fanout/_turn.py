@@ -528,12 +528,13 @@ class Turn:
     # -- deadlines ------------------------------------------------------------
 
     def _watch(self, state: CallState, deadline: float, scope: trio.CancelScope) -> None:
-        """At ``deadline`` (the call's own, before the turn's): answer ``state``, then cancel it."""
+        """At ``deadline`` (the call's own, before the turn's): answer ``state``, then cancel
+        it, once the calls cancelled before it are unwinding (`Deadlines.cancel_soon`)."""
 
         def expire() -> None:
             if state.result is None:
                 self._answer(state, self._timed_out(state))
-            scope.cancel()
+            self._deadlines.cancel_soon(scope)
 
         self._deadlines.add(deadline, expire)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 
+from fanout import EventKind, Kind, Registry, Runner, Status, ToolCall
 from fanout._deadlines import Deadlines
 
 
@@ -91,3 +92,64 @@ async def test_actions_run_with_the_collector_paused_then_left_as_it_was(
         finally:
             gc.enable()
     assert seen == [False, False]
+
+
+async def _cancelled_by_actions(last: float) -> list[int]:
+    """Twenty scopes, each cancelled by an action due at 1 s, the watcher leaving at
+    ``last``: how many were cancelled by the end of the pass that ran the actions. All of
+    them are a moment later."""
+    deadlines = Deadlines()
+    scopes = [trio.CancelScope() for _ in range(20)]
+    in_pass: list[int] = []
+
+    def expire(scope: trio.CancelScope) -> None:
+        deadlines.cancel_soon(scope)
+        if scope is scopes[-1]:
+            in_pass.append(sum(s.cancel_called for s in scopes))
+
+    for scope in scopes:
+        deadlines.add(1.0, lambda scope=scope: expire(scope))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.watch, last)
+        await trio.sleep(1.001)
+        assert all(s.cancel_called for s in scopes)
+    return in_pass
+
+
+async def test_what_actions_cancel_is_cancelled_a_few_a_batch_and_all_on_leaving(
+    autojump_clock: Any,
+) -> None:
+    """Twenty calls due at once: their actions cancel eight before the next batch runs,
+    then eight a batch; a watcher that leaves at that moment cancels the rest at once."""
+    assert await _cancelled_by_actions(5.0) == [8]
+    assert await _cancelled_by_actions(1.0) == [8]
+
+
+async def test_calls_due_one_after_another_are_answered_while_others_unwind(
+    autojump_clock: Any,
+) -> None:
+    """200 hung calls, each timing out 2 ms after the one before, whose unwinding takes 4
+    ms of the process (closing a socket in a pool of hundreds, say). Each is answered
+    within a batch of eight unwindings of its deadline. Cancelled as they came due,
+    each pass's calls unwound in one batch, through which twice as many came due: the
+    last answers came 0.2 s late (0.3-0.5 s with a thousand hung HTTP calls against a
+    server that never answers, in real time)."""
+    tools = Registry()
+    for i in range(200):
+
+        @tools.tool(name=f"t{i}", kind=Kind.READS, timeout=0.1 + 0.002 * i)
+        async def hang() -> str:
+            try:
+                await trio.sleep_forever()
+            finally:
+                autojump_clock.jump(0.004)  # unwinding that holds the process
+            raise AssertionError("unreachable")
+
+    runner = Runner(tools, turn_timeout=30)
+    began = trio.current_time()
+    turn = await runner.run_turn([ToolCall(f"c{i}", f"t{i}", {}) for i in range(200)])
+    assert all(r.status is Status.TIMED_OUT for r in turn.results)
+    answered = {e.call_id: e.time for e in turn.trace if e.kind is EventKind.ANSWERED}
+    late = [answered[f"c{i}"] - (began + 0.1 + 0.002 * i) for i in range(200)]
+    assert min(late) >= 0.0
+    assert max(late) <= 0.004 * 8 + 0.004 + 1e-9
