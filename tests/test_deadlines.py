@@ -132,7 +132,7 @@ async def test_calls_due_one_after_another_are_answered_while_others_unwind(
     ms of the process (closing a socket in a pool of hundreds, say). Each is answered
     within a batch of eight unwindings of its deadline. Cancelled as they came due,
     each pass's calls unwound in one batch, through which twice as many came due: the
-    last answers came 0.2 s late (0.3-0.5 s with a thousand hung HTTP calls against a
+    last answers came 0.25 s late (0.3-0.5 s with a thousand hung HTTP calls against a
     server that never answers, in real time)."""
     tools = Registry()
     for i in range(200):
