@@ -113,6 +113,7 @@ class Deadlines:
                 self._cancelling.popleft().cancel()
 
     def _cancel_some(self) -> None:
+        """Cancel the oldest waiting, as many as this batch has left (`cancel_soon`)."""
         while self._cancelling and self._cancels_left > 0:
             self._cancels_left -= 1
             self._cancelling.popleft().cancel()
