@@ -404,7 +404,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,
                 left_with=place.leaving.get(id(scope)), overloaded=overloaded,
-                admitted_at=context.admitted_at if first else None,
+                admitted_at=context.admitted_at if first else None, left_at=watch.left_at,
             )  # fmt: skip
         if context.recorder.active:
             detail = _response_detail(response, info)
@@ -517,6 +517,11 @@ class _Watch:
     _wire_at: float = -math.inf
     _told: tuple[ScopeLike, ...] = ()
     _delayed: tuple[ScopeLike, ...] = ()
+
+    @property
+    def left_at(self) -> float | None:
+        """When its headers left (`took_wire`), if the pool said."""
+        return self._wire_at if math.isfinite(self._wire_at) else None
 
     def left_warm(self, scopes: tuple[ScopeLike, ...]) -> None:
         for scope in scopes:

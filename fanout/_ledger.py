@@ -36,6 +36,9 @@ class Ledger:
     _trips: collections.deque[float] = attrs.field(
         factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_trips"
     )
+    _wire_trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_wire_trips"
+    )
 
     def observe_latency(self, seconds: float) -> None:
         """Fold one attempt's duration into the moving average and the recent samples."""
@@ -87,6 +90,17 @@ class Ledger:
         """How much recent round trips vary (None before any): as `spread`, without the
         time tools took before they sent, which varies with the tool, not the way."""
         return max(self._trips) - min(self._trips) if self._trips else None
+
+    def observe_wire_trip(self, seconds: float) -> None:
+        """One request's round trip from when its headers left (not from when the HTTP
+        layer had it: the way to the headers, as long as the process is busy)."""
+        if seconds >= 0 and math.isfinite(seconds):
+            self._wire_trips.append(seconds)
+
+    def wire_trip_spread(self) -> float | None:
+        """How much recent round trips from the headers vary (None before any)."""
+        trips = self._wire_trips
+        return max(trips) - min(trips) if trips else None
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.

@@ -134,7 +134,7 @@ class ScopeLike(Protocol):
     async def observe_headers(
         self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False,
         opened: bool | None = None, left_with: Leaving | None = None, overloaded: bool = False,
-        admitted_at: float | None = None,
+        admitted_at: float | None = None, left_at: float | None = None,
     ) -> None: ...  # fmt: skip
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
