@@ -2477,9 +2477,9 @@ class ScopeFront:
         """
         send_lag, trips = self._send_lag, None
         if self._window_sees_departures():
-            trips, quickest = self._ledger.trip_spread(), self._ledger.quickest_trip()
-            from_wire = self._ledger.wire_trip_spread()
-            trips = trips if from_wire is None else from_wire
+            trips, quickest = self._ledger.wire_trip_spread(), self._ledger.quickest_trip()
+            if trips is None:  # no pool told when its headers left
+                trips = self._ledger.trip_spread()
             send_lag = min(send_lag, math.inf if quickest is None else quickest)
         arrival = self._arrival_lag
         if self._bucket_sees_departures():

@@ -79,8 +79,7 @@ class Ledger:
 
     def observe_trip(self, seconds: float) -> None:
         """One request's round trip, from when it left to its answer (not its call's set-up)."""
-        if seconds >= 0 and math.isfinite(seconds):
-            self._trips.append(seconds)
+        _keep(self._trips, seconds)
 
     def quickest_trip(self) -> float | None:
         """The shortest recent round trip (None before any)."""
@@ -89,18 +88,16 @@ class Ledger:
     def trip_spread(self) -> float | None:
         """How much recent round trips vary (None before any): as `spread`, without the
         time tools took before they sent, which varies with the tool, not the way."""
-        return max(self._trips) - min(self._trips) if self._trips else None
+        return _range(self._trips)
 
     def observe_wire_trip(self, seconds: float) -> None:
         """One request's round trip from when its headers left (not from when the HTTP
         layer had it: the way to the headers, as long as the process is busy)."""
-        if seconds >= 0 and math.isfinite(seconds):
-            self._wire_trips.append(seconds)
+        _keep(self._wire_trips, seconds)
 
     def wire_trip_spread(self) -> float | None:
         """How much recent round trips from the headers vary (None before any)."""
-        trips = self._wire_trips
-        return max(trips) - min(trips) if trips else None
+        return _range(self._wire_trips)
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.
@@ -125,3 +122,14 @@ class Ledger:
         if self._exhausted_until is not None and trio.current_time() >= self._exhausted_until:
             self._exhausted_until = None
         return self._exhausted_until
+
+
+def _keep(samples: collections.deque[float], seconds: float) -> None:
+    """Keep ``seconds`` among the recent ``samples``, if it is a duration at all."""
+    if seconds >= 0 and math.isfinite(seconds):
+        samples.append(seconds)
+
+
+def _range(samples: collections.deque[float]) -> float | None:
+    """How far apart the recent ``samples`` lie (None before any)."""
+    return max(samples) - min(samples) if samples else None
