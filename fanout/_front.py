@@ -567,17 +567,18 @@ class ScopeFront:
         rate, burst = self._limits
         # A decision to shed is never taken on a rate that may still rise (`rate_rising`).
         rising = not guess and self.rate_rising() is not None
-        by_rate = 0.0 if rising else self._backend.estimated_wait(1.0)
         queued = max(0.0, self._ledger.waiting - self._ledger.booked)
         if rate is not None and self._window_length is not None:
             # A window gives its tokens back a whole limit at a time: the queued calls
             # take what the log has, then ``burst`` more every window.
             windows, within = divmod(queued, burst)
             by_rate = self._backend.estimated_wait(within + 1.0) + windows * self._window_length
-        elif rate is not None and not rising and (guess or self._rate_is_evidence()):
-            # Calls queued for a slot take the tokens at hand first; only the rest wait on the rate.
-            spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
-            by_rate += max(0.0, queued - spare) / rate
+        else:
+            by_rate = 0.0 if rising else self._backend.estimated_wait(1.0)
+            if rate is not None and not rising and (guess or self._rate_is_evidence()):
+                # Calls queued for a slot take the tokens at hand first; the rest wait on the rate.
+                spare = max(0.0, self._backend.bucket_statistics().tokens - 1.0)
+                by_rate += max(0.0, queued - spare) / rate
         return max(self._ledger.slots_estimate(self.concurrency_cap(), guess=guess), by_rate)
 
     def concurrency_cap(self) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import heapq
 import math
 from typing import TYPE_CHECKING
 
@@ -52,8 +53,15 @@ _BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT, _DELAYED, _RELEASED = 0, 1, 2, 3,
 # whose request is on its way but not out yet (`SlidingLog.delayed`), or one
 # the server showed it counts no longer (held until then exactly: `SlidingLog.sync`).
 Entry = tuple[float, float, int, float]
+# A booking not confirmed yet: (start, cost). Kept apart from the entries, as it holds its
+# tokens exactly a window (and the slack) from its start: see `SlidingLog._slot`.
+Reservation = tuple[float, float]
 # What the server counts already, or will as it arrives: no request leaving may overlap it.
 _GONE = (_ANSWERED, _PHANTOM, _LEFT, _RELEASED)
+
+
+def _booked(reservation: Reservation) -> Entry:
+    return (reservation[0], reservation[1], _BOOKED, -math.inf)
 
 
 def _end(entry: Entry, span: float) -> float:
@@ -217,7 +225,10 @@ class SlidingLog:
     window: float
     slack: float = attrs.field(default=0.0)
     epochs: Epochs = attrs.field(factory=Epochs)
-    _entries: list[Entry] = attrs.field(init=False, factory=list)
+    _entries: list[Entry] = attrs.field(init=False, factory=list)  # all but bookings
+    _bookings: list[Reservation] = attrs.field(init=False, factory=list)
+    # Costs of at least this fit nowhere between the earliest start and the latest (`_slot`).
+    _packed_from: float = attrs.field(init=False, default=math.inf)
     _longest: float = attrs.field(init=False, default=0.0)  # the slowest answer yet
     _blocked_until: float = attrs.field(init=False, default=-math.inf)
     _reserved: int = attrs.field(init=False, default=0)
@@ -262,12 +273,15 @@ class SlidingLog:
         """Book ``cost`` tokens; the booking, or None (nothing consumed) past ``max_wait``."""
         self._check_cost(cost)
         now = trio.current_time()
+        self._forget(now)
         start = self._slot(cost, now)
         if start - now > max_wait:
             self._refused += 1
             return None
         self._reserved += 1
-        bisect.insort(self._entries, (start, cost, _BOOKED, -math.inf))
+        # At or after every start, no cost of this or more fit anywhere before it.
+        self._packed_from = cost if start >= self._last_start() else math.inf
+        bisect.insort(self._bookings, (start, cost))
         return Booking(start, start - now, cost, self.epochs.current)
 
     def confirm(self, booking: Booking) -> bool:
@@ -275,21 +289,25 @@ class SlidingLog:
         and it still fits beside any request on its way (``delayed``)."""
         now = trio.current_time()
         held = booking.epoch == self.epochs.current and now >= self._blocked_until
-        entry = (booking.start, booking.cost, _BOOKED, -math.inf)
-        if not held or entry not in self._entries:
+        reservation = (booking.start, booking.cost)
+        if not held or not self._unbook(reservation):
             return False
-        self._entries.remove(entry)
-        if any(e[2] == _DELAYED for e in self._entries) and self._slot(booking.cost, now) > now:
-            return False  # a request still on its way holds its token longer than it was booked
+        # A request still on its way may hold its token longer than it was booked. (Its
+        # booking is out of the log meanwhile, so the log may fit more than it did.)
+        if (
+            any(e[2] == _DELAYED for e in self._entries)
+            and self._slot(booking.cost, now, anywhere=True) > now
+        ):
+            self._packed_from = math.inf
+            return False
         # Started: no void takes it back now.
         bisect.insort(self._entries, (booking.start, booking.cost, _STARTED, -math.inf))
         return True
 
     def refund(self, booking: Booking) -> None:
         """Give back a booking whose holder gave up before starting."""
-        entry = (booking.start, booking.cost, _BOOKED, -math.inf)
-        if booking.epoch == self.epochs.current and entry in self._entries:
-            self._entries.remove(entry)
+        if booking.epoch == self.epochs.current and self._unbook((booking.start, booking.cost)):
+            self._packed_from = math.inf
             self._refunded += 1
 
     def set_slack(self, slack: float) -> None:
@@ -297,6 +315,8 @@ class SlidingLog:
         if not (slack >= 0 and math.isfinite(slack)):
             raise ConfigurationError(f"slack must be a finite number >= 0, not {slack!r}")
         wider = slack > self.slack
+        if slack != self.slack:
+            self._packed_from = math.inf
         self.slack = slack
         if wider and self._ahead(trio.current_time()):
             self._drop_bookings()
@@ -329,6 +349,7 @@ class SlidingLog:
             if not (burst >= 1 and math.isfinite(burst)):
                 raise ConfigurationError(f"a window's limit must be at least 1, not {burst!r}")
             self.limit = burst
+            self._packed_from = math.inf
             if self._ahead(now):
                 self._void()
         if tokens is not None and math.isfinite(tokens):
@@ -449,6 +470,8 @@ class SlidingLog:
         kept = entry[1] if tokens is None else min(tokens, entry[1])
         released = (entry[0], kept, _RELEASED, min(at, _end(entry, self._span)))
         bisect.insort(self._entries, released)
+        if sooner:
+            self._packed_from = math.inf
         return sooner
 
     def answered(
@@ -511,6 +534,7 @@ class SlidingLog:
             until = max(before, sent + max(0.0, self._set_up) + self.window + way)
             if until < entry[3]:
                 sooner = sooner or entry[3] - until > TOGETHER
+                self._packed_from = math.inf
                 del self._entries[at]
                 entry = (*entry[:3], until)
                 bisect.insort(self._entries, entry)
@@ -541,11 +565,12 @@ class SlidingLog:
         """The entry of a request sent at ``sent`` whose booking is not known: its own was
         confirmed, and its request left; one still on its way is taken only if none
         was, and one never confirmed only if none is."""
-        for kinds in ((_STARTED, _LEFT), (_DELAYED,), (_BOOKED,)):
+        for kinds in ((_STARTED, _LEFT), (_DELAYED,)):
             mine = [e for e in self._entries if e[2] in kinds and e[0] <= sent]
             if mine:
                 return mine[-1]
-        return None
+        due = bisect.bisect_right(self._bookings, (sent, math.inf))
+        return _booked(self._bookings[due - 1]) if due else None
 
     def delayed(self, booked_by: float) -> None:
         """The request of a booking confirmed by ``booked_by`` is on its way, not out yet:
@@ -590,7 +615,7 @@ class SlidingLog:
             return
         if mine is None:
             mine = (booked_by, 1.0, _STARTED, -math.inf)
-            bisect.insort(self._entries, mine)
+            self._add(mine)
         self._leaves_now(mine, now)
 
     def written(self, booked_by: float, late: float) -> None:
@@ -650,10 +675,13 @@ class SlidingLog:
         long as it did); bookings that start before it now leaves book again. Returns
         the entry as held."""
         held = (entry[0], entry[1], kind, max(until, entry[3]))
-        self._entries.remove(entry)
+        if entry[2] == _BOOKED:
+            self._unbook(entry[:2])
+        else:
+            self._entries.remove(entry)
         bisect.insort(self._entries, held)
         end = _end(held, self._span)
-        if end > _end(entry, self._span) and any(e[0] < end for e in self._ahead(now)):
+        if end > _end(entry, self._span) and self._ahead(now, before=end):
             self._drop_bookings()
         return held
 
@@ -661,7 +689,7 @@ class SlidingLog:
         """Requests (start, cost) that started before the log did, which the server still
         counts: each holds its tokens a window from its start, as a phantom."""
         for start, cost in starts:
-            bisect.insort(self._entries, (start, cost, _PHANTOM, -math.inf))
+            self._add((start, cost, _PHANTOM, -math.inf))
 
     def drain(self, blocked_for: float = 0.0) -> None:
         """A 429: the window is full now, and nothing starts for ``blocked_for`` s."""
@@ -696,12 +724,80 @@ class SlidingLog:
     def _span(self) -> float:
         return self.window + self.slack
 
-    def _slot(self, cost: float, now: float) -> float:
+    def _slot(self, cost: float, now: float, *, anywhere: bool = False) -> float:
+        """The first start for ``cost`` from ``now`` (`earliest_start`), searched from the
+        latest start on where nothing before it can fit ``cost``; ``anywhere``: searched
+        in full, where the log may fit more than it did.
+
+        Past every start, the load only falls, so the first fit is the first
+        moment it leaves room (`_at_end`), among the entries that hold a
+        window from there: a few windows' worth. Before it, a queue booked
+        one call after another has no room for its own cost: each booking
+        found none up to where it went (``_packed_from``, until something
+        frees tokens or starts past them all, `_add`). Searched in full every
+        time, the log of a deep queue (a thousand calls waiting on 100 per
+        0.2 s) took 0.8 ms a search, three searches a call, and held the
+        whole turn to the process's pace: 1.5-1.65x the fastest in real time,
+        against a server in its own process.
+        """
+        earliest, last = max(now, self._blocked_until), self._last_start()
+        if earliest >= last or (cost >= self._packed_from and not anywhere):
+            return self._at_end(cost, max(earliest, last), self._as_of(now))
+        everything = self._schedule(now)
+        return _first_fit(everything, cost, earliest=earliest, limit=self.limit, span=self._span)
+
+    def _forget(self, now: float) -> None:
+        """Drop what has held no token for a window and the slowest answer (`sync` matches
+        answers against entries that long), as each booking is made."""
         span, keep = self._span, self.window + self._longest
         self._entries = [e for e in self._entries if e[2] == _DELAYED or _end(e, span) + keep > now]
-        earliest = max(now, self._blocked_until)
-        entries = self._as_of(now)
-        return _first_fit(entries, cost, earliest=earliest, limit=self.limit, span=span)
+        gone = 0
+        while gone < len(self._bookings) and self._bookings[gone][0] + span + keep <= now:
+            gone += 1
+        del self._bookings[:gone]
+
+    def _at_end(self, cost: float, at: float, entries: list[Entry]) -> float:
+        """The first moment from ``at``, on or after every start, at which ``cost`` fits:
+        the first at which what holds then leaves room (nothing starts later to hold more)."""
+        span = self._span
+        # A booking holds its tokens a span from its start; those that hold ``at`` lie last.
+        first = bisect.bisect_left(self._bookings, (at - span - _EPS,))
+        holding = sorted(
+            end_cost for end_cost in [
+                *((_end(e, span), e[1]) for e in entries),
+                *((start + span, booked) for start, booked in self._bookings[first:]),
+            ] if end_cost[0] > at
+        )  # fmt: skip
+        load, room, fits = sum(held for _, held in holding), self.limit - cost + _EPS, at
+        for end, held in holding:
+            if load <= room:
+                break
+            load, fits = load - held, end
+        return fits
+
+    def _last_start(self) -> float:
+        """The latest start of anything in the log, bookings too."""
+        latest = self._entries[-1][0] if self._entries else -math.inf
+        return max(latest, self._bookings[-1][0]) if self._bookings else latest
+
+    def _add(self, entry: Entry) -> None:
+        """Put ``entry`` (no booking) in the log; one that starts after the rest leaves
+        the stretch before it unsearched (`_slot`)."""
+        if entry[0] > self._last_start():
+            self._packed_from = math.inf
+        bisect.insort(self._entries, entry)
+
+    def _unbook(self, reservation: Reservation) -> bool:
+        """Take ``reservation`` out of the bookings; False if it is not there."""
+        at = bisect.bisect_left(self._bookings, reservation)
+        if at == len(self._bookings) or self._bookings[at] != reservation:
+            return False
+        del self._bookings[at]
+        return True
+
+    def _schedule(self, now: float) -> list[Entry]:
+        """Everything in the log as it stands at ``now``, bookings too, by start."""
+        return list(heapq.merge(self._as_of(now), map(_booked, self._bookings)))
 
     def _as_of(self, now: float) -> list[Entry]:
         """The entries as they stand at ``now``: one whose request is still on its way
@@ -715,11 +811,20 @@ class SlidingLog:
         return self._live_between(now, now)
 
     def _live_between(self, since: float, until: float) -> list[Entry]:
-        """Entries held at some moment from ``since`` to ``until``."""
-        return [e for e in self._as_of(until) if e[0] <= until and _end(e, self._span) > since]
+        """Entries held at some moment from ``since`` to ``until``, bookings too."""
+        span = self._span
+        held = [e for e in self._as_of(until) if e[0] <= until and _end(e, span) > since]
+        first = bisect.bisect_left(self._bookings, (since - span - _EPS,))
+        last = bisect.bisect_right(self._bookings, (until, math.inf))
+        held += [_booked(b) for b in self._bookings[first:last] if b[0] + span > since]
+        return held
 
-    def _ahead(self, now: float) -> list[Entry]:
-        return [e for e in self._entries if e[0] > now]
+    def _ahead(self, now: float, *, before: float = math.inf) -> bool:
+        """Whether anything starts after ``now`` (and before ``before``): bookings, mostly."""
+        after = bisect.bisect_right(self._bookings, (now, math.inf))
+        if after < len(self._bookings) and self._bookings[after][0] < before:
+            return True
+        return any(now < e[0] < before for e in self._entries)
 
     def _load(self, now: float) -> float:
         return sum(entry[1] for entry in self._live(now))
@@ -730,7 +835,7 @@ class SlidingLog:
             return False
         if void:
             self._drop_bookings()
-        bisect.insort(self._entries, (returns - self._span, tokens, _PHANTOM, -math.inf))
+        self._add((returns - self._span, tokens, _PHANTOM, -math.inf))
         return True
 
     def _void(self) -> None:
@@ -749,7 +854,8 @@ class SlidingLog:
         at every answer that held a token longer, and the loop they kept
         busy sent requests late, which widened the slack, which voided again.
         """
-        self._entries = [e for e in self._entries if e[2] != _BOOKED]
+        self._bookings.clear()
+        self._packed_from = math.inf
 
     def _check_cost(self, cost: float) -> None:
         check_cost(cost, self.limit, f"in a window whose limit is {self.limit:g}")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from fanout import ConfigurationError, FanoutTransport, Runner, Scope, ServerCount, Status
 from fanout._slots import TRIAL_SPACING
-from fanout._window import Arrivals, SlidingLog
+from fanout._window import Arrivals, SlidingLog, earliest_start
 from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 from tests.test_bucket import Admitted, start_now
@@ -111,6 +111,22 @@ async def test_refund_gives_a_booking_back_and_its_slot_is_taken_again(
     log.refund(second)
     assert log.wait_for() == 1.0
     assert log.statistics().refunded == 1
+
+
+async def test_tokens_given_back_inside_a_queue_go_to_as_many_calls_as_they_fit(
+    autojump_clock: Any,
+) -> None:
+    """A refund opens room before the queue's last booking: the next bookings take it, each
+    one after the other, not only the first (the search starts at the queue's end only
+    where no room is left before it)."""
+    log = SlidingLog(3, 1.0)
+    pair, one, later = log.reserve(2.0), log.reserve(), log.reserve()
+    assert pair is not None
+    assert one is not None
+    assert later is not None
+    assert (pair.start, one.start, later.start) == (0.0, 0.0, 1.0)
+    log.refund(pair)
+    assert [b.start for b in booked(log, 3)] == [0.0, 0.0, 1.0]
 
 
 async def test_drain_fills_the_window_and_blocks(autojump_clock: Any) -> None:
@@ -539,6 +555,76 @@ def test_no_interleaving_puts_more_than_the_limit_in_a_window_or_starts_inside_a
     for start in admitted:
         for seq, until in blocks:
             assert not (seq < start.seq and start.at < until - 1e-9)
+
+
+_log_ops = st.one_of(
+    _ops,
+    st.tuples(st.just("slack"), st.sampled_from([0.0, 0.01, 0.1])),  # narrower too
+    st.tuples(st.just("confirm"), st.integers(0, 40)),
+    st.tuples(st.just("delayed"), st.integers(0, 40)),
+    st.tuples(st.just("left"), st.integers(0, 40), st.booleans()),
+    st.tuples(st.just("answered"), st.integers(0, 40), st.sampled_from([0.0, 0.01, 0.3])),
+    st.tuples(st.just("hold"), st.sampled_from([0.0, 0.4]), st.sampled_from([1.0, 2.0])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.sampled_from([2.0, 3.0, 5.0]),
+    window=st.sampled_from([0.5, 1.0]),
+    ops=st.lists(_log_ops, max_size=60),
+    deep=st.integers(0, 30),
+)
+def test_every_wait_is_the_earliest_start_the_whole_log_allows(
+    limit: float, window: float, ops: list[tuple[Any, ...]], deep: int
+) -> None:
+    """Bookings are searched only from the latest start where a queue booked one call
+    after another leaves no room before it; whatever was done to the log, the wait it
+    gives for any cost is the one a search of the whole log finds (`earliest_start`)."""
+
+    async def main() -> None:
+        log = SlidingLog(limit, window)
+        bookings: list[Booking] = [b for _ in range(deep) if (b := log.reserve()) is not None]
+        for name, *args in ops:
+            now = trio.current_time()
+            if name == "reserve" and (booking := log.reserve(min(args[0], log.limit))):
+                bookings.append(booking)
+            elif name in ("refund", "confirm") and bookings:
+                booking = bookings.pop(args[0] % len(bookings))
+                if name == "refund":
+                    log.refund(booking)
+                else:
+                    await trio.sleep_until(max(now, booking.start))
+                    log.confirm(booking)
+            elif name == "delayed":
+                log.delayed(now - args[0] * 0.01)
+            elif name == "left":
+                log.left(now - args[0] * 0.01, anew=args[1])
+            elif name == "answered":
+                log.answered(now - args[0] * 0.01, now - args[1])
+            elif name == "hold":
+                log.hold_started([(now - args[0], args[1])])
+            elif name == "drain":
+                log.drain(args[0])
+            elif name == "block":
+                log.block_until(now + args[0])
+            elif name == "sync":
+                log.sync(ServerCount(args[0], elapsed=args[1]))
+            elif name == "limit":
+                log.set_limits(None, args[0])
+            elif name == "slack":
+                log.set_slack(args[0])
+            elif name == "sleep":
+                await trio.sleep(args[0])
+            now = trio.current_time()
+            for cost in {1.0, 2.0, log.limit}:
+                whole = earliest_start(
+                    log._schedule(now), cost, earliest=max(now, log.blocked_until),
+                    limit=log.limit, span=log.window + log.slack,
+                )  # fmt: skip
+                assert log.wait_for(cost) == pytest.approx(whole - now, abs=1e-9)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 # -- against the throttling server ---------------------------------------------
