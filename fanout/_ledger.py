@@ -95,6 +95,14 @@ class Ledger:
         layer had it: the way to the headers, as long as the process is busy)."""
         _keep(self._wire_trips, seconds)
 
+    def quickest_wire_trip(self) -> float | None:
+        """The shortest recent round trip from the headers (None before any)."""
+        return min(self._wire_trips, default=None)
+
+    def slowest_wire_trip(self) -> float | None:
+        """The longest recent round trip from the headers (None before any)."""
+        return max(self._wire_trips, default=None)
+
     def wire_trip_spread(self) -> float | None:
         """How much recent round trips from the headers vary (None before any)."""
         return _range(self._wire_trips)

@@ -529,7 +529,13 @@ class RedisBackend:
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
     async def answered(
-        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float
+        self,
+        sent: float,
+        arrived_by: float,
+        *,
+        booked_by: float | None,
+        set_up: float,
+        way: float | None = None,
     ) -> None:
         """A log holds a booking from when its request reached the server (one round trip).
         The shared log keeps what it was told (`SlidingLog.answered` holds a request
@@ -538,7 +544,9 @@ class RedisBackend:
             await trio.lowlevel.checkpoint()
             return
         if isinstance(self._fallback_bucket, SlidingLog):
-            self._fallback_bucket.answered(sent, arrived_by, booked_by=booked_by, set_up=set_up)
+            self._fallback_bucket.answered(
+                sent, arrived_by, booked_by=booked_by, set_up=set_up, way=way
+            )
         now = trio.current_time()
         with contextlib.suppress(LimiterUnavailableError):
             await self._shared("answered", extra=now - arrived_by, elapsed=now - sent)

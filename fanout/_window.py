@@ -481,6 +481,7 @@ class SlidingLog:
         *,
         booked_by: float | None = None,
         set_up: float = math.inf,
+        way: float | None = None,
     ) -> None:
         """A request sent at ``sent`` reached the server by ``arrived_by``.
 
@@ -491,9 +492,10 @@ class SlidingLog:
         server took in late (a cold connection, a busy server) holds its token
         as long as the server does. One known to have arrived only by when it
         left (a warm connection) may have reached the server as late as the
-        slack allows for, so it holds the slack more; one whose arrival is
-        bounded by its answer does not. Bookings ahead that this overlaps book
-        again.
+        slack allows for, so it holds the slack more (or ``way``, if more: how
+        much later than it left its round trip shows it may have arrived); one
+        whose arrival is bounded by its answer does not. Bookings ahead that
+        this overlaps book again.
 
         ``set_up``: how much later than it left a request over a new connection
         may have arrived (`Arrivals.set_up`). Before any answer over a warm one,
@@ -504,7 +506,7 @@ class SlidingLog:
         self._longest = max(self._longest, now - sent)
         entry = self._sent_by(sent) if booked_by is None else self._confirmed_by(booked_by)
         if entry is not None:
-            way = self.slack if arrived_by <= sent else 0.0
+            way = max(self.slack, way or 0.0) if arrived_by <= sent else 0.0
             # It reached the server no sooner than it left (`left`), whatever its answer says.
             held = self._hold_entry(entry, _ANSWERED, arrived_by + self.window + way, now)
             if arrived_by > sent:
@@ -681,7 +683,8 @@ class SlidingLog:
             self._entries.remove(entry)
         bisect.insort(self._entries, held)
         end = _end(held, self._span)
-        if end > _end(entry, self._span) and self._ahead(now, before=end):
+        # Longer by float noise (a round trip less the same trip) moves no booking.
+        if end > _end(entry, self._span) + _EPS and self._ahead(now, before=end):
             self._drop_bookings()
         return held
 
