@@ -529,14 +529,9 @@ class RedisBackend:
             return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
 
     async def answered(
-        self,
-        sent: float,
-        arrived_by: float,
-        *,
-        booked_by: float | None,
-        set_up: float,
+        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float,
         way: float | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """A log holds a booking from when its request reached the server (one round trip).
         The shared log keeps what it was told (`SlidingLog.answered` holds a request
         sooner once ``set_up`` shows it arrived sooner; the shared one does not yet)."""

@@ -231,14 +231,9 @@ class LocalBackend:
         await trio.lowlevel.checkpoint()
 
     async def answered(
-        self,
-        sent: float,
-        arrived_by: float,
-        *,
-        booked_by: float | None,
-        set_up: float,
+        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float,
         way: float | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if self.log is not None:
             self.log.answered(sent, arrived_by, booked_by=booked_by, set_up=set_up, way=way)
         await trio.lowlevel.cancel_shielded_checkpoint()
