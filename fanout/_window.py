@@ -683,8 +683,7 @@ class SlidingLog:
             self._entries.remove(entry)
         bisect.insort(self._entries, held)
         end = _end(held, self._span)
-        # Longer by float noise (a round trip less the same trip) moves no booking.
-        if end > _end(entry, self._span) + _EPS and self._ahead(now, before=end):
+        if end > _end(entry, self._span) and self._ahead(now, before=end):
             self._drop_bookings()
         return held
 
