@@ -346,6 +346,22 @@ def test_a_window_of_one_a_half_second_stating_its_counts_draws_a_fourth() -> No
     assert spent(throttling) <= _REFUSED
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a bucket of 4 at 3.5/s whose reset is rounded down is taken for a window "
+    "on trial after its second wave, and the trial's log lets a fifth request follow the "
+    "wave at once (four 429s in all, at 0.281, 1.344, 2.344 and 3.708 s)",
+)
+def test_a_bucket_whose_reset_is_rounded_down_draws_a_fourth() -> None:
+    """Drawn by the rounding property above in one run of a group of test files (not in
+    the full suite's order); the code at 6c1bce4 draws it too."""
+    server = Server("bucket", 3.5, 4, 0.03125, 0.0, None, "draft", "seconds", 16,
+                    reset_rounding="down")  # fmt: skip
+    throttling, turn, _ = run(server)
+    assert all(r.status is Status.OK for r in turn.results)
+    assert spent(throttling) <= _REFUSED
+
+
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(server=servers())
 def test_a_403_that_says_it_is_the_rate_is_learned_as_a_429(server: Server) -> None:
