@@ -199,16 +199,22 @@ def _retry_budget(_: object, __: attrs.Attribute[RetryBudget], value: RetryBudge
 
 
 def _rounded_up(info: RateLimitInfo) -> RateLimitInfo:
-    """``info``, its whole-second reset of 0 with nothing remaining read as a second.
+    """``info``, its whole-second reset of 0 with less than its limit remaining read as a
+    second.
 
     Nothing remains, so the bucket is not full, nor its next token come, nor
     its window over: a reset of 0 was rounded down (``int()``) or to the
     nearest second (``round()``), and is under a second. Read as now, each
     wait for it ended at once into a 429 (four against a bucket at 2/s whose
-    reset to its next token was rounded to the nearest second).
+    reset to its next token was rounded to the nearest second). So with less
+    than the limit remaining (requests counted, the bucket not full, the
+    window not over): read as now, a learned log freed a token the server
+    still counted at each such answer (`SlidingLog.sync`), and a window of 3
+    per 1.5 s, or a bucket of 4 at 3.5/s taken for one, drew four 429s.
     """
     remaining = info.remaining
-    if info.reset_after == 0 and not info.reset_exact and remaining is not None and remaining < 1:
+    short = remaining is not None and (remaining < 1 or (info.limit or 0.0) > remaining)
+    if info.reset_after == 0 and not info.reset_exact and short:
         return attrs.evolve(info, reset_after=1.0)
     return info
 
