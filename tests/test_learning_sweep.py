@@ -316,6 +316,15 @@ def test_nothing_remaining_and_a_reset_of_0_is_read_as_a_reset_of_a_second() -> 
     assert took == pytest.approx(took_up)
 
 
+def _assert_learned_as_rounding_up(server: Server) -> None:
+    """Every call ok, at most two 429s, and no slower than ``server`` rounding its reset up."""
+    throttling, turn, took = run(server)
+    _, _, rounded_up = run(attrs.evolve(server, reset_rounding="up"))
+    assert all(r.status is Status.OK for r in turn.results)
+    assert spent(throttling) <= 2
+    assert took <= rounded_up
+
+
 def test_a_window_whose_reset_is_rounded_down_is_learned() -> None:
     """A fixed window of 3 per 1.5 s whose reset is rounded down (``int()``): every call
     ok, two 429s, and no slower than the same window rounding up. Its ``Reset: 0`` with
@@ -324,11 +333,7 @@ def test_a_window_whose_reset_is_rounded_down_is_learned() -> None:
     four 429s, at 0.458, 2.708, 3.833 and 5.333 s."""
     server = Server("fixed", 2.0, 3, 0.125, 0.0, None, "draft", "seconds", 13,
                     reset_rounding="down")  # fmt: skip
-    throttling, turn, took = run(server)
-    _, _, rounded_up = run(attrs.evolve(server, reset_rounding="up"))
-    assert all(r.status is Status.OK for r in turn.results)
-    assert spent(throttling) <= 2
-    assert took <= rounded_up
+    _assert_learned_as_rounding_up(server)
 
 
 @pytest.mark.xfail(
@@ -352,11 +357,7 @@ def test_a_bucket_whose_reset_is_rounded_down_is_learned_as_one_rounding_up() ->
     Drawn by the rounding property above in one run of a group of test files."""
     server = Server("bucket", 3.5, 4, 0.03125, 0.0, None, "draft", "seconds", 16,
                     reset_rounding="down")  # fmt: skip
-    throttling, turn, took = run(server)
-    _, _, rounded_up = run(attrs.evolve(server, reset_rounding="up"))
-    assert all(r.status is Status.OK for r in turn.results)
-    assert spent(throttling) <= 2
-    assert took <= rounded_up
+    _assert_learned_as_rounding_up(server)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
