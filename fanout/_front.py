@@ -213,7 +213,7 @@ def _rounded_up(info: RateLimitInfo) -> RateLimitInfo:
     per 1.5 s, or a bucket of 4 at 3.5/s taken for one, drew four 429s.
     """
     remaining = info.remaining
-    short = remaining is not None and (remaining < 1 or (info.limit or 0.0) > remaining)
+    short = remaining is not None and remaining < max(1.0, info.limit or 0.0)
     if info.reset_after == 0 and not info.reset_exact and short:
         return attrs.evolve(info, reset_after=1.0)
     return info
