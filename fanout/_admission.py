@@ -63,8 +63,9 @@ async def admit(
     recorder: Recorder,
     attempt: int,
     queued: Callable[[], None],
-) -> Denial | None:
-    """Admit ``call`` on every scope, or say why not.
+) -> Denial | float:
+    """Admit ``call`` on every scope, or say why not: the denial, or when its tokens are
+    due (now, or later where a scope lets it start ahead of them).
 
     Slots taken are appended to ``held``; the caller releases them in a
     ``finally`` whatever happens, including cancellation during this function.
@@ -72,7 +73,7 @@ async def admit(
     ``inline_wait`` is accepted for the caller's sake and not read.
     """
     if not scopes:
-        return None
+        return trio.current_time()
     denial = _check_open(call, scopes, budget, recorder)
     if denial is not None:
         return denial
@@ -95,10 +96,12 @@ async def admit(
         )  # fmt: skip
         queued()
 
+    due = [trio.current_time()]
     shortfall = await take_tokens(
-        scopes, cost, budget=budget, patience=budget.patience(), on_wait=waiting, admits=True
-    )
-    return None if shortfall is None else _token_denial(shortfall, budget)
+        scopes, cost, budget=budget, patience=budget.patience(), on_wait=waiting,
+        admits=due.append,
+    )  # fmt: skip
+    return max(due) if shortfall is None else _token_denial(shortfall, budget)
 
 
 def _check_open(
@@ -174,7 +177,7 @@ async def take_tokens(
     budget: Budget,
     patience: float,
     on_wait: Callable[[float, str | None], None],
-    admits: bool = False,
+    admits: Callable[[float], None] | None = None,
 ) -> Shortfall | None:
     """Book ``cost`` on every scope and sleep the longest wait, or say what fell short.
 
@@ -186,8 +189,9 @@ async def take_tokens(
     buckets never keep tokens for a request that was not sent.
 
     ``admits``: the tokens admit a call, which may start a scope's lead
-    before them (`ScopeFront.admission_lead`); a later request of the call
-    leaves as its tokens are taken, and is given none.
+    before them (`ScopeFront.admission_lead`), and is told when they are due
+    (a window's log knows its booking by that, `SlidingLog.confirm`); a later
+    request of the call leaves as its tokens are taken, and is given none.
     """
     while True:
         booked = await _book_all(scopes, cost, budget, patience)
@@ -197,12 +201,12 @@ async def take_tokens(
             return booked
         confirmed = False
         try:
-            longest, slowest = _longest_wait(booked, ahead=admits)
+            longest, slowest = _longest_wait(booked, ahead=admits is not None)
             if longest > 0:
                 assert slowest is not None
                 on_wait(longest, slowest.name)
             woken_for = await _sleep_until_due(
-                booked, admits=admits, budget=budget, patience=patience
+                booked, admits=admits is not None, budget=budget, patience=patience
             )
             if woken_for is None:
                 continue  # moved past what the budget allows: book again, and be judged
@@ -219,6 +223,8 @@ async def take_tokens(
                 for scope, booking in booked:
                     await scope.refund(booking)
         if confirmed:
+            if admits is not None:
+                admits(max(booking.starts for _, booking in booked))
             return None
 
 

@@ -219,14 +219,14 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
     try:
         # A call with no scopes has no limiter to ask and no tokens to charge
         # (its tool's ``cost`` is not computed).
-        denial = await _admit(state, within, holder, held) if plan.scopes else None
+        due = await _admit(state, within, holder, held) if plan.scopes else -math.inf
         within.queued()
-        if denial is not None:
+        if isinstance(due, Denial):
             if trio.current_time() >= within.budget.deadline:
                 await let_the_deadline_answer()
             return failure(
-                call, denial.status, denial.message, started=state.started, kind=spec.kind,
-                scope=denial.scope, retry_after=denial.retry_after,
+                call, due.status, due.message, started=state.started, kind=spec.kind,
+                scope=due.scope, retry_after=due.retry_after,
             )  # fmt: skip
         # No body runs once the call is cancelled: a call admitted without a
         # wait (no scope) has not checkpointed yet, so check here.
@@ -235,11 +235,12 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         for scope in plan.scopes:
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
+        now = trio.current_time()
         context = CallContext(
             call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
             plan=plan, run_id=within.run_id, attempt=state.attempts,
-            recorder=recorder,
-            secrets=state.secrets, admitted_at=trio.current_time(), arrived_at=state.arrived_at,
+            recorder=recorder, secrets=state.secrets, admitted_at=now,
+            booked_by=max(now, due), arrived_at=state.arrived_at,
         )  # fmt: skip
         for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
@@ -281,8 +282,9 @@ async def _release(scope: ScopeLike, holder: _SlotHolder) -> None:
 
 async def _admit(
     state: CallState, within: _Within, holder: _SlotHolder, held: list[ScopeLike]
-) -> Denial | None:
-    """Admission, with a limiter that fails or cannot be reached refusing the call."""
+) -> Denial | float:
+    """Admission (`admit`: the denial, or when the call's tokens are due), with a limiter
+    that fails or cannot be reached refusing the call."""
     plan = state.plan
     call = plan.call
     assert plan.spec is not None

@@ -47,6 +47,9 @@ class CallContext:
     server may have acted, so no answer of this attempt is kept for replay.
     ``admitted_at`` is when admission let the attempt start: its first
     request leaves a little later, and the scope measures by how much;
+    ``booked_by``, when that request's tokens were due: the same, or later
+    where a scope let the call start ahead of them for its tool's own set-up
+    (a window's log knows the call's booking by it);
     ``arrived_at``, when the turn received the call (a streamed call arrives
     when its block closes, after others of its burst may have started).
     ``opened_connection`` is set when a request of the attempt opened a new
@@ -74,6 +77,7 @@ class CallContext:
     requests: int = 0
     effect_unknown: bool = False
     admitted_at: float = -math.inf
+    booked_by: float = -math.inf
     arrived_at: float = -math.inf
     opened_connection: bool = False
     reused_connection: bool = False

@@ -337,7 +337,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             return await next(self._unbound).handle_async_request(request)
         transport = self._pool_for(context.call.position)
         first = context.requests == 0
-        booked_by = context.admitted_at  # when its token was confirmed (`_Watch`)
+        booked_by = context.booked_by  # when its token was due (`_Watch`)
         if not first:
             await _charge(context)
             booked_by = trio.current_time()
@@ -404,7 +404,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,
                 left_with=place.leaving.get(id(scope)), overloaded=overloaded,
-                admitted_at=context.admitted_at if first else None, left_at=watch.left_at,
+                booked_by=context.booked_by if first else None, left_at=watch.left_at,
+                connecting=watch.connecting if watch.opened else None,
             )  # fmt: skip
         if context.recorder.active:
             detail = _response_detail(response, info)
@@ -506,8 +507,8 @@ class _Watch:
     """
 
     opened: bool | None = None
-    # When the request's token was confirmed: its call's admission for its first, its own
-    # charge for a later one. Its scopes know its booking by it.
+    # When the request's token was due: its call's (`CallContext.booked_by`) for its first,
+    # its own charge for a later one. Its scopes know its booking by it.
     booked_by: float = -math.inf
     first: bool = True
     connecting: float = math.inf  # when it began to open a connection, if it did
@@ -547,7 +548,10 @@ class _Watch:
         how much later than then (`ScopeFront.wire_written`)."""
         late = trio.current_time() - self._wire_at
         for scope, found in self._wire:
-            scope.wire_written(found, late, booked_by=self.booked_by, opened=self.opened is True)
+            scope.wire_written(
+                found, late, booked_by=self.booked_by, opened=self.opened is True,
+                connecting=self.connecting,
+            )  # fmt: skip
         self._wire = []
 
     def left(self, context: CallContext) -> None:

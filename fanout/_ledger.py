@@ -39,6 +39,9 @@ class Ledger:
     _wire_trips: collections.deque[float] = attrs.field(
         factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_wire_trips"
     )
+    _cold_wire_trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_SAMPLES), alias="_cold_wire_trips"
+    )
 
     def observe_latency(self, seconds: float) -> None:
         """Fold one attempt's duration into the moving average and the recent samples."""
@@ -90,21 +93,26 @@ class Ledger:
         time tools took before they sent, which varies with the tool, not the way."""
         return _range(self._trips)
 
-    def observe_wire_trip(self, seconds: float) -> None:
+    def observe_wire_trip(self, seconds: float, *, opened: bool = False) -> None:
         """One request's round trip from when its headers left (not from when the HTTP
-        layer had it: the way to the headers, as long as the process is busy)."""
-        _keep(self._wire_trips, seconds)
+        layer had it: the way to the headers, as long as the process is busy);
+        ``opened``: over a connection it opened, which a server may read late."""
+        _keep(self._cold_wire_trips if opened else self._wire_trips, seconds)
 
     def quickest_wire_trip(self) -> float | None:
-        """The shortest recent round trip from the headers (None before any)."""
-        return min(self._wire_trips, default=None)
+        """The shortest recent round trip from the headers, over any connection (None
+        before any): the least the server's own time and the way back can take."""
+        return min((*self._wire_trips, *self._cold_wire_trips), default=None)
 
     def slowest_wire_trip(self) -> float | None:
-        """The longest recent round trip from the headers (None before any)."""
-        return max(self._wire_trips, default=None)
+        """The longest recent round trip from the headers, over any connection (None
+        before any)."""
+        return max((*self._wire_trips, *self._cold_wire_trips), default=None)
 
     def wire_trip_spread(self) -> float | None:
-        """How much recent round trips from the headers vary (None before any)."""
+        """How much recent round trips from the headers over connections already open vary
+        (None before any). A new connection's may have been read late, which a window
+        holds that request's own token for (`fanout._window.Arrivals`)."""
         return _range(self._wire_trips)
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:

@@ -558,11 +558,11 @@ class RedisBackend:
         if isinstance(self._fallback_bucket, SlidingLog):
             self._fallback_bucket.left(booked_by, anew=anew)
 
-    def written(self, booked_by: float, late: float) -> None:
+    def written(self, booked_by: float, late: float, *, read_late: float = 0.0) -> None:
         """As ``left``: only the local log while Redis is away counts a request from when
         its headers were written."""
         if isinstance(self._fallback_bucket, SlidingLog):
-            self._fallback_bucket.written(booked_by, late)
+            self._fallback_bucket.written(booked_by, late, read_late=read_late)
 
     def departure_wait(self, booked_by: float) -> float:
         """As ``left``: only the local log while Redis is away waits for a window's token

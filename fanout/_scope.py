@@ -118,8 +118,9 @@ class ScopeLike(Protocol):
     def wire_wait(self) -> float: ...
     def wire_left(self) -> float: ...
     def wire_written(
-        self, found: float, late: float, *, booked_by: float, opened: bool = False
-    ) -> None: ...
+        self, found: float, late: float, *, booked_by: float, opened: bool = False,
+        connecting: float = ...,
+    ) -> None: ...  # fmt: skip
     def attempt_began(self, admitted_at: float) -> None: ...
     def attempt_ended(self, admitted_at: float) -> None: ...
     async def wait_for(self, cost: float) -> float: ...
@@ -134,7 +135,8 @@ class ScopeLike(Protocol):
     async def observe_headers(
         self, info: RateLimitInfo, *, sent_at: float | None = None, refused: bool = False,
         opened: bool | None = None, left_with: Leaving | None = None, overloaded: bool = False,
-        admitted_at: float | None = None, left_at: float | None = None,
+        booked_by: float | None = None, left_at: float | None = None,
+        connecting: float | None = None,
     ) -> None: ...  # fmt: skip
     def exhaust(self, until: float) -> None: ...
     def exhausted_until(self) -> float | None: ...
@@ -246,9 +248,9 @@ class LocalBackend:
         if self.log is not None:
             self.log.left(booked_by, anew=anew)
 
-    def written(self, booked_by: float, late: float) -> None:
+    def written(self, booked_by: float, late: float, *, read_late: float = 0.0) -> None:
         if self.log is not None:
-            self.log.written(booked_by, late)
+            self.log.written(booked_by, late, read_late=read_late)
 
     def departure_wait(self, booked_by: float) -> float:
         return 0.0 if self.log is None else self.log.departure_wait(booked_by)

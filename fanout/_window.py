@@ -187,18 +187,23 @@ class Arrivals:
     _cold: float = attrs.field(default=math.inf, alias="_cold")  # quickest cold round trip
     _warm: float = attrs.field(default=math.inf, alias="_warm")  # quickest warm round trip
 
-    def arrived_by(self, sent: float, answered: float, *, opened: bool | None = None) -> float:
-        """The latest the request sent at ``sent`` and answered at ``answered`` arrived."""
+    def arrived_by(
+        self, sent: float, answered: float, *, opened: bool | None = None,
+        since: float | None = None,
+    ) -> float:  # fmt: skip
+        """The latest the request sent at ``sent`` and answered at ``answered`` arrived;
+        ``since``: when the connection it opened began to open, if known and sooner (a
+        request held after that, as it left, was no later for the server)."""
         if opened is None:
             opened = sent < self._first_answer
         self._first_answer = min(self._first_answer, answered)
-        trip = answered - sent
         if not opened:
-            self._warm = min(self._warm, trip)
+            self._warm = min(self._warm, answered - sent)
             return sent
-        self._cold = min(self._cold, trip)
+        began = sent if since is None else min(sent, since)
+        self._cold = min(self._cold, answered - began)
         # At most this trip (the quickest cold one is no slower): never after its answer.
-        return sent + max(0.0, self.set_up)
+        return max(sent, began + max(0.0, self.set_up))
 
     @property
     def set_up(self) -> float:
@@ -286,17 +291,22 @@ class SlidingLog:
 
     def confirm(self, booking: Booking) -> bool:
         """Whether ``booking`` may start now: nothing voided or dropped it since it was made,
-        and it still fits beside any request on its way (``delayed``)."""
+        and it still fits beside any request on its way (``delayed``).
+
+        A call may start before its booking is due, as long before as its tool
+        takes to send (`ScopeFront.admission_lead`): its entry starts where it was
+        booked, and its call knows it by then (``booked_by``)."""
         now = trio.current_time()
         held = booking.epoch == self.epochs.current and now >= self._blocked_until
         reservation = (booking.start, booking.cost)
         if not held or not self._unbook(reservation):
             return False
+        due = max(now, booking.start)
         # A request still on its way may hold its token longer than it was booked. (Its
         # booking is out of the log meanwhile, so the log may fit more than it did.)
         if (
             any(e[2] == _DELAYED for e in self._entries)
-            and self._slot(booking.cost, now, anywhere=True) > now
+            and self._slot(booking.cost, now, anywhere=True, earliest=due) > due
         ):
             self._packed_from = math.inf
             return False
@@ -485,9 +495,9 @@ class SlidingLog:
     ) -> None:
         """A request sent at ``sent`` reached the server by ``arrived_by``.
 
-        Its booking (the one confirmed by ``booked_by``, the first request's
-        call's admission; else the latest not yet answered that started by
-        ``sent``) is held until a window after that, if that is later than its booked
+        Its booking (the one due by ``booked_by``, for a call's first request;
+        else the latest not yet answered that started by ``sent``) is held until
+        a window after that, if that is later than its booked
         start allowed: a request that left late (a busy process) or that the
         server took in late (a cold connection, a busy server) holds its token
         as long as the server does. One known to have arrived only by when it
@@ -547,7 +557,7 @@ class SlidingLog:
             self._void()
 
     def _confirmed_by(self, booked_by: float) -> Entry | None:
-        """The entry of the booking confirmed by ``booked_by`` not answered yet: the latest
+        """The entry of the booking due by ``booked_by`` not answered yet: the latest
         that started by then, one that left before one that did not. Matched by when
         its request was sent instead, a call that set up for 0.1 s took the entry of
         one admitted after it and sent before it, and the later one's was counted
@@ -575,7 +585,7 @@ class SlidingLog:
         return _booked(self._bookings[due - 1]) if due else None
 
     def delayed(self, booked_by: float) -> None:
-        """The request of a booking confirmed by ``booked_by`` is on its way, not out yet:
+        """The request of a booking due by ``booked_by`` is on its way, not out yet:
         opening a connection, or held back. Until it leaves (``left``), its token is
         held at least a window from now: a booking due meanwhile is checked against
         that when it is confirmed, and books again if it no longer fits. Counted from
@@ -588,7 +598,7 @@ class SlidingLog:
             bisect.insort(self._entries, (*mine[-1][:2], _DELAYED, mine[-1][3]))
 
     def left(self, booked_by: float, *, anew: bool = False) -> None:
-        """The request of a booking confirmed by ``booked_by`` left now (``anew``: counted
+        """The request of a booking due by ``booked_by`` left now (``anew``: counted
         from now even where the log no longer keeps its entry).
 
         The server counts it from its arrival, no sooner than now. Later
@@ -620,26 +630,28 @@ class SlidingLog:
             self._add(mine)
         self._leaves_now(mine, now)
 
-    def written(self, booked_by: float, late: float) -> None:
-        """The request of a booking confirmed by ``booked_by``, counted as leaving
+    def written(self, booked_by: float, late: float, *, read_late: float = 0.0) -> None:
+        """The request of a booking due by ``booked_by``, counted as leaving
         ``late`` seconds ago (``left``), had its headers written only now: the server
-        counts it from now. Later than the slack allows for, its token is held a window
-        from now, as ``left`` holds a late one. (Held from when its headers began, a
-        request written 34 ms later, behind a full garbage collection, was followed
-        inside its window by one a window after it began: against one per 20 ms,
-        answered in 50 ms, a 429.)"""
+        counts it from now, or ``read_late`` after (a new connection's first request,
+        which a server may read late: `ScopeFront.wire_written`). Later than the slack
+        allows for, its token is held a window from then, as ``left`` holds a late one.
+        (Held from when its headers began, a request written 34 ms later, behind a full
+        garbage collection, was followed inside its window by one a window after it
+        began: against one per 20 ms, answered in 50 ms, a 429.)"""
         mine = self._confirmed_by(booked_by)
-        if late > 0.0 and mine is not None and mine[2] == _LEFT:
-            self._leaves_now(mine, trio.current_time())
+        if (late > 0.0 or read_late > 0.0) and mine is not None and mine[2] == _LEFT:
+            self._leaves_now(mine, trio.current_time() + read_late)
 
-    def _leaves_now(self, entry: Entry, now: float) -> None:
-        """``entry``'s request reaches the server no sooner than ``now``: later than the
-        slack allows for, its token is held a window from now, not from its start."""
-        late = now - entry[0] > self.slack
-        self._hold_entry(entry, _LEFT, now + self._span if late else -math.inf, now)
+    def _leaves_now(self, entry: Entry, arrives: float) -> None:
+        """``entry``'s request reaches the server no sooner than ``arrives``: later than
+        the slack allows for, its token is held a window from then, not from its start."""
+        late = arrives - entry[0] > self.slack
+        until = arrives + self._span if late else -math.inf
+        self._hold_entry(entry, _LEFT, until, trio.current_time())
 
     def _own(self, booked_by: float) -> Entry | None:
-        """The entry of the booking confirmed by ``booked_by`` whose request has not left:
+        """The entry of the booking due by ``booked_by`` whose request has not left:
         the latest that started by then, one delayed before one not. None where the log
         no longer keeps it (it started more than a window and the slowest answer ago).
 
@@ -651,7 +663,7 @@ class SlidingLog:
         return self._latest(booked_by, (_DELAYED, _STARTED))
 
     def departure_wait(self, booked_by: float) -> float:
-        """How long the request of a booking confirmed by ``booked_by``, leaving now, waits
+        """How long the request of a booking due by ``booked_by``, leaving now, waits
         to fit beside the requests that left before it and what the server counts of
         others' (and past a block): 0 where it fits now.
 
@@ -664,12 +676,17 @@ class SlidingLog:
         drawn turns. Calls admitted but not sent are left out: each is checked
         as it leaves, and holding a token through every set-up paced a window
         of one per 0.1 s whose tools all took 0.3 s at one per 0.4 s.
+
+        Nor before its booked start: a call let start ahead of it
+        (`ScopeFront.admission_lead`) whose tool was quicker than any before
+        left inside the window of a request that had not left yet, and the log
+        held its token from its booking, a window after the server did.
         """
         now = trio.current_time()
         mine = self._own(booked_by)
         cost = 1.0 if mine is None else mine[1]
         gone = [e for e in self._entries if e[2] in _GONE]
-        earliest = max(now, self._blocked_until)
+        earliest = max(now, self._blocked_until, -math.inf if mine is None else mine[0])
         return _first_fit(gone, cost, earliest=earliest, limit=self.limit, span=self._span) - now
 
     def _hold_entry(self, entry: Entry, kind: int, until: float, now: float) -> Entry:
@@ -726,10 +743,12 @@ class SlidingLog:
     def _span(self) -> float:
         return self.window + self.slack
 
-    def _slot(self, cost: float, now: float, *, anywhere: bool = False) -> float:
-        """The first start for ``cost`` from ``now`` (`earliest_start`), searched from the
-        latest start on where nothing before it can fit ``cost``; ``anywhere``: searched
-        in full, where the log may fit more than it did.
+    def _slot(
+        self, cost: float, now: float, *, anywhere: bool = False, earliest: float = -math.inf
+    ) -> float:
+        """The first start for ``cost`` from ``now`` (or ``earliest``, if later: see
+        `earliest_start`), searched from the latest start on where nothing before it can
+        fit ``cost``; ``anywhere``: searched in full, where the log may fit more than it did.
 
         Past every start, the load only falls, so the first fit is the first
         moment it leaves room (`_at_end`), among the entries that hold a
@@ -742,7 +761,7 @@ class SlidingLog:
         whole turn to the process's pace: 1.5-1.65x the fastest in real time,
         against a server in its own process.
         """
-        earliest, last = max(now, self._blocked_until), self._last_start()
+        earliest, last = max(now, self._blocked_until, earliest), self._last_start()
         if earliest >= last or (cost >= self._packed_from and not anywhere):
             return self._at_end(cost, max(earliest, last), self._as_of(now))
         everything = self._schedule(now)

@@ -732,6 +732,27 @@ def test_a_set_up_every_call_takes_alike_is_owed_not_kept_as_slack(
         assert last[-1] - last[0] <= 9 / rate + 1e-9
 
 
+@pytest.mark.parametrize("model", ["sliding", "fixed"])
+async def test_a_told_windows_calls_start_their_set_up_ahead_of_its_tokens(
+    autojump_clock: Any, model: str
+) -> None:
+    """Told 4 per 0.4 s, tools that set up for 0.1 s before they send: once a request has
+    shown how long a call takes to reach its headers, each call starts that much before
+    its token (`ScopeFront.admission_lead`), and every window's requests reach the
+    server as it opens. (The first window's, over new connections, hold their tokens a
+    window from their answers, 0.15 s; a window of four keeps to the four connections
+    it opened.) Started at their tokens, every window waited out the set-up: 0.65,
+    1.15, 1.65 s, each 0.5 s after the one before."""
+    config = ServerConfig(rate=10, burst=4, latency=0.05, headers="draft", model=model)
+    scope = Scope("api", limit=4, per=0.4)
+    run = await _late_turn(config, scope, 16, lambda _: 0.1)
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [round(start - run.began, 9) for start in run.server.starts()]
+    assert starts == [at for at in (0.1, 0.55, 0.95, 1.35) for _ in range(4)]
+    assert scope.statistics().slack == 0.0
+
+
 async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_leaves(
     autojump_clock: Any,
 ) -> None:
@@ -927,7 +948,7 @@ class _HeldAfterLeaving(httpx.AsyncBaseTransport):
         (
             Scope("api", limit=1, per=0.02),
             ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding"),
-            2, [0.0, 0.02, 0.074, 0.094, 0.114, 0.168],
+            2, [0.0, 0.02, 0.074, 0.11, 0.13, 0.164],
         ),
     ],
     ids=["bucket", "window"],
@@ -944,7 +965,13 @@ async def test_a_request_written_late_is_counted_from_when_it_was_written(
     arrived, lost that refill, which it hears once the headers are written
     (`ScopeFront.wire_written`); the log holds its token a window from then
     (`SlidingLog.written`): the next waits for either. (Once the late request's answer
-    is in, its round trip, 34 ms longer than the others', is the log's margin.)"""
+    is in, its round trip, 34 ms longer than the others', is the log's margin.)
+
+    Each call here opens a connection of its own but the fifth and sixth, and before
+    any answer over one already open, a server may read a new connection's request as
+    late as the quickest such round trip, 50 ms after the connection began
+    (`ScopeFront._window_read_late`): the log holds the late request's token a window
+    from 0.09 s, and the fourth request's a window from 0.144 s."""
     run = await _late_turn(
         config, scope, 6, lambda _: 0.0, transport=_HeldAfterLeaving({late: 0.034})
     )
@@ -1196,7 +1223,7 @@ async def test_a_call_starts_ahead_of_its_token_but_never_inside_a_block(
     async def admit() -> float:
         shortfall = await take_tokens(
             [counted], 1.0, budget=budget, patience=budget.patience(),
-            on_wait=lambda *_: None, admits=True,
+            on_wait=lambda *_: None, admits=lambda _: None,
         )  # fmt: skip
         assert shortfall is None
         return trio.current_time()
