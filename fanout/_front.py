@@ -409,6 +409,9 @@ class ScopeFront:
     _cold_out: collections.deque[float] = attrs.field(
         init=False, factory=collections.deque, repr=False
     )
+    # A told window's requests over new connections not answered yet: when each connection
+    # began to open, and when its token was due (`_hold_cold_unanswered`).
+    _cold_unanswered: dict[float, float] = attrs.field(init=False, factory=dict, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     # The least and most time any call took from admission to the HTTP layer, and the least
     # a call of the latest burst took (`observe_send_lag`).
@@ -892,12 +895,14 @@ class ScopeFront:
         late held a bucket of one at 20/s 100 ms after every request, over
         connections long open: 3.1x the fastest.
         """
+        now = trio.current_time()
         if self._window_sees_departures():
-            now = trio.current_time()
-            read_late = max(0.0, connecting + self._window_read_late() - now) if opened else 0.0
+            read_late = 0.0
+            if opened:
+                self._cold_unanswered[connecting] = booked_by
+                read_late = max(0.0, connecting + self._window_read_late() - now)
             self._backend.written(booked_by, late, read_late=read_late)
         if opened:
-            now = trio.current_time()
             while self._cold_out and self._cold_out[0] < now - _COLD_KEPT:
                 self._cold_out.popleft()  # no answer came (it failed): long arrived, or never
             self._cold_out.append(now)
@@ -937,7 +942,11 @@ class ScopeFront:
     def _window_read_late(self) -> float:
         """How much later than its connection began to open a told window's server may read
         a request over a new connection: the quickest such round trip, from then, less
-        the quickest over one already open (`Arrivals.set_up`); nothing before any.
+        the quickest over one already open, and how much such trips vary, up to a few ms
+        (`Arrivals.latest_read`); nothing before any. (Without the few ms, in real time,
+        a request read 2 ms later than the quickest went a window ahead of the next: a
+        429. Taken as the slowest trip, the time a request was held after its connection
+        opened was taken for a late read, and held the next ones longer: 1.5-8.4x.)
 
         Before any answer over an open connection, that is the whole of the quickest
         round trip over a new one: a request over an open one, read at once, may
@@ -946,8 +955,23 @@ class ScopeFront:
         connection reached it with one sent 50 ms before over a new one: a 429, and
         a second's wait.
         """
-        set_up = self._arrivals.set_up
-        return max(0.0, set_up) if math.isfinite(set_up) else 0.0
+        read = self._arrivals.latest_read
+        return max(0.0, read) if math.isfinite(read) else 0.0
+
+    def _hold_cold_unanswered(self, now: float) -> None:
+        """Hold each request over a new connection not answered yet for how late its server
+        may read it, as an answer now says (`_window_read_late`): one that left before any
+        answer came was held for nothing. Against a fixed window of 2 per 0.1 s that read
+        new connections 100 ms late, in real time, two such requests went before any
+        answer, the first answer showed a round trip of 150 ms, and a request over a
+        reused connection went a window after them, into the window the server counted
+        them in: a 429."""
+        read_late = self._window_read_late()
+        for connecting, booked_by in list(self._cold_unanswered.items()):
+            if connecting < now - _COLD_KEPT:
+                del self._cold_unanswered[connecting]  # no answer came (it failed)
+            elif connecting + read_late > now:
+                self._backend.written(booked_by, 0.0, read_late=connecting + read_late - now)
 
     def _wire_counts(self) -> bool:
         """Whether the told bucket is counted by when requests reach the wire
@@ -1891,6 +1915,8 @@ class ScopeFront:
         sent = now if sent_at is None or not sent_at <= now else sent_at
         if opened and self._cold_out:  # it arrived: the one written nearest its sending
             self._cold_out.remove(min(self._cold_out, key=lambda t: abs(t - sent)))
+        if connecting is not None:
+            self._cold_unanswered.pop(connecting, None)
         overloaded_with = left_with if overloaded else None
         if left_with is not None and not refused:
             self._cap.proved(left_with)
@@ -1935,6 +1961,8 @@ class ScopeFront:
             if left_at is not None and left_at <= now:
                 self._ledger.observe_wire_trip(now - left_at, opened=opened is True)
             arrived_by = self._arrivals.arrived_by(sent, now, opened=opened, since=connecting)
+            if self._window_sees_departures():
+                self._hold_cold_unanswered(now)
             if self._window_length is not None:  # a log holds each token from its arrival
                 await self._backend.answered(
                     sent, arrived_by, booked_by=booked_by, set_up=self._arrivals.set_up,

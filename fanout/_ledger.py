@@ -111,8 +111,11 @@ class Ledger:
 
     def wire_trip_spread(self) -> float | None:
         """How much recent round trips from the headers over connections already open vary
-        (None before any). A new connection's may have been read late, which a window
-        holds that request's own token for (`fanout._window.Arrivals`)."""
+        (nothing before any; None before any round trip from the headers at all). A new
+        connection's may have been read late, which a window holds that request's own
+        token for (`fanout._window.Arrivals`)."""
+        if not self._wire_trips:
+            return 0.0 if self._cold_wire_trips else None
         return _range(self._wire_trips)
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Arrivals", "SlidingLog", "earliest_start", "past_reset"]
 
 _EPS = 1e-9
+_COLD_TRIPS = 32  # recent round trips over new connections kept (`Arrivals.latest_read`)
 
 _BOOKED, _ANSWERED, _PHANTOM, _STARTED, _LEFT, _DELAYED, _RELEASED = 0, 1, 2, 3, 4, 5, 6
 # (start, cost, kind, held until at least): a booking, a booking whose answer
@@ -186,6 +187,9 @@ class Arrivals:
     _first_answer: float = attrs.field(default=math.inf, alias="_first_answer")
     _cold: float = attrs.field(default=math.inf, alias="_cold")  # quickest cold round trip
     _warm: float = attrs.field(default=math.inf, alias="_warm")  # quickest warm round trip
+    _cold_trips: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=_COLD_TRIPS), alias="_cold_trips"
+    )
 
     def arrived_by(
         self, sent: float, answered: float, *, opened: bool | None = None,
@@ -202,6 +206,7 @@ class Arrivals:
             return sent
         began = sent if since is None else min(sent, since)
         self._cold = min(self._cold, answered - began)
+        self._cold_trips.append(answered - began)
         # At most this trip (the quickest cold one is no slower): never after its answer.
         return max(sent, began + max(0.0, self.set_up))
 
@@ -210,6 +215,15 @@ class Arrivals:
         """How much later than it left a cold request may have reached the server: the
         quickest cold round trip, less the quickest warm one once one is known."""
         return self._cold - self._warm if math.isfinite(self._warm) else self._cold
+
+    @property
+    def latest_read(self) -> float:
+        """How much later than its connection began a cold request may reach the server:
+        ``set_up``, and as much again as recent cold round trips vary, up to ``TOGETHER``
+        (a server slow to take in connections is not always as slow; more than that is
+        a request held after its connection opened, not read later)."""
+        trips = self._cold_trips
+        return self.set_up + min(TOGETHER, max(trips) - min(trips)) if trips else math.inf
 
     @property
     def measured_set_up(self) -> float:

@@ -948,7 +948,7 @@ class _HeldAfterLeaving(httpx.AsyncBaseTransport):
         (
             Scope("api", limit=1, per=0.02),
             ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding"),
-            2, [0.0, 0.02, 0.074, 0.11, 0.13, 0.164],
+            2, [0.0, 0.02, 0.074, 0.11, 0.13, 0.15],
         ),
     ],
     ids=["bucket", "window"],
@@ -964,14 +964,15 @@ async def test_a_request_written_late_is_counted_from_when_it_was_written(
     answer could say so, and was refused. The bucket, full until the late request
     arrived, lost that refill, which it hears once the headers are written
     (`ScopeFront.wire_written`); the log holds its token a window from then
-    (`SlidingLog.written`): the next waits for either. (Once the late request's answer
-    is in, its round trip, 34 ms longer than the others', is the log's margin.)
+    (`SlidingLog.written`): the next waits for either.
 
-    Each call here opens a connection of its own but the fifth and sixth, and before
-    any answer over one already open, a server may read a new connection's request as
-    late as the quickest such round trip, 50 ms after the connection began
-    (`ScopeFront._window_read_late`): the log holds the late request's token a window
-    from 0.09 s, and the fourth request's a window from 0.144 s."""
+    The first four calls open connections of their own, and before any answer over one
+    already open, a server may read a new connection's request as late as the quickest
+    such round trip, 50 ms after the connection began (`ScopeFront._window_read_late`):
+    the log holds the late request's token a window from 0.09 s, and the fifth call's
+    request, over the first call's connection, goes first. The late request's round
+    trip, 34 ms longer than the others' over new connections, is no part of the log's
+    margin: a request over a new connection holds its own token for that."""
     run = await _late_turn(
         config, scope, 6, lambda _: 0.0, transport=_HeldAfterLeaving({late: 0.034})
     )
