@@ -736,13 +736,13 @@ def test_a_set_up_every_call_takes_alike_is_owed_not_kept_as_slack(
 async def test_a_told_windows_calls_start_their_set_up_ahead_of_its_tokens(
     autojump_clock: Any, model: str
 ) -> None:
-    """Told 4 per 0.4 s, tools that set up for 0.1 s before they send: once a request has
-    shown how long a call takes to reach its headers, each call starts that much before
-    its token (`ScopeFront.admission_lead`), and every window's requests reach the
-    server as it opens. (The first window's, over new connections, hold their tokens a
-    window from their answers, 0.15 s; a window of four keeps to the four connections
-    it opened.) Started at their tokens, every window waited out the set-up: 0.65,
-    1.15, 1.65 s, each 0.5 s after the one before."""
+    """Told 4 per 0.4 s, tools that set up for 0.1 s before they send: once a call has shown
+    how long its tool takes to hand its request on, each call starts that much before its
+    token (`ScopeFront.admission_lead`), and every window's requests reach the server as
+    it opens. (The first window's, over new connections, hold their tokens a window from
+    their answers, 0.15 s; a window of four keeps to the four connections it opened.)
+    Started at their tokens, every window waited out the set-up: 0.65, 1.15, 1.65 s,
+    each 0.5 s after the one before."""
     config = ServerConfig(rate=10, burst=4, latency=0.05, headers="draft", model=model)
     scope = Scope("api", limit=4, per=0.4)
     run = await _late_turn(config, scope, 16, lambda _: 0.1)
