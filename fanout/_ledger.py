@@ -109,14 +109,16 @@ class Ledger:
         before any)."""
         return max((*self._wire_trips, *self._cold_wire_trips), default=None)
 
-    def wire_trip_spread(self) -> float | None:
+    def wire_trip_spread(self, *, new_up_to: float = 0.0) -> float | None:
         """How much recent round trips from the headers over connections already open vary
-        (nothing before any; None before any round trip from the headers at all). A new
+        (nothing before any; None before any round trip from the headers at all), or
+        those over new connections with them, if more, up to ``new_up_to``. A new
         connection's may have been read late, which a window holds that request's own
         token for (`fanout._window.Arrivals`)."""
-        if not self._wire_trips:
-            return 0.0 if self._cold_wire_trips else None
-        return _range(self._wire_trips)
+        if not self._wire_trips and not self._cold_wire_trips:
+            return None
+        both = [*self._wire_trips, *self._cold_wire_trips]
+        return max(_range(self._wire_trips) or 0.0, min(new_up_to, max(both) - min(both)))
 
     def slots_estimate(self, max_concurrency: int | None, *, guess: bool) -> float:
         """How long the calls waiting and in flight here hold the slots a new call needs.
