@@ -56,6 +56,7 @@ from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
+from ._pools import PoolLoads
 from ._redact import REDACTED, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
 from ._scope import ScopeLike, quota_horizon, scopes_named
@@ -148,8 +149,12 @@ class GuardedBody:
             raise self._fail(exc) from None
 
     async def aclose(self) -> None:
-        self._closed()
-        await self._inner.aclose()
+        # Once its connection is the pool's again: told before, a request sent meanwhile
+        # took that connection for idle, found it busy and opened one (`fanout._pools`).
+        try:
+            await self._inner.aclose()
+        finally:
+            self._closed()
 
 
 @attrs.define
@@ -330,12 +335,12 @@ class HttpCore(Generic[RequestT, ResponseT]):
         self._wall_clock = wall_clock
         self._credentials = credentials
         self._clocks: dict[str, ServerClock] = {}
+        self._loads = PoolLoads[_Pool[RequestT, ResponseT]]()
 
     async def handle(self, request: RequestT) -> ResponseT:
         context = maybe_current_call()
         if context is None:
             return await next(self._unbound).handle_async_request(request)
-        transport = self._pool_for(context.call.position)
         first = context.requests == 0
         booked_by = context.booked_by  # when its token was due (`_Watch`)
         if not first:
@@ -362,7 +367,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # refused. A body never closed gives it back when the attempt ends.
         place = await _Place.take(context.scopes, context.admitted_at, context)
         context.places.append(place.give_back)
-        answered = False
+        give_back, answered = place.give_back, False
         try:
             await place.leave_or_recharge(context)
             # Nor is it the server's: a call's duration is a sample of how fast the
@@ -372,10 +377,15 @@ class HttpCore(Generic[RequestT, ResponseT]):
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             watch = _watch_connections(request, context, first=first, booked_by=booked_by)
+            use = self._loads.take(
+                self._pools_for(context.call.position), _origin(request), context.call.position
+            )
+            context.places.append(use.release)
+            give_back = _together(place.give_back, use.release)  # its connection, too
             held_before = context.held
             sent_at = trio.current_time()
             try:
-                response = await transport.handle_async_request(request)
+                response = await use.pool.handle_async_request(request)
             except self._seam.transport_error as exc:
                 raise self._failed(
                     context, exc, sent=not isinstance(exc, self._seam.not_sent)
@@ -385,7 +395,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             answered = True
         finally:
             if not answered:
-                place.give_back()
+                give_back()
         sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
@@ -414,7 +424,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             response.status_code, info, f"{request.method} {url}", sent_at, refused=refused
         )
         if signal is not None:
-            place.give_back()
+            give_back()
             named = scopes_named(context.scopes, info.scope)
             if isinstance(signal, RateLimitedError):
                 await _tell_throttled(named, signal)
@@ -429,7 +439,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             response.stream,
             self._seam.transport_error,
             lambda exc: self._failed(context, exc, sent=True, body=True),
-            place.give_back,
+            give_back,
         )
         return response
 
@@ -469,16 +479,16 @@ class HttpCore(Generic[RequestT, ResponseT]):
         message = f"{type(exc).__name__} while {where}: {exc}"
         return TransientError(redact_text(message, context.secrets))
 
-    def _pool_for(self, position: int) -> _Pool[RequestT, ResponseT]:
-        """A call keeps to one pool, so its next request finds the connection
-        its last one just released; a set of pools serves `_CALLS_PER_SET` positions."""
+    def _pools_for(self, position: int) -> tuple[_Pool[RequestT, ResponseT], ...]:
+        """The set of pools the call at ``position`` sends through: a set serves
+        `_CALLS_PER_SET` positions (`PoolLoads` picks one of it for each request)."""
         pools = self._transports
         which = position // _CALLS_PER_SET
         if which and self._more is not None:
             if which not in self._sets:
                 self._sets[which] = tuple(self._more() for _ in pools)
             pools = self._sets[which]
-        return pools[position % len(pools)]
+        return pools
 
     async def aclose(self) -> None:
         for transport in (*self._transports, *itertools.chain(*self._sets.values())):
@@ -692,6 +702,22 @@ def _afford_wait(context: CallContext, scope: str | None, wait: float) -> None:
             status=Status.RATE_LIMITED, scope=scope, retry_after=wait,
         )  # fmt: skip
     _token_wait(context, scope, wait)
+
+
+def _origin(request: _Request) -> str:
+    """Where ``request`` goes, as a connection pool tells its connections apart."""
+    url = request.url
+    return f"{url.scheme}://{url.host}:{url.port}"
+
+
+def _together(*steps: Callable[[], None]) -> Callable[[], None]:
+    """One callable that runs ``steps`` in order."""
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
 
 
 def _restore(extensions: dict[str, Any], theirs: Any) -> None:

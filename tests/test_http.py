@@ -830,8 +830,8 @@ class _StubPool:
         self.closed = True
 
 
-async def test_a_large_turn_spreads_over_sets_of_pools_each_call_keeping_its_own() -> None:
-    """Positions past the first set's get pools of their own, made once; a call keeps to one."""
+async def test_a_large_turn_spreads_over_sets_of_pools_made_once() -> None:
+    """Positions past the first set's get a set of pools of their own, made once."""
     from fanout._http_core import _CALLS_PER_SET, HttpCore, Seam
 
     made: list[_StubPool] = []
@@ -845,25 +845,17 @@ async def test_a_large_turn_spreads_over_sets_of_pools_each_call_keeping_its_own
         Seam.of(httpx, fanout._http.GuardedBody), first, wall_clock=wall,
         credentials=fanout._credentials.CredentialNames(), more=more,
     )  # fmt: skip
-    small = [core._pool_for(p) for p in range(_CALLS_PER_SET)]
-    assert small == [first[p % 4] for p in range(_CALLS_PER_SET)]
+    assert all(core._pools_for(p) == tuple(first) for p in range(_CALLS_PER_SET))
     assert made == []
-    large = [core._pool_for(p) for p in range(3 * _CALLS_PER_SET)]
-    assert large == [core._pool_for(p) for p in range(3 * _CALLS_PER_SET)]
+    sets = [core._pools_for(p) for p in range(3 * _CALLS_PER_SET)]
+    assert sets == [core._pools_for(p) for p in range(3 * _CALLS_PER_SET)]
     assert len(made) == 8
     for which in range(3):
-        pools = large[which * _CALLS_PER_SET : (which + 1) * _CALLS_PER_SET]
-        assert len({id(pool) for pool in pools}) == 4
-        assert all(count == _CALLS_PER_SET // 4 for count in _counts(pools))
+        mine = set(sets[which * _CALLS_PER_SET : (which + 1) * _CALLS_PER_SET])
+        assert len(mine) == 1
+        assert len(set(mine.pop())) == 4
     await core.aclose()
     assert all(pool.closed for pool in [*first, *made])
-
-
-def _counts(pools: list[_StubPool]) -> list[int]:
-    counts: dict[int, int] = {}
-    for pool in pools:
-        counts[id(pool)] = counts.get(id(pool), 0) + 1
-    return list(counts.values())
 
 
 def test_the_pools_of_one_transport_read_the_ca_bundle_once(

@@ -1132,9 +1132,9 @@ async def test_a_booking_on_a_guessed_rate_is_not_answered_as_ending_late(
     assert max(answered) <= 2.0
 
 
-@pytest.mark.parametrize("after", [0.04, 0.1])
+@pytest.mark.parametrize(("after", "fewest"), [(0.04, 22), (0.1, 21)])
 async def test_work_after_the_answer_is_no_lateness_on_the_way_in(
-    autojump_clock: Any, scheduling: Callable[[int], None], after: float
+    autojump_clock: Any, scheduling: Callable[[int], None], after: float, fewest: int
 ) -> None:
     """The issue's deadline row, learned (30 calls, 10/s, burst 5, 200 ms, 2 s each), with
     tools that spend 0 to ``after`` s once their answer's headers are in (a body held back
@@ -1142,23 +1142,32 @@ async def test_work_after_the_answer_is_no_lateness_on_the_way_in(
     Their calls' durations vary by that much, and read as how much later one request may
     reach the server than another, they widened every refill bound: 21 and 20 of the 23
     that can finish, where told gets 22. Their round trips, from when each request left
-    to its answer, do not vary: 22 both, none late, no 429 (`ScopeFront._arrival_spread`)."""
-    scheduling(0)
+    to its answer, do not vary (`ScopeFront._arrival_spread`): in each of ten orders of
+    the tasks woken together, none late and no 429; 22 with 0.04 s; with 0.1 s, 22 in
+    seven and 21 in three (traced, the refill one such run's answers proved came to
+    9.5/s, where another order's came to 9.9: which counts a run's answers pair up is
+    chance; run alone, 14 of 40 orders answered 21, and 10 of 40 when each call's
+    requests went through the pool its place in the turn named, `fanout._pools`)."""
     config = ServerConfig(rate=10, burst=5, latency=0.2, headers="draft")
-    async with api(config) as (server, client):
-        reg = Registry()
+    answered: list[int] = []
+    for order in range(10):
+        scheduling(order)
+        async with api(config) as (server, client):
+            reg = Registry()
 
-        @reg.tool(kind=Kind.READS, scopes=["key"], timeout=2.0)
-        async def fetch(n: int) -> str:
-            (await client.get(f"/items/{n}")).raise_for_status()
-            await trio.sleep(random.Random(n).uniform(0.0, after))
-            return f"item {n}"
+            @reg.tool(kind=Kind.READS, scopes=["key"], timeout=2.0)
+            async def fetch(n: int) -> str:
+                (await client.get(f"/items/{n}")).raise_for_status()
+                await trio.sleep(random.Random(n).uniform(0.0, after))
+                return f"item {n}"
 
-        runner = Runner(reg, scopes=[Scope("key")], inline_wait=None, rng=random.Random(0))
-        turn = await runner.run_turn(calls(30))
-    assert server.count(status=429) == 0
-    assert ok(turn) == 22
-    assert max(answered_at(turn).values()) <= 2.0
+            began = trio.current_time()
+            runner = Runner(reg, scopes=[Scope("key")], inline_wait=None, rng=random.Random(0))
+            turn = await runner.run_turn(calls(30))
+        assert server.count(status=429) == 0
+        assert max(answered_at(turn).values()) - began <= 2.0
+        answered.append(ok(turn))
+    assert min(answered) >= fewest
 
 
 @pytest.mark.parametrize("sent_at", [None, math.nan, math.inf, 5.0])

@@ -1133,10 +1133,13 @@ def test_calls_held_past_the_proven_are_left_out_of_a_proven_refill_as_time_move
     the cap stated 8 left, and the refill a proven rate makes up raised the bucket to
     6 as if the calls still waiting had not taken theirs: the ninth request after it
     drew a 429, read as a window's, and the turn took 2.76 times the fastest. They
-    will reach the server, so that refill leaves them out: one 503, no 429."""
+    will reach the server, so that refill leaves them out: one 503, no 429. (Found with
+    the answers' jitter drawn from seed 2; since each request goes through a pool with
+    a connection idle, `fanout._pools`, that draw stays under the cap, and seed 4's
+    crosses it.)"""
     server = Server(
         "bucket", 40.370772599080986, 22, 0.017326445438924646, 0.008663222719462323, 12,
-        "x", "ms", 52, seed=2, cap_told=False,
+        "x", "ms", 52, seed=4, cap_told=False,
     )  # fmt: skip
     throttling, turn, took = run(server, ticking_clock(5e-6))
     assert all(r.status is Status.OK for r in turn.results)
