@@ -2552,9 +2552,9 @@ class ScopeFront:
         """
         send_lag, trips = self._send_lag, None
         if self._window_sees_departures():
-            # Those over new connections too, up to TOGETHER: beyond it, a request read
-            # late holds its own token (`_window_read_late`); within it, the margin a told
-            # log of one per 50 ms needed (one 429 in 28 real-time runs without it).
+            # Those over new connections too, among themselves, up to TOGETHER: how much
+            # later than the others they come is a late read, which holds its own token
+            # (`_window_read_late`).
             trips = self._ledger.wire_trip_spread(new_up_to=TOGETHER)
             quickest = self._ledger.quickest_trip()
             if trips is None:  # no pool told when its headers left

@@ -753,6 +753,32 @@ async def test_a_told_windows_calls_start_their_set_up_ahead_of_its_tokens(
     assert scope.statistics().slack == 0.0
 
 
+async def test_a_told_window_keeps_to_the_connections_it_opened(autojump_clock: Any) -> None:
+    """Told one per 50 ms, answers in 50 ms, and the server reads each new connection's
+    first request 100 ms late; through `fanout.http_client`'s four pools. Once the first
+    answers are in, every request reaches the server exactly a window after the one
+    before: each goes over a connection left open, whichever pool holds it, and the
+    window's margin leaves out how much later than the others the new connections'
+    round trips came (a request over one holds its own token for that).
+
+    Sent through the pool its call's place in the turn named, every few calls a request
+    found that pool's connection busy and opened one, read 100 ms late, and the window
+    paced the calls after it from there; with the new connections' round trips in the
+    margin (up to 5 ms), every request went 55 ms after the one before: the last
+    reached the server at 1.73 s, where 1.55 s is the least (1.60 s now; the first
+    answers cost up to 0.2 s, as trio happens to order the tasks their answers wake)."""
+    config = ServerConfig(
+        rate=20, burst=1, latency=0.05, headers="draft", model="sliding", connect_delay=0.1
+    )
+    scope = Scope("api", limit=1, per=0.05)
+    run = await _late_turn(config, scope, 30, lambda _: 0.0)
+    assert all(r.status is fanout.Status.OK for r in run.turn.results)
+    assert run.server.count(status=429) == 0
+    starts = [start - run.began for start in run.server.starts()]
+    assert [b - a for a, b in itertools.pairwise(starts[4:])] == pytest.approx([0.05] * 25)
+    assert starts[-1] <= 1.75 + 1e-9
+
+
 async def test_a_request_that_set_up_past_its_window_waits_for_the_next_as_it_leaves(
     autojump_clock: Any,
 ) -> None:
@@ -943,7 +969,7 @@ class _HeldAfterLeaving(httpx.AsyncBaseTransport):
         (
             Scope("api", limit=1, per=0.02),
             ServerConfig(rate=50, burst=1, latency=0.05, headers="draft", model="sliding"),
-            2, [0.0, 0.02, 0.074, 0.11, 0.135, 0.16],
+            2, [0.0, 0.02, 0.074, 0.11, 0.13, 0.15],
         ),
     ],
     ids=["bucket", "window"],
@@ -966,9 +992,10 @@ async def test_a_request_written_late_is_counted_from_when_it_was_written(
     such round trip, 50 ms after the connection began (`ScopeFront._window_read_late`):
     the log holds the late request's token a window from 0.09 s, and the fifth call's
     request, over the first call's connection, goes first. The late request's round
-    trip, 34 ms longer than the others' over new connections, is the log's margin only
-    up to 5 ms from then: a request over a new connection holds its own token for the
-    rest."""
+    trip, 34 ms longer than the others' over new connections, is no part of the log's
+    margin (`Ledger.wire_trip_spread`): its request holds its own token for that, and
+    the others' vary by nothing (taken in up to 5 ms, the last two went 5 and 10 ms
+    later)."""
     run = await _late_turn(
         config, scope, 6, lambda _: 0.0, transport=_HeldAfterLeaving({late: 0.034})
     )

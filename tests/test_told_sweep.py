@@ -498,7 +498,7 @@ def test_a_window_whose_server_reads_new_connections_late_draws_no_429(s: Scenar
     first request over a reused connection reached a sliding log of one per 50 ms with
     one sent 50 ms before it over a new connection, read 100 ms late: a 429 and a
     second's wait; and the margin kept for how much round trips vary took in the new
-    connections' 100 ms, and paced the rest one per 150 ms (4.95 s for 30 calls, 1.9 s
+    connections' 100 ms, and paced the rest one per 150 ms (4.95 s for 30 calls, 1.6 s
     now, 1.55 s at the least)."""
     outcome = run(s)
     assert outcome.server.count(status=429) == 0
