@@ -292,6 +292,15 @@ def _shown_length(reset: float | None, since_due: float) -> float:
 
 
 @attrs.frozen
+class _ColdRequest:
+    """A request that opened a connection, until its answer comes."""
+
+    began: float  # when its connection began to open
+    written: float  # when its headers were written
+    due: float  # when its call's token was due (`CallContext.booked_by`)
+
+
+@attrs.frozen
 class _WindowTrial:
     """A learned window on trial (`ScopeFront._judge_window`): its guessed ``length``,
     when a request tries it (``reopens``: the end reported, or the server's wait if
@@ -404,14 +413,10 @@ class ScopeFront:
     # When this process's requests of the scope left, over the last second (`request_leaving`).
     _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
     _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
-    # When the requests that opened connections had their headers written, until their
-    # answers come (`wire_written`, `_cold_behind`).
-    _cold_out: collections.deque[float] = attrs.field(
-        init=False, factory=collections.deque, repr=False
-    )
-    # A told window's requests over new connections not answered yet: when each connection
-    # began to open, and when its token was due (`_hold_cold_unanswered`).
-    _cold_unanswered: list[tuple[float, float]] = attrs.field(init=False, factory=list, repr=False)
+    # The requests that opened connections, until their answers come (`wire_written`): for
+    # what may reach the server after a later one (`_cold_behind`), and a told window's
+    # holds (`_hold_cold_unanswered`).
+    _cold_out: list[_ColdRequest] = attrs.field(init=False, factory=list, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     # The least and most time any call took from admission to the HTTP layer, and the least
     # a call of the latest burst took (`observe_send_lag`).
@@ -905,16 +910,12 @@ class ScopeFront:
         connections long open: 3.1x the fastest.
         """
         now = trio.current_time()
-        if self._window_sees_departures():
-            read_late = 0.0
-            if opened:
-                self._cold_unanswered.append((connecting, booked_by))
-                read_late = max(0.0, connecting + self._window_read_late() - now)
-            self._backend.written(booked_by, late, read_late=read_late)
         if opened:
-            while self._cold_out and self._cold_out[0] < now - _COLD_KEPT:
-                self._cold_out.popleft()  # no answer came (it failed): long arrived, or never
-            self._cold_out.append(now)
+            self._forget_cold(now)
+            self._cold_out.append(_ColdRequest(connecting, now, booked_by))
+        if self._window_sees_departures():
+            read_late = max(0.0, connecting + self._window_read_late() - now) if opened else 0.0
+            self._backend.written(booked_by, late, read_late=read_late)
         if not self._wire_counts() or self._wire is None:
             return
         rate, burst = self._limits
@@ -976,11 +977,23 @@ class ScopeFront:
         reused connection went a window after them, into the window the server counted
         them in: a 429."""
         read_late = self._window_read_late()
-        # Those that no answer came for long since failed: long arrived, or never.
-        self._cold_unanswered = [c for c in self._cold_unanswered if c[0] >= now - _COLD_KEPT]
-        for connecting, booked_by in self._cold_unanswered:
-            if connecting + read_late > now:
-                self._backend.written(booked_by, 0.0, read_late=connecting + read_late - now)
+        self._forget_cold(now)
+        for cold in self._cold_out:
+            if cold.began + read_late > now:
+                self._backend.written(cold.due, 0.0, read_late=cold.began + read_late - now)
+
+    def _forget_cold(self, now: float) -> None:
+        """Forget the requests over new connections no answer came for in `_COLD_KEPT`:
+        they failed, and arrived long ago or never."""
+        if self._cold_out and self._cold_out[0].written < now - _COLD_KEPT:
+            self._cold_out = [c for c in self._cold_out if c.written >= now - _COLD_KEPT]
+
+    def _cold_answered(self, sent: float, connecting: float | None) -> _ColdRequest:
+        """The request over a new connection answered now: of those whose connection
+        began at ``connecting`` (all, where the pool did not say), the one written
+        nearest ``sent``."""
+        mine = [cold for cold in self._cold_out if cold.began == connecting] or self._cold_out
+        return min(mine, key=lambda cold: abs(cold.written - sent))
 
     def _wire_counts(self) -> bool:
         """Whether the told bucket is counted by when requests reach the wire
@@ -1309,7 +1322,8 @@ class ScopeFront:
         """
         set_up = self._arrivals.set_up
         since = sent - horizon
-        return float(sum(1 for t in self._cold_out if t < since and t + set_up > sent))
+        behind = (c for c in self._cold_out if c.written < since and c.written + set_up > sent)
+        return float(sum(1 for _ in behind))
 
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
@@ -1922,11 +1936,8 @@ class ScopeFront:
         now = trio.current_time()
         self._first_answer_at = min(self._first_answer_at, now)
         sent = now if sent_at is None or not sent_at <= now else sent_at
-        if opened and self._cold_out:  # it arrived: the one written nearest its sending
-            self._cold_out.remove(min(self._cold_out, key=lambda t: abs(t - sent)))
-        mine = [cold for cold in self._cold_unanswered if cold[0] == connecting]
-        if mine:
-            self._cold_unanswered.remove(mine[0])
+        if opened and self._cold_out:  # it arrived
+            self._cold_out.remove(self._cold_answered(sent, connecting))
         overloaded_with = left_with if overloaded else None
         if left_with is not None and not refused:
             self._cap.proved(left_with)
