@@ -253,10 +253,11 @@ def _pool_loggers(library: str) -> tuple[str, ...]:
 class TransportBase(Generic[RequestT, ResponseT]):
     """A ``FanoutTransport``: a seam mixes it with its library's base transport.
 
-    Wraps ``transport``, or without one spreads calls over ``pools`` of the
-    library's connection pools (``pool_options`` configure each): a pool
-    gets slower as many concurrent requests share it, and at 200 concurrent
-    calls four pools beat one (``benchmarks/bench_http.py``). The pools do
+    Wraps ``transport``, or without one spreads requests over ``pools`` of the
+    library's connection pools (``pool_options`` configure each; `fanout._pools`
+    picks one with a connection idle): a pool gets slower as many concurrent
+    requests share it, and at 200 concurrent calls four pools beat one
+    (``benchmarks/bench_http.py``). The pools do
     not cap connections unless ``limits=`` says so: a scope's
     ``max_concurrency`` is where calls queue, charged to their budgets, and
     a second queue inside the library would hide those waits (and, at a
