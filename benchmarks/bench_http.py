@@ -7,7 +7,7 @@ unthrottled server in its own process. Arrangements, side by side:
 * fanout's transport over one default pool;
 * fanout's transport over one pool that keeps 200 connections alive;
 * four clients, each fanout's transport over one pool, calls spread over them;
-* ``fanout.http_client()``: one client whose transport takes turns over four
+* ``fanout.http_client()``: one client whose transport spreads requests over four
   pools (the default).
 
 httpx's default pool keeps only 20 idle connections, so 200 concurrent
