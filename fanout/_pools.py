@@ -78,4 +78,5 @@ class PoolLoads(Generic[PoolT]):
         return PoolUse(pool, self, key)
 
     def released(self, key: tuple[int, str]) -> None:
+        """One request out through ``key``'s pool to its origin is back."""
         self._out[key] -= 1

@@ -87,3 +87,17 @@ def test_a_wave_that_finds_nothing_idle_spreads_evenly(pools: int, wave: int, fi
     counts = [sum(1 for pool in chosen if pool is p) for p in made]
     assert max(counts) - min(counts) <= 1
     assert chosen[0] is made[first % pools]
+
+
+def test_a_client_of_many_servers_keeps_a_bounded_record() -> None:
+    """Requests to ten thousand origins, one at a time: what is kept stays bounded, and a
+    request still out when the record is thinned is given back as counted."""
+    made = [_Pool(n) for n in range(4)]
+    loads = PoolLoads[_Pool]()
+    held = loads.take(made, "https://kept.example:None", 0)
+    for n in range(10_000):
+        loads.take(made, f"https://{n}.example:None", n).release()
+    assert len(loads._most) <= 1025
+    held.release()
+    again = loads.take(made, "https://kept.example:None", 1)
+    assert again.pool is held.pool  # its connection is idle: it goes back to it
