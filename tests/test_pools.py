@@ -9,9 +9,13 @@ wave of requests that finds none idle spreads evenly over the pools.
 from __future__ import annotations
 
 import attrs
+import httpx
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fanout
 from fanout._pools import PoolLoads, PoolUse
 
 
@@ -101,3 +105,55 @@ def test_a_client_of_many_servers_keeps_a_bounded_record() -> None:
     held.release()
     again = loads.take(made, "https://kept.example:None", 1)
     assert again.pool is held.pool  # its connection is idle: it goes back to it
+
+
+_FATES = ["read", "left_open", "raises_after_headers", "connect_error", "hangs", "refused"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(fates=st.lists(st.sampled_from(_FATES), min_size=1, max_size=12))
+def test_every_request_gives_its_pool_back_however_its_call_ends(fates: list[str]) -> None:
+    """Calls whose requests are read, left open by their tools, dropped after the headers,
+    refused before they connect, hung until the call's timeout, or refused with a 429:
+    once the turn is answered, no pool counts a request of it as still out (a count
+    left behind would make that pool look busy for good, and its idle connections
+    go unused). A mock transport's answers come with their bodies read already, so
+    here every use is given back when its call's attempt ends, if not before."""
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        fate = _FATES[int(request.url.path.rsplit("/", 1)[1])]
+        if fate == "connect_error":
+            raise httpx.ConnectError("refused", request=request)
+        if fate == "hangs":
+            await trio.sleep_forever()
+        if fate == "refused":
+            return httpx.Response(429, headers={"retry-after": "0"})
+        return httpx.Response(200, text="x" * 100)
+
+    async def main() -> None:
+        transport = fanout.FanoutTransport(httpx.MockTransport(answer))
+        registry = fanout.Registry()
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+
+            @registry.tool(kind=fanout.Kind.READS, timeout=1.0)
+            async def fetch(fate: int) -> str:
+                name = _FATES[fate]
+                if name == "left_open":
+                    request = client.build_request("GET", f"/{fate}")
+                    response = await client.send(request, stream=True)
+                    return str(response.status_code)  # its body never read nor closed
+                response = await client.get(f"/{fate}")
+                if name == "raises_after_headers":
+                    raise ValueError("dropped")
+                return response.text
+
+            runner = fanout.Runner(registry, retry=fanout.RetryPolicy(attempts=2))
+            calls = [
+                fanout.ToolCall(f"c{i}", "fetch", {"fate": _FATES.index(fate)})
+                for i, fate in enumerate(fates)
+            ]
+            turn = await runner.run_turn(calls)
+            assert [r.tool_use_id for r in turn.results] == [c.id for c in calls]
+            assert all(out == 0 for out in transport._core._loads._out.values())
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
