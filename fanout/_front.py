@@ -1322,8 +1322,8 @@ class ScopeFront:
         """
         set_up = self._arrivals.set_up
         since = sent - horizon
-        behind = (c for c in self._cold_out if c.written < since and c.written + set_up > sent)
-        return float(sum(1 for _ in behind))
+        cold = self._cold_out
+        return float(sum(1 for c in cold if c.written < since and c.written + set_up > sent))
 
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what

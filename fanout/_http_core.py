@@ -56,7 +56,7 @@ from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
-from ._pools import PoolLoads
+from ._pools import PoolLoads, PoolUse
 from ._redact import REDACTED, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
 from ._scope import ScopeLike, quota_horizon, scopes_named
@@ -159,11 +159,13 @@ class GuardedBody:
 
 @attrs.define
 class _Place:
-    """A request's place on the wire of each of its scopes (`fanout._slots`), given back
-    once; ``leaving`` says how it left each, keyed by the scope's id."""
+    """A request's place on the wire of each of its scopes (`fanout._slots`), and in the
+    connection pool it goes through (`fanout._pools`), given back once; ``leaving``
+    says how it left each scope, keyed by the scope's id."""
 
     scopes: tuple[ScopeLike, ...] = ()
     leaving: dict[int, Leaving] = attrs.field(factory=dict)
+    pooled: PoolUse[Any] | None = None
 
     @classmethod
     async def take(
@@ -188,6 +190,8 @@ class _Place:
         scopes, self.scopes = self.scopes, ()
         for scope in scopes:
             scope.request_back()
+        if self.pooled is not None:
+            self.pooled.release()
 
     async def leave_or_recharge(self, context: CallContext) -> None:
         """Go on with a token on every scope: where a refusal overruled the one the call
@@ -368,7 +372,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # refused. A body never closed gives it back when the attempt ends.
         place = await _Place.take(context.scopes, context.admitted_at, context)
         context.places.append(place.give_back)
-        give_back, answered = place.give_back, False
+        answered = False
         try:
             await place.leave_or_recharge(context)
             # Nor is it the server's: a call's duration is a sample of how fast the
@@ -378,11 +382,9 @@ class HttpCore(Generic[RequestT, ResponseT]):
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             watch = _watch_connections(request, context, first=first, booked_by=booked_by)
-            use = self._loads.take(
+            place.pooled = use = self._loads.take(
                 self._pools_for(context.call.position), _origin(request), context.call.position
             )
-            context.places.append(use.release)
-            give_back = _together(place.give_back, use.release)  # its connection, too
             held_before = context.held
             sent_at = trio.current_time()
             try:
@@ -396,7 +398,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             answered = True
         finally:
             if not answered:
-                give_back()
+                place.give_back()
         sent_at += context.held - held_before  # it left once its hold was over
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
@@ -425,7 +427,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             response.status_code, info, f"{request.method} {url}", sent_at, refused=refused
         )
         if signal is not None:
-            give_back()
+            place.give_back()
             named = scopes_named(context.scopes, info.scope)
             if isinstance(signal, RateLimitedError):
                 await _tell_throttled(named, signal)
@@ -440,7 +442,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             response.stream,
             self._seam.transport_error,
             lambda exc: self._failed(context, exc, sent=True, body=True),
-            give_back,
+            place.give_back,
         )
         return response
 
@@ -709,16 +711,6 @@ def _origin(request: _Request) -> str:
     """Where ``request`` goes, as a connection pool tells its connections apart."""
     url = request.url
     return f"{url.scheme}://{url.host}:{url.port}"
-
-
-def _together(*steps: Callable[[], None]) -> Callable[[], None]:
-    """One callable that runs ``steps`` in order."""
-
-    def run() -> None:
-        for step in steps:
-            step()
-
-    return run
 
 
 def _restore(extensions: dict[str, Any], theirs: Any) -> None:
