@@ -15,7 +15,10 @@ key's requests are admitted: the k-th admission of every key gets the same
 draw, whatever other keys did, so a benchmark knows the fastest any client
 could finish (``benchmarks/scenarios.py``).
 ``connect_delay`` holds back the first request of every connection (a slow
-TLS handshake): it reaches the server that much later than it was sent.
+TLS handshake): it reaches the server that much later than it was sent;
+``connect_jitter`` up to that much more, drawn for each connection as it is
+accepted (a server that takes in some connections later than others: its
+first, a thread started for it).
 ``rate_status`` is the status the rate refuses with: 429, 503 as nginx's
 ``limit_req`` and ASP.NET Core's limiter answer by default, or 403 as GitHub's
 primary limit does (its rate-limit headers then say ``Remaining: 0``).
@@ -188,6 +191,7 @@ class ServerConfig:
         default="full", validator=attrs.validators.in_(get_args(ResetMeaning))
     )
     connect_delay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    connect_jitter: float = attrs.field(default=0.0, validator=_SECONDS)
     rate_status: int = attrs.field(default=429, validator=attrs.validators.in_(_RATE_STATUSES))
     window_phase: float = attrs.field(
         default=0.0, validator=[attrs.validators.ge(0), attrs.validators.lt(1)]
@@ -354,6 +358,7 @@ class ThrottlingServer:
         self._in_flight = 0
         self._peak: dict[str | None, int] = {}
         self._port: int | None = None
+        self._connect_rng = random.Random(self.config.seed)  # drawn as connections come
 
     @property
     def url(self) -> str:
@@ -401,7 +406,10 @@ class ThrottlingServer:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         """One keep-alive connection; ends on close, error or garbage (400)."""
         conn = h11.Connection(h11.SERVER)
-        await trio.sleep(self.config.connect_delay)  # the first request arrives late
+        late = self.config.connect_delay
+        if self.config.connect_jitter:
+            late += self._connect_rng.uniform(0, self.config.connect_jitter)
+        await trio.sleep(late)  # the first request arrives late
         async with stream:
             try:
                 try:
@@ -657,6 +665,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--model", choices=get_args(Model), default="bucket")
     p.add_argument("--reset", choices=get_args(ResetMeaning), default="full")
     p.add_argument("--connect-delay", type=float, default=0.0)
+    p.add_argument("--connect-jitter", type=float, default=0.0)
     p.add_argument("--rate-status", type=int, choices=_RATE_STATUSES, default=429)
     p.add_argument("--window-phase", type=float, default=0.0)
     args = vars(p.parse_args(argv))

@@ -431,14 +431,15 @@ def test_the_command_line_spells_every_option() -> None:
          "--latency", "0.5", "--retry-after", "http-date", "--headers", "openai",
          "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
          "--model", "fixed", "--reset", "next", "--connect-delay", "0.25",
-         "--window-phase", "0.5", "--date-every", "1", "--reset-late", "1",
-         "--reset-precise", "--state-at-answer"]
+         "--connect-jitter", "0.01", "--window-phase", "0.5", "--date-every", "1",
+         "--reset-late", "1", "--reset-precise", "--state-at-answer"]
     )  # fmt: skip
     assert port == 8080
     assert config == ServerConfig(
         rate=None, burst=3, max_in_flight=2, latency=0.5, retry_after="http-date",
         headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
-        model="fixed", reset="next", connect_delay=0.25, window_phase=0.5, date_every=1.0,
+        model="fixed", reset="next", connect_delay=0.25, connect_jitter=0.01, window_phase=0.5,
+        date_every=1.0,
         reset_late=1.0, reset_precise=True, state_at_answer=True,
     )  # fmt: skip
     assert parse_command_line([]) == (0, ServerConfig())
@@ -617,3 +618,30 @@ async def test_slow_first_connection_arrives_late(autojump_clock: trio.testing.M
         await client.get("/")
         await client.get("/")
     assert server.starts() == [0.125, 0.125]
+
+
+async def test_connections_are_taken_in_unevenly_with_connect_jitter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """connect_jitter holds back each connection's first request by its own draw, up to
+    that much beyond connect_delay, the same draws for the same seed."""
+
+    async def lates(seed: int) -> list[float]:
+        config = ServerConfig(rate=None, connect_delay=0.1, connect_jitter=0.01, seed=seed)
+        late = []
+        async with serve_throttled(config, wall_clock=wall) as server:
+            for _ in range(6):  # a client, and so a connection, each
+                began = trio.current_time()
+                async with httpx.AsyncClient(base_url=server.url) as client:
+                    await client.get("/")
+                    await client.get("/")
+                first, again = (start - began for start in server.starts()[-2:])
+                assert again == first  # the connection's second request is read at once
+                late.append(round(first, 9))
+        return late
+
+    drawn = await lates(seed=1)
+    assert all(0.1 <= late <= 0.11 for late in drawn)
+    assert len(set(drawn)) == len(drawn)
+    assert drawn == await lates(seed=1)
+    assert drawn != await lates(seed=2)
