@@ -874,7 +874,8 @@ class ScopeFront:
             return 0.0
         now = trio.current_time()
         found = self._wire_tokens(now)
-        self._wire = (found - 1.0, now)
+        refills = now if self._wire is None else max(now, self._wire[1])
+        self._wire = (found - 1.0, refills)
         left, owed = self._burst_wire
         _, burst = self._limits
         self._wire_full_again |= left < now and found >= burst - _EPSILON
@@ -925,29 +926,31 @@ class ScopeFront:
         lost = min(1.0, found + late * rate - burst)  # the refill past a full bucket
         if lost > 0.0:
             tokens, at = self._wire
-            self._wire = (tokens - lost, at)
+            self._wire = (tokens, at + lost / rate)
+            left, owed = self._burst_wire  # owed once, not again as the burst's answer shows
+            self._burst_wire = (left, max(owed, lost / rate))
 
     def _new_connection_read_late(self) -> float:
-        """How much later than a warm one the server reads a new connection's first request:
-        as a burst's showed it (`_owe_late_arrival`), or as the quickest round trips over
-        each show it, less the quickest connection's own set-up, which the request waited
-        out before it left, whichever is more.
+        """How much later than a warm one the server reads a new connection's first request,
+        whichever is more: as a burst's showed it (`_owe_late_arrival`), or as the
+        quickest round trips over each show it, less the quickest connection's own
+        set-up, which the request waited out before it left, and ``TOGETHER`` more.
 
         A burst's earliest answer shows it only where no request of the burst went
         over a reused connection (`_owe_late_arrival`): a bucket of one at 40/s, each
         second's requests a mix of the two, whose server read new connections 1 ms
         late, drew a 429 after every second's wait (twelve in 40 calls, 12.7x).
 
-        The quickest of a few cold round trips is luckier in its jitter than the
-        quickest of many warm ones: with answers 0-3 ms late, the difference read 0.4
-        ms of the 1 ms, and seven 429s followed. So the set-up is taken with how much
-        the warm answers vary, up to ``TOGETHER`` (nothing where none was seen)."""
+        The few ms are how unevenly a server may take in new connections, which no
+        round trip shows before it happens (`Arrivals.latest_read`), and before any
+        answer nothing else is known. A bucket of one at 20/s whose server read new
+        connections 0-3 ms late drew a 429 from the second request, a token after
+        the first, in 40 of 40 seeded turns on a mock clock; taken with how much the
+        warm answers varied instead (none), one read 0.8 ms late after the first
+        answers drew one from the request after it."""
         set_up = self._arrivals.measured_set_up
-        if set_up <= 0.0:
-            return self._read_late
         connect = self._network_trip if math.isfinite(self._network_trip) else 0.0
-        measured = max(0.0, set_up - connect) + min(TOGETHER, self._warm_spread())
-        return max(self._read_late, measured)
+        return max(self._read_late, max(0.0, set_up - connect) + TOGETHER)
 
     def _window_read_late(self) -> float:
         """How much later than its connection began to open a told window's server may read
@@ -1003,8 +1006,14 @@ class ScopeFront:
 
     def _wire_tokens(self, when: float) -> float:
         """What the told bucket holds at ``when``, counted by when requests reached the
-        wire: all of its burst before the first."""
-        return self._told_tokens(self._wire, when)
+        wire: all of its burst before the first. Its count refills from its time on,
+        which a request that took a full bucket moves later (`wire_written`): the
+        server's bucket stays full until that request is read, and a request sent
+        meanwhile finds it so."""
+        if self._wire is None:
+            return self._limits[1]
+        tokens, at = self._wire
+        return self._told_tokens((tokens, at), max(when, at))
 
     def _told_tokens(self, state: tuple[float, float] | None, when: float) -> float:
         """What the told bucket holds at ``when`` from ``state`` (its tokens, as of a
@@ -1926,8 +1935,8 @@ class ScopeFront:
         (`_slots`), where an admitted one proves the server took that many.
         ``booked_by``: when its call's token was due, if it is the call's first
         request (a window's log holds that call's token from its arrival).
-        ``left_at``: when its headers left, if the transport said (a told window
-        keeps how much round trips from then vary, `_measured_slack`).
+        ``left_at``: when its headers were written, if the transport said (a told
+        window keeps how much round trips from then vary, `_measured_slack`).
         ``connecting``: when the connection it opened began to open (a server slow
         to take in a new connection reads its first request that much later than
         the connection began, whatever held the request after: `Arrivals`).
@@ -2388,7 +2397,7 @@ class ScopeFront:
         assert rate is not None
         now = trio.current_time()
         tokens = self._wire_tokens(now) - (owes - owed) * rate
-        self._wire = (max(tokens, -burst), now)
+        self._wire = (max(tokens, -burst), max(now, self._wire[1]))
         self._burst_wire = (left, owes)
 
     def _of_burst(self, admitted: float) -> bool:

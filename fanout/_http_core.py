@@ -529,13 +529,18 @@ class _Watch:
     # (`ScopeFront.wire_left`), until its headers are written (`written`).
     _wire: list[tuple[ScopeLike, float]] = attrs.field(factory=list)
     _wire_at: float = -math.inf
+    _written_at: float = -math.inf
     _told: tuple[ScopeLike, ...] = ()
     _delayed: tuple[ScopeLike, ...] = ()
 
     @property
     def left_at(self) -> float | None:
-        """When its headers left (`took_wire`), if the pool said."""
-        return self._wire_at if math.isfinite(self._wire_at) else None
+        """When its headers were written (`written`), if the pool said: the server's time
+        and the way back are from then. (From when they began, a request whose write
+        was held 34 ms, a pause of the process, took a round trip 34 ms slower than the
+        others, and a told window's margin, how much round trips vary, held every window
+        after it that much longer.)"""
+        return self._written_at if math.isfinite(self._written_at) else None
 
     def left_warm(self, scopes: tuple[ScopeLike, ...]) -> None:
         for scope in scopes:
@@ -559,7 +564,8 @@ class _Watch:
     def written(self) -> None:
         """Its headers are written: each scope that counted its token on the wire hears
         how much later than then (`ScopeFront.wire_written`)."""
-        late = trio.current_time() - self._wire_at
+        self._written_at = trio.current_time()
+        late = self._written_at - self._wire_at
         for scope, found in self._wire:
             scope.wire_written(
                 found, late, booked_by=self.booked_by, opened=self.opened is True,

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from benchmarks.bench_stream import _one, _timeline, best_possible, main
+from fanout._learning import TOGETHER
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,8 +49,12 @@ def test_the_best_possible_waits_for_each_block_and_the_apis_bucket() -> None:
 def test_on_virtual_time_each_mode_meets_the_best_possible(
     mode: str, n: int, seconds: float, headers: HeaderStyle
 ) -> None:
-    """The benchmark's own runs, on MockClock: no 429, and the latency is the best possible."""
+    """The benchmark's own runs, on MockClock: no 429, and the latency is the best possible,
+    or up to ``TOGETHER`` more where a call's token came before any answer did: the first
+    request holds that margin for how unevenly a server may take in new connections
+    (`fanout._window.Arrivals.latest_read`), which no answer has shown yet."""
     clock = trio.testing.MockClock(autojump_threshold=0)
     elapsed, refused = trio.run(_one, mode, n, seconds, headers, clock=clock)
     assert refused == 0
-    assert elapsed == best_possible(mode, n, seconds)
+    best = best_possible(mode, n, seconds)
+    assert best - 1e-9 <= elapsed <= best + TOGETHER + 1e-9
