@@ -859,13 +859,24 @@ class ScopeFront:
         warm one, and reached a bucket of one that the other had just
         emptied: a 429. Requests that leave in the order and spacing the gate
         gave them never wait here.
+
+        One that does waits the slack after its token too, up to ``TOGETHER``: the
+        margin the bookings keep for how late the server reads a request, which a
+        request paced here would leave without. Where the wire's count owed more
+        than the bookings (a new connection's request, taken as read up to
+        ``TOGETHER`` late, `_new_connection_read_late`), every later request
+        waited here and left exactly a token after the one before; against a
+        bucket of one at 20/s, in real time, one the server read 0.8 ms late over
+        an open connection was followed inside its token, in 6 of 40 runs.
         """
         if not self._wire_counts():
             return 0.0
         rate, _ = self._limits
         assert rate is not None
         tokens = self._wire_tokens(trio.current_time())
-        return 0.0 if tokens >= 1.0 - _EPSILON else (1.0 - tokens) / rate
+        if tokens >= 1.0 - _EPSILON:
+            return 0.0
+        return (1.0 - tokens) / rate + min(self._margin(), TOGETHER)
 
     def wire_left(self) -> float:
         """A request's headers leave now, its wait for the wire over (`wire_wait`): its
@@ -927,8 +938,6 @@ class ScopeFront:
         if lost > 0.0:
             tokens, at = self._wire
             self._wire = (tokens, at + lost / rate)
-            left, owed = self._burst_wire  # owed once, not again as the burst's answer shows
-            self._burst_wire = (left, max(owed, lost / rate))
 
     def _new_connection_read_late(self) -> float:
         """How much later than a warm one the server reads a new connection's first request,

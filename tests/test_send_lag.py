@@ -419,11 +419,12 @@ async def test_a_tool_that_sends_long_after_its_admission_draws_no_429(
     tokens. Counted at admission, the scope let both go, and the second was refused and
     waited out a whole second (1.6 s). Counted as they leave (`_departure_wait`), the
     second waits for its token, 0.1 s, and ``TOGETHER`` more: the third call's request,
-    over a new connection, took the full bucket and may have been read that late;
-    nothing is refused."""
+    over a new connection, took the full bucket and may have been read that late; and,
+    held by the count of the wire, it leaves the slack after that token, up to
+    ``TOGETHER`` (`ScopeFront.wire_wait`). Nothing is refused."""
     starts, refused = await _four_calls_told_5_per_s({0: 0.3, 1: 0.3})
     assert refused == 0
-    assert starts[:3] == [0.2, 0.3, round(0.4 + TOGETHER, 9)]
+    assert starts[:3] == [0.2, 0.3, round(0.4 + 2 * TOGETHER, 9)]
 
 
 async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
@@ -431,8 +432,8 @@ async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
 ) -> None:
     """The operator sees the wait at the wire as any other wait for tokens: one
     ``token_wait`` of 0.1 s on the scope, for the burst's second request, as it leaves,
-    and one of ``TOGETHER`` as its headers then leave (the wire's count owes that much
-    more, as above)."""
+    and one of twice ``TOGETHER`` as its headers then leave (the wire's count owes that
+    much more, and keeps the slack after it, as above)."""
     config = ServerConfig(rate=5, burst=2, latency=0.05, headers="draft")
     leaves = {0: 0.3, 1: 0.3}
     run = await _late_turn(config, Scope("api", rate=5, burst=2), 4, lambda n: leaves.get(n, 0.0))
@@ -446,7 +447,7 @@ async def test_a_wait_for_a_token_as_the_request_leaves_is_an_event(
     call = at_the_wire[0][0]
     assert at_the_wire == [
         (call, 0.3, pytest.approx(0.1), "api"),
-        (call, 0.4, pytest.approx(TOGETHER), "api"),
+        (call, 0.4, pytest.approx(2 * TOGETHER), "api"),
     ]
     assert at_the_wire[0][0] in ("c0", "c1")  # one of the burst's two
 
@@ -547,8 +548,8 @@ async def test_a_request_overtaken_on_its_way_waits_for_a_token_as_it_reaches_th
     a token apart), both went, and the first, arriving at 0.3, found the bucket the
     second had just emptied: a 429 and a second's wait. Counted as they reach the wire
     (`ScopeFront.wire_wait`), the first waits there for the next token, and ``TOGETHER``
-    (the second, over a new connection, took the full bucket and may be read that late):
-    0.457."""
+    (the second, over a new connection, took the full bucket and may be read that late),
+    and the slack after it, up to ``TOGETHER``: 0.462."""
     config = ServerConfig(rate=5, burst=1, latency=0.05, headers="draft")
     set_ups = [0.0, 0.05]
     run = await _late_turn(
@@ -558,7 +559,7 @@ async def test_a_request_overtaken_on_its_way_waits_for_a_token_as_it_reaches_th
     assert all(r.status is fanout.Status.OK for r in run.turn.results)
     assert run.server.count(status=429) == 0
     starts = [round(start - run.began, 9) for start in run.server.starts()]
-    assert starts == [0.252, round(0.452 + TOGETHER, 9)]
+    assert starts == [0.252, round(0.452 + 2 * TOGETHER, 9)]
 
 
 async def test_a_calls_later_request_is_a_departure_its_told_window_counts(

@@ -398,7 +398,10 @@ def test_a_burst_read_a_few_ms_late_is_owed_on_the_wire(
     was owed nothing, and each of these twelve servers drew a 429 (1.2-2.2x the
     fastest); against the server written apart, which reads new connections 1-3 ms
     late, 20 calls at 10/s drew one in about one run in ten. What a warm answer shows
-    of it is owed now, with as much again as a margin (`ScopeFront._owe_late_arrival`)."""
+    of it is owed now, with as much again as a margin (`ScopeFront._owe_late_arrival`),
+    and before any answer the burst's first request owes ``TOGETHER``, how unevenly a
+    server may read new connections (`ScopeFront._new_connection_read_late`): within 1%
+    of the fastest and that (8 calls at 5/s take 0.65 s)."""
     s = Scenario(
         name="repro", title="", calls=calls, rate=rate, burst=burst, latency=0.05,
         connect_delay=connect_delay,
@@ -406,7 +409,7 @@ def test_a_burst_read_a_few_ms_late_is_owed_on_the_wire(
     outcome = run(s)
     assert outcome.server.count(status=429) == 0
     assert all(r.status is Status.OK for r in outcome.turn.results)
-    assert outcome.makespan <= 1.01 * fastest(s)
+    assert outcome.makespan <= 1.01 * fastest(s) + TOGETHER
 
 
 def test_a_new_connection_read_late_is_owed_by_each_request_that_opens_one() -> None:
