@@ -1019,10 +1019,8 @@ class ScopeFront:
         which a request that took a full bucket moves later (`wire_written`): the
         server's bucket stays full until that request is read, and a request sent
         meanwhile finds it so."""
-        if self._wire is None:
-            return self._limits[1]
-        tokens, at = self._wire
-        return self._told_tokens((tokens, at), max(when, at))
+        refills = -math.inf if self._wire is None else self._wire[1]
+        return self._told_tokens(self._wire, max(when, refills))
 
     def _told_tokens(self, state: tuple[float, float] | None, when: float) -> float:
         """What the told bucket holds at ``when`` from ``state`` (its tokens, as of a
