@@ -885,8 +885,7 @@ class ScopeFront:
             return 0.0
         now = trio.current_time()
         found = self._wire_tokens(now)
-        refills = now if self._wire is None else max(now, self._wire[1])
-        self._wire = (found - 1.0, refills)
+        self._wire = (found - 1.0, self._wire_refills_from(now))
         left, owed = self._burst_wire
         _, burst = self._limits
         self._wire_full_again |= left < now and found >= burst - _EPSILON
@@ -1019,8 +1018,12 @@ class ScopeFront:
         which a request that took a full bucket moves later (`wire_written`): the
         server's bucket stays full until that request is read, and a request sent
         meanwhile finds it so."""
-        refills = -math.inf if self._wire is None else self._wire[1]
-        return self._told_tokens(self._wire, max(when, refills))
+        return self._told_tokens(self._wire, self._wire_refills_from(when))
+
+    def _wire_refills_from(self, when: float) -> float:
+        """When the wire's count refills from, as of ``when``: then, or later where a
+        request that took a full bucket moved its refill on (`wire_written`)."""
+        return when if self._wire is None else max(when, self._wire[1])
 
     def _told_tokens(self, state: tuple[float, float] | None, when: float) -> float:
         """What the told bucket holds at ``when`` from ``state`` (its tokens, as of a
@@ -2404,7 +2407,7 @@ class ScopeFront:
         assert rate is not None
         now = trio.current_time()
         tokens = self._wire_tokens(now) - (owes - owed) * rate
-        self._wire = (max(tokens, -burst), max(now, self._wire[1]))
+        self._wire = (max(tokens, -burst), self._wire_refills_from(now))
         self._burst_wire = (left, owes)
 
     def _of_burst(self, admitted: float) -> bool:
