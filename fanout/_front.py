@@ -28,7 +28,6 @@ makes ``Remaining: 0`` wait for the reset.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import math
 from typing import TYPE_CHECKING, Literal, Protocol, get_args
@@ -41,10 +40,10 @@ from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
 from ._learning import TOGETHER, RateLearner, whole_seconds
 from ._ledger import Ledger
+from ._outgoing import Outgoing
 from ._probe import Probe
 from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
-from ._starts import Starts
 from ._validate import (
     flag,
     one_of,
@@ -74,8 +73,6 @@ __all__ = [
 Trust = Literal["stricter", "config", "headers"]
 WindowKind = Literal["auto", "bucket", "fixed"]
 
-_RECENT = 4096  # bookings remembered, to count what started since a request was sent
-_RECENT_FOR = 60.0  # seconds a booking is remembered
 # Counts kept to tell what the server counted first (`_counted_before`): requests that
 # overtake one on the way in are answered about when it is, among the latest answers.
 _COUNTS_KEPT = 64
@@ -395,24 +392,12 @@ class ScopeFront:
     _learner: RateLearner | None = attrs.field(init=False, default=None, repr=False)
     _probe: Probe = attrs.field(init=False, factory=lambda: Probe(done=True), repr=False)
     _limits: tuple[float | None, float] = attrs.field(init=False, default=(None, 1.0), repr=False)
-    _recent: Starts = attrs.field(init=False, factory=lambda: Starts(_RECENT), repr=False)
-    _started: float = attrs.field(init=False, default=0.0, repr=False)
+    # This process's bookings and requests, and other processes' starts (`Outgoing`).
+    _outgoing: Outgoing = attrs.field(init=False, factory=Outgoing, repr=False)
     # (sent, Remaining, refused) of the latest counts read (`_counted_before`).
     _counts: collections.deque[tuple[float, float, bool]] = attrs.field(
         init=False, factory=lambda: collections.deque(maxlen=_COUNTS_KEPT), repr=False
     )
-    # What other processes sharing a bucket started in the last second (`_count_others`).
-    _others: collections.deque[tuple[float, float]] = attrs.field(
-        init=False, factory=collections.deque, repr=False
-    )
-    # When the calls of the requests waiting for a place on the wire took their tokens.
-    _parked: list[float] = attrs.field(init=False, factory=list, repr=False)
-    # When the calls took their tokens whose first request has not reached the HTTP
-    # layer yet (their tool's own set-up, `attempt_began`).
-    _setting_up: list[float] = attrs.field(init=False, factory=list, repr=False)
-    # When this process's requests of the scope left, over the last second (`request_leaving`).
-    _left: collections.deque[float] = attrs.field(init=False, factory=collections.deque, repr=False)
-    _left_total: int = attrs.field(init=False, default=0, repr=False)  # every one so far
     # The requests that opened connections, until their answers come (`wire_written`): for
     # what may reach the server after a later one (`_cold_behind`), and a told window's
     # holds (`_hold_cold_unanswered`).
@@ -674,7 +659,7 @@ class ScopeFront:
         finally:
             self._probe.step_done()
         if booking is not None:
-            self._remember(booking.start, cost)
+            self._outgoing.booked(booking.start, cost)
             if booking.burst_began is not None:
                 self._burst = (booking.burst_began, math.inf)  # its first answer is to come
                 self._burst_on_time = False
@@ -685,8 +670,7 @@ class ScopeFront:
 
     async def refund(self, booking: Booking) -> None:
         """Hand back a booking whose call gave up before starting."""
-        if self._recent.discard(booking.starts, booking.cost):
-            self._started -= booking.cost
+        self._outgoing.unbooked(booking.starts, booking.cost)
         await self._backend.refund(booking)
 
     async def confirm(self, booking: Booking) -> bool:
@@ -699,8 +683,8 @@ class ScopeFront:
         held = await self._backend.confirm(booking)
         now = trio.current_time()
         start = booking.starts  # as its holder slept for it (``retimed``)
-        if held and now != start and self._recent.discard(start, booking.cost):
-            self._recent.add(now, booking.cost)
+        if held:
+            self._outgoing.moved(start, now, booking.cost)
         if held and booking.took_full:
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
@@ -1086,19 +1070,14 @@ class ScopeFront:
         voided every booking ahead.
         """
         moved = self._backend.retimed(booking)
-        if moved is not booking and self._recent.discard(booking.starts, booking.cost):
-            self._recent.add(moved.starts, booking.cost)
+        if moved is not booking:
+            self._outgoing.moved(booking.starts, moved.starts, booking.cost)
         return moved
 
     async def wait_for(self, cost: float) -> float:
         """Seconds until ``cost`` tokens would be available, consuming nothing."""
         self.check_cost(cost)
         return await self._backend.wait_for(cost)
-
-    def _remember(self, start: float, cost: float) -> None:
-        self._started += cost
-        self._recent.add(start, cost)
-        self._recent.forget_before(trio.current_time() - _RECENT_FOR)
 
     async def _count_others(self) -> None:
         """Count what other processes sharing the bucket started, as if started here.
@@ -1108,75 +1087,7 @@ class ScopeFront:
         slower refill (under 1/s against a 20/s server) and booked the shared
         schedule at that pace for everyone.
         """
-        for start, cost in await self._backend.others_started():
-            self._remember(start, cost)
-            self._others.append((start, cost))
-        horizon = trio.current_time() - 1.0
-        while self._others and self._others[0][0] < horizon:
-            self._others.popleft()
-
-    def _others_since(self, since: float, until: float = math.inf) -> float:
-        """Tokens other processes started after ``since``, up to ``until`` (as far as
-        last counted)."""
-        return sum(cost for start, cost in self._others if since < start <= until)
-
-    def _forget_refused(self, sent: float) -> None:
-        """A refused request took no token of the server's: learning counts only admissions.
-
-        Counted, a wave of 429s would read as requests the server's refill
-        paid for, and "proves" a rate many times the true one.
-        """
-        self._forget_start(sent)
-        # Nor among the requests that left (kept a second; counted only before that):
-        # the latest departure by ``sent``, which the HTTP layer reads off the clock
-        # after the departure was counted. Only on a mock clock do the two agree;
-        # in real time the refused requests stayed counted, and 503s from a cap no
-        # one told "proved" 52/s against 50/s, and drew a 429 (the 200-call row).
-        departed = self._latest_departure(sent)
-        if departed is not None:
-            del self._left[departed]
-            self._left_total -= 1
-        elif self._left_total and sent <= trio.current_time() - 1.0:
-            self._left_total -= 1
-
-    def _forget_start(self, by: float) -> None:
-        """Take the latest booking to start by ``by`` out of what learning counts as
-        started: no start the server saw."""
-        entry = self._recent.take_latest(by)
-        if entry is not None:
-            self._started -= entry[1]
-
-    def _latest_departure(self, by: float) -> int | None:
-        """The index in ``_left`` of the latest departure at or before ``by``, if any
-        is kept (they are kept in order)."""
-        for index in range(len(self._left) - 1, -1, -1):
-            if self._left[index] <= by:
-                return index
-        return None
-
-    def _started_by(self, when: float) -> float:
-        """The running total of tokens booked to start at or before ``when``."""
-        return self._started - self._recent.cost_after(when)
-
-    def _sent_by(self, when: float) -> float:
-        """Of `_started_by`, those whose requests left: not still waiting for a place
-        on the wire or for their tool to send (`_parked_by`)."""
-        return self._started_by(when) - self._parked_by(when)
-
-    def _started_between(self, since: float, now: float) -> float:
-        """Tokens of bookings that started after the request sent at ``since``, up to ``now``.
-
-        The request itself is not among them: the server's count already
-        took it. Bookings still in the future are not counted either: a sync
-        voids them, and they book again against the server's count. Where
-        the HTTP layer tells when requests left, as many as left after it, if
-        more: calls booked together with it whose requests left a few ms
-        later (a busy process) were counted by the server after it, and
-        read as booked before it, a count at 0.81 s took three of them for
-        tokens still in the bucket (a 429 against 10/s, burst 5).
-        """
-        after = math.nextafter(since, math.inf)  # ``since`` itself is the request's own
-        return max(self._recent.cost_within(after, now), self._left_within(after, now))
+        self._outgoing.others_started(await self._backend.others_started())
 
     def _counted_before(self, sent: float, remaining: float, rate: float, late: float) -> int:
         """How many requests sent after the one sent at ``sent`` the server surely counted
@@ -1218,8 +1129,8 @@ class ScopeFront:
         so after the first 429, a log of 23 per 3 s drew six.
         """
         since = sent - before
-        left = self._left_within(since, sent)
-        others = max(self._sent_within(since, sent), left) - 1.0
+        left = self._outgoing.left_within(since, sent)
+        others = max(self._outgoing.sent_within(since, sent), left) - 1.0
         rate, learner = self._limits[0], self._learner
         # Nor where counts are kept by when they were taken, not sent (`_counted_at`).
         unmatched = learner is None or learner.refusals or self._counts_on_answer
@@ -1251,7 +1162,8 @@ class ScopeFront:
         if self._learner is None or self._counts_on_answer:  # matched to when they left
             return math.inf
         since = sent - before
-        others = max(self._sent_within(since, sent), self._left_within(since, sent)) - 1.0
+        outgoing = self._outgoing
+        others = max(outgoing.sent_within(since, sent), outgoing.left_within(since, sent)) - 1.0
         answered = [counted for _, counted in self._admitted_counts(since, sent)]
         if others <= 0 or len(answered) - 1.0 < others:  # its own is read already
             return math.inf
@@ -1288,7 +1200,7 @@ class ScopeFront:
                 or remaining >= counted + rate * late
             )
         )
-        return max(0.0, self._started_between(sent, until) - shown)
+        return max(0.0, self._outgoing.started_between(sent, until) - shown)
 
     def _proven(self) -> float | None:
         """The rate the server's refill was shown to reach, when learning from its
@@ -1315,17 +1227,6 @@ class ScopeFront:
             return None
         return min(rate, learner.measured)
 
-    def _out_before(self, sent: float) -> list[float]:
-        """When the requests still on the wire that left before ``sent`` were booked to
-        start: the latest bookings before it, as many as are out, less those that
-        left after it (a request's answer comes about in the order sent)."""
-        now = trio.current_time()
-        after = self._recent.count_within(math.nextafter(sent, math.inf), now)
-        out = self._cap.on_the_wire - after
-        if out <= 0:
-            return []
-        return self._recent.latest_before(sent, out)
-
     def _cold_behind(self, sent: float, horizon: float) -> float:
         """Requests that opened connections and left more than ``horizon`` s before the
         one sent at ``sent``, yet late enough to have reached the server after it: a
@@ -1350,26 +1251,17 @@ class ScopeFront:
         what took its tokens before that and has not left yet, and what left over a
         new connection before that and may have been read late (`_cold_behind`)."""
         since = sent - max(late, TOGETHER)
-        within = self._sent_within(since, sent + TOGETHER)
+        within = self._outgoing.sent_within(since, sent + TOGETHER)
         # Or, where the HTTP layer tells, as many as left together with it, if more
-        # (calls booked before it whose requests left with it: `_started_between`).
-        left = self._left_within(sent - TOGETHER, sent + TOGETHER)
+        # (calls booked before it whose requests left with it: `Outgoing.started_between`).
+        left = self._outgoing.left_within(sent - TOGETHER, sent + TOGETHER)
         # Calls held at the wire (under a learned cap, or past the most proven there,
         # `fanout._slots`) will reach the server on tokens they took before: left
         # out, a 503's count of 8 raised the bucket to 6 while 2 such waited, and
         # the ninth request after it drew a 429.
-        held = self._parked_by(math.nextafter(since, -math.inf))
+        held = self._outgoing.parked_by(math.nextafter(since, -math.inf))
         cold = self._cold_behind(sent, sent - since)
         return max(0.0, within - 1.0, left - 1.0) + held + cold  # itself aside
-
-    def _sent_within(self, since: float, sent: float) -> float:
-        """Tokens of bookings that started from ``since`` to ``sent``, both included."""
-        return self._recent.cost_within(since, sent)
-
-    def _left_within(self, since: float, until: float) -> float:
-        """Requests that left from ``since`` to ``until``, both included, as far as the
-        HTTP layer tells (`request_leaving`; kept a second, and only while learning)."""
-        return float(sum(1 for t in self._left if since <= t <= until))
 
     # -- what the server told us -----------------------------------------
 
@@ -1380,10 +1272,9 @@ class ScopeFront:
         it leaves (`_departure_wait`; ``on_wait`` hears of the wait first, and raises to
         send nothing, the token given back), and while a cap 503s showed is full
         (`_slots`), then count it on the wire; how many others were.
-        ``admitted_at``: when its call took its token (`_parked`)."""
-        first = self._set_up(admitted_at)  # its call's first request (`attempt_began`)
-        self._parked.append(admitted_at)
-        try:
+        ``admitted_at``: when its call took its token (`Outgoing.parked`)."""
+        first = self._outgoing.set_up(admitted_at)  # its call's first request (`attempt_began`)
+        with self._outgoing.parked(admitted_at):
             wait = self._departure_wait(admitted_at)
             if wait > 0:
                 try:
@@ -1394,22 +1285,18 @@ class ScopeFront:
                     self._departure_back()
                     raise
             leaving = await self._cap.sending()
-        finally:
-            self._parked.remove(admitted_at)
         if leaving.overruled:  # it does not leave on this place (`request_back`)
             # It books again, and its first booking is no start the server saw: left
             # counted beside the second, the refill measured across the 429 that
             # overruled it counted one admission too many (6.19/s proven against 6/s,
             # a cap of 4 nobody told, on a clock that ticks).
-            self._forget_start(admitted_at)
+            self._outgoing.forget_start(admitted_at)
             return leaving
         now = trio.current_time()
         if (leaving.under_cap or first) and now > admitted_at + TOGETHER:
-            self._left_late(admitted_at, now)
+            self._outgoing.sent_late(admitted_at, now)
         if self._learner is not None:  # only learning reads when requests left
-            self._left.append(now)
-            self._left_total += 1
-            self._sent_lately()  # drops what is over a second old
+            self._outgoing.left(now)
         return leaving
 
     def _departure_wait(self, admitted_at: float) -> float:
@@ -1459,66 +1346,19 @@ class ScopeFront:
         (`_departure_wait`): all of its burst before the first."""
         return self._told_tokens(self._departed, when)
 
-    def _left_late(self, admitted_at: float, now: float) -> None:
-        """A call admitted at ``admitted_at`` sends its request only ``now``, after a
-        wait for a place under a learned cap, or its tool's own set-up: what counts
-        what started since a response's request was sent counts it from now (as
-        ``confirm`` does a booking confirmed late). Counted from its admission, 17
-        calls admitted at once and sent six at a time measured a refill of 20/s
-        against 2/s; and a sibling's count, read as including a request that left
-        70 ms after its admission, raised a told bucket over the server's."""
-        entry = self._recent.take_latest(admitted_at)
-        if entry is not None:
-            self._recent.add(now, entry[1])
-
-    def _left_by(self, when: float) -> float | None:
-        """The running total of requests that left by ``when``, where the HTTP layer
-        tells; None where it told of none, or ``when`` is older than the second kept."""
-        self._sent_lately()
-        if not self._left_total or when <= trio.current_time() - 1.0:
-            return None
-        return float(self._left_total - sum(1 for t in self._left if t > when))
-
     def attempt_began(self, admitted_at: float) -> None:
         """A call admitted at ``admitted_at`` runs its tool: until its first request
         reaches the HTTP layer (`request_leaving`), its token is taken and the server
-        has not counted it. A count read meanwhile leaves it out (`_parked_by`): read
+        has not counted it. A count read meanwhile leaves it out (`Outgoing.parked_by`): read
         as the server's own, a sibling's ``Remaining`` raised a told 5/s bucket a token
         over it while a tool's set-up held its request back 70 ms, and drew a 429.
         Kept sorted: thousands of calls may be setting up at once."""
-        bisect.insort(self._setting_up, admitted_at)
+        self._outgoing.setting_up(admitted_at)
 
     def attempt_ended(self, admitted_at: float) -> None:
         """The attempt `attempt_began` told of is over without sending a request through
         the HTTP layer: it is counted no longer."""
-        self._set_up(admitted_at)
-
-    def _set_up(self, admitted_at: float) -> bool:
-        """One call admitted at ``admitted_at`` is done setting up, if one was: True then.
-
-        Calls admitted at one instant are alike here; a later request of one,
-        while another is still setting up, is taken for the other's first
-        (which then counts as sent at once): no worse than before they were told.
-        """
-        i = bisect.bisect_left(self._setting_up, admitted_at)
-        if i < len(self._setting_up) and self._setting_up[i] == admitted_at:
-            del self._setting_up[i]
-            return True
-        return False
-
-    def _parked_by(self, when: float) -> float:
-        """Requests whose calls took tokens by ``when`` and that have not left: waiting for
-        a place on the wire, or not yet sent by their tool (`attempt_began`)."""
-        parked = sum(1 for admitted in self._parked if admitted <= when)
-        return float(parked + bisect.bisect_right(self._setting_up, when))
-
-    def _sent_lately(self) -> int:
-        """Requests of this process that left in the last second, as far as the HTTP
-        layer tells of them (`request_leaving`)."""
-        horizon = trio.current_time() - 1.0
-        while self._left and self._left[0] <= horizon:
-            self._left.popleft()
-        return len(self._left)
+        self._outgoing.set_up(admitted_at)
 
     def request_back(self, *, sent: bool = True) -> None:
         """A request's answer is in, or it failed: it is off the wire. Not ``sent``: it
@@ -1612,7 +1452,7 @@ class ScopeFront:
         self._first_answer_at = min(self._first_answer_at, now)  # a tool's 429 has no headers
         if self._learner is not None:
             await self._count_others()
-            self._forget_refused(sent)
+            self._outgoing.refused(sent)
             if self._window_trial is not None and wait is not None:
                 shown = self._length_shown(sent, now, wait)
                 self._window_shown = max(self._window_shown, shown)
@@ -1625,16 +1465,16 @@ class ScopeFront:
             # are more: calls admitted long before, held at the wire by a cap
             # (`_slots`), counted as nothing sent, and a 429 cut a stated 6.5/s
             # to the least rate, 0.1/s (a call answered 78 s on, two gave up).
-            ours = max(self.retry_budget.recent_requests(1.0), self._sent_lately())
-            sending = ours + self._others_since(now - 1.0)
-            # Calls admitted by then that still wait for a place (`_parked_by`) had not
+            ours = max(self.retry_budget.recent_requests(1.0), self._outgoing.sent_lately())
+            sending = ours + self._outgoing.others_since(now - 1.0)
+            # Calls admitted by then that still wait for a place (`Outgoing.parked_by`) had not
             # reached the server: counted, the first 429 after a probe's 503 showed a cap
             # of one read 24 admitted, and guessed 24/s against 2/s.
             spent, learning = self._learner.spent, not self._learner.spent_refusals
             self._learner.on_throttled(
                 float(sending), now=now, wait=blocked_for, sent_at=sent,
-                started=self._sent_by(sent),
-                pending=self._out_before(sent),
+                started=self._outgoing.sent_by(sent),
+                pending=self._outgoing.out_before(sent, self._cap.on_the_wire),
                 blind=sent <= self._first_answer_at,
             )  # fmt: skip
             if learning and self._learner.spent > spent:  # one of the three it may spend
@@ -1720,11 +1560,11 @@ class ScopeFront:
         never to lengthen a window the scope counts in.
         """
         assert self._learner is not None
-        if not wait > 0 or whole_seconds(wait) or self._others:
+        if not wait > 0 or whole_seconds(wait) or self._outgoing.others_seen():
             return 0.0
         reopens, limit = now + wait, self._learner.burst
         counted = 0.0
-        for start, cost in reversed(self._recent.within(-math.inf, sent + TOGETHER)):
+        for start, cost in reversed(self._outgoing.started_within(-math.inf, sent + TOGETHER)):
             counted += cost
             if counted >= limit:
                 return reopens - start
@@ -1772,7 +1612,7 @@ class ScopeFront:
         requests it refused.
         """
         window, burst = self._window_guess()
-        started = self._recent.cost_within(math.nextafter(now - window, math.inf), now)
+        started = self._outgoing.sent_within(math.nextafter(now - window, math.inf), now)
         return started <= 1.5 * burst
 
     async def _count_in_learned_window(self, length: float, now: float, wait: float) -> None:
@@ -1794,7 +1634,7 @@ class ScopeFront:
     def _started_in_last(self, length: float, now: float) -> list[tuple[float, float]]:
         """What started in the ``length`` seconds up to ``now``: what a new log must hold,
         as the server still counts it."""
-        return self._recent.within(math.nextafter(now - length, math.inf), now)
+        return self._outgoing.started_within(math.nextafter(now - length, math.inf), now)
 
     def _count_in_reopened(self) -> None:
         """Count in the window learning came to trust on an answer
@@ -1878,8 +1718,8 @@ class ScopeFront:
         # bucket shows only its refill. (When the guessed length reaches back
         # over a first burst, the sum alone passed any bucket for a log.)
         burst = self._learner.burst
-        within = self._started_by(sent) - self._started_by(sent - length)
-        since = self._started_by(sent) - self._started_by(reopened - TOGETHER)
+        within = self._outgoing.started_by(sent) - self._outgoing.started_by(sent - length)
+        since = self._outgoing.started_by(sent) - self._outgoing.started_by(reopened - TOGETHER)
         sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
         if sliding and within > burst:
             # One over its limit only if the oldest of them may have left the log, at
@@ -1887,13 +1727,13 @@ class ScopeFront:
             # took the trial 0.25 s after our 20 (a log of 20 per second refuses it),
             # passed for a log, and had its whole burst refused at each reopening (36
             # 429s, calls given up).
-            sliding = self._oldest_counted(sent, within) <= sent - length * _EDGE
+            sliding = self._outgoing.oldest_counted(sent, within) <= sent - length * _EDGE
         if sliding or remaining + since >= burst:
             since_due = sent - reopened
             if info.reset_exact:  # read when answered; the window held it since it arrived
                 since_due = max(since_due, now - arrived_by)
             length = max(length, self._window_shown, _shown_length(reset, since_due))
-            oldest = self._oldest_counted(sent, burst - remaining)
+            oldest = self._outgoing.oldest_counted(sent, burst - remaining)
             shorter = _late_length(trial, sent, info, now, oldest)
             if shorter < length:
                 length, self._window_unstepped = shorter, length
@@ -1901,19 +1741,11 @@ class ScopeFront:
             self._count_in_windows(length if stated is None else min(length, stated))
             # The new log holds what went after the trial, one at a time, while it
             # was answered; this answer's sync adds what the server had counted then.
-            later = self._started_between(sent, trio.current_time())
+            later = self._outgoing.started_between(sent, trio.current_time())
             self._apply_learned(tokens=self._learner.burst - later if later else None)
         else:
             self._window_votes = 0
             self._apply_learned()
-
-    def _oldest_counted(self, sent: float, counted: float) -> float:
-        """When the earliest of the ``counted`` requests a window held at the request sent at
-        ``sent`` (itself among them) was sent, all taken for ours, which reaches back the
-        furthest; -inf where fewer are kept."""
-        count = round(counted)
-        starts = self._recent.latest_before(math.nextafter(sent, math.inf), count)
-        return starts[0] if count >= 1 and len(starts) == count else -math.inf
 
     async def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset)."""
@@ -1986,7 +1818,7 @@ class ScopeFront:
         if (cap_read or bare) and not rate_refused:
             self._refusals_taken.append(sent)
             if self._learner is not None:
-                self._forget_refused(sent)  # no admission either, as a 429's is not
+                self._outgoing.refused(sent)  # no admission either, as a 429's is not
                 forgotten = True
         if self._learner is not None:
             await self._count_others()
@@ -2028,7 +1860,7 @@ class ScopeFront:
             now = trio.current_time()
             late = self._arrival_spread()
             first = self._counted_before(counted_at, remaining, rate, late)
-            surely = max(0.0, self._started_between(counted_at, now) - first)
+            surely = max(0.0, self._outgoing.started_between(counted_at, now) - first)
             # Those that left within how much later one request may arrive than
             # another may have been counted first; their own answers will tell.
             soon = self._may_have_overtaken(counted_at, now, remaining, rate, late)
@@ -2058,7 +1890,7 @@ class ScopeFront:
                 # tokens by then and still wait for a place under a learned cap will
                 # reach the server too: left out, a count adopted while they waited
                 # was spent twice (a fourth 429 against 8/s with a cap of 3).
-                unsure=unsure + self._parked_by(counted_at),
+                unsure=unsure + self._outgoing.parked_by(counted_at),
                 elapsed=now - counted_at,
                 # The request may have reached the server as late as the slowest
                 # call here was slower than the fastest; a count taken as the server
@@ -2156,7 +1988,7 @@ class ScopeFront:
 
     def _adopt_stated(self, info: RateLimitInfo, sent: float, *, refused: bool = False) -> None:
         if self._learner is not None:
-            first = self._limits[0] is None
+            first, outgoing = self._limits[0] is None, self._outgoing
             # Sent with it: up to ``TOGETHER`` before it, or as much as a request may
             # be slower on its way in than another (the spread of latencies): those
             # may have reached the server after it. Left in a count of what came
@@ -2166,17 +1998,18 @@ class ScopeFront:
             together = max(TOGETHER, late)
             # Calls admitted by then and still waiting for a place had not left,
             # by then or ``together`` before it.
-            started = self._sent_by(sent)
-            before = self._sent_by(sent - together)
+            started = outgoing.sent_by(sent)
+            before = outgoing.sent_by(sent - together)
             # Booked with it, or (where the HTTP layer tells) left with it. Calls
             # booked together whose requests left 7 ms later were counted one by
             # one, each as the only one, and three such answers measured 9.8/s at 1 s
             # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
-            left = self._left_within(sent - together, sent)
+            left = outgoing.left_within(sent - together, sent)
             alongside = max(0.0, started - before - 1.0, left - 1.0)
-            others_with = self._others_since(sent - together, until=sent)
+            others_with = outgoing.others_since(sent - together, until=sent)
             now = trio.current_time()
-            after = self._started_between(sent, now) - self._parked_by(now) + self._parked_by(sent)
+            after = outgoing.started_between(sent, now) - outgoing.parked_by(now)
+            after += outgoing.parked_by(sent)
             # A refused request took no token: its count is the server's after those
             # before it. Counted as admitted, a 429's Remaining: 0 measured a refill of
             # 10.6/s against 10/s (burst 2), the bound the next decrease lands on.
@@ -2186,7 +2019,7 @@ class ScopeFront:
             # with three of the others' between "proved" 91.5/s against 20/s (their new
             # connections reached the server in another order), and every process
             # sharing it drew a 429, twelve in all (real time, four processes).
-            departed = self._left_by(sent)
+            departed = outgoing.left_by(sent)
             departed = None if departed is None else departed - own
             measured = self._learner.measured
             changed = self._learner.from_headers(
@@ -2194,8 +2027,8 @@ class ScopeFront:
                 at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
                 now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
                 others_with=min(alongside, others_with),
-                after_with=self._started_between(sent, min(now, sent + together)),
-                tied=max(0.0, started - self._sent_by(sent - TOGETHER) - 1.0), refused=refused,
+                after_with=outgoing.started_between(sent, min(now, sent + together)),
+                tied=max(0.0, started - outgoing.sent_by(sent - TOGETHER) - 1.0), refused=refused,
             )  # fmt: skip
             # What this process proved, told to the others sharing the limit; and theirs.
             if (self._learner.measured or 0.0) > (measured or 0.0):
@@ -2206,7 +2039,7 @@ class ScopeFront:
                 # bucket may spend now, less the other probes it may not have counted.
                 tokens = None
                 if first and info.remaining is not None:
-                    tokens = info.remaining - (self._started - 1.0)
+                    tokens = info.remaining - (outgoing.started - 1.0)
                 self._apply_learned(tokens=tokens)
             return
         if self.trust == "config" or info.limit is None or info.limit < 1:
@@ -2293,9 +2126,9 @@ class ScopeFront:
         if self._learner is not None:
             now = trio.current_time()
             # The wave is what left: calls admitted behind a cap the probe's 503 showed
-            # wait for a place (`_parked_by`). Counted, 26 of them made the slow start
+            # wait for a place (`Outgoing.parked_by`). Counted, 26 of them made the slow start
             # 2,700/s against a bucket of one at 2/s refusing with 503: five refusals.
-            wave = self._started - self._parked_by(now)
+            wave = self._outgoing.started - self._outgoing.parked_by(now)
             self._learner.on_success(began=now - seconds, latency=self._ledger.latency, wave=wave)
             self._apply_learned()
             self._count_in_reopened()

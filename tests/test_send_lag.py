@@ -401,7 +401,7 @@ async def test_a_count_leaves_out_a_request_its_tool_has_not_sent_yet(
     server has not counted the second yet. Read as the server's own, it raised the
     bucket a token over the server's, a third call went at once and was refused, and
     waited out a second (1.07 s). The second is taken off (``attempt_began``), and,
-    leaving after the first was sent, counted as started since (``_left_late``): the
+    leaving after the first was sent, counted as started since (``Outgoing.sent_late``): the
     third goes at its token, 0.2 s, and what the burst's first request owes (it reached
     the server 0.02 s late) and the slack: the set-ups varied by 0.05 s. The fourth goes
     a token later, and the slack grew to 0.07 s as the third sent at once."""
