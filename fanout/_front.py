@@ -44,6 +44,7 @@ from ._outgoing import Outgoing
 from ._probe import Probe
 from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
+from ._told_counts import DepartureGate, WireCount
 from ._validate import (
     flag,
     one_of,
@@ -81,7 +82,6 @@ _LEVEL_MARGIN = 4.0  # ... where this many times the rate in use would not expla
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _COLD_KEPT = 30.0  # seconds a request over a new connection is awaited (`_cold_behind`)
-_EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
 _INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 _WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
 _STEP_TOLERANCE = 0.05  # seconds: a window's length read off reported ends, rounded down to whole
@@ -440,23 +440,10 @@ class ScopeFront:
     _burst: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     # A request of the latest burst was seen reaching the server as it left (`_observe_arrival`).
     _burst_on_time: bool = attrs.field(init=False, default=False, repr=False)
-    # When the latest burst's first request took its token on the wire, and how much of
-    # its late arrival the wire's count owes already (`_owe_late_arrival`).
-    _burst_wire: tuple[float, float] = attrs.field(init=False, default=(math.inf, 0.0), repr=False)
-    # A request after the latest burst's first found the wire's count full (`wire_left`).
-    _wire_full_again: bool = attrs.field(init=False, default=False, repr=False)
-    # How much later than they left on the wire bursts over new connections were read, at
-    # most: what a request that opens a connection owes there (`wire_written`).
-    _read_late: float = attrs.field(init=False, default=0.0, repr=False)
-    # The server's bucket as this process's requests leave (`_departure_wait`): its
-    # tokens, as of a time (later than now while a request waits for one).
-    _departed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
-    # (admitted at, when) of the request that took the departure gate's last token while
-    # it was full: leaving later than that, it owes the refill lost (`headers_left`).
-    _took_full_gate: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
-    # The server's bucket as requests' headers reach the wire (`wire_wait`): its tokens,
-    # as of a time.
-    _wire: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
+    # A told bucket counted as requests reach the HTTP layer (`_departure_wait`), and as
+    # their headers reach the wire (`wire_wait`): `fanout._told_counts`.
+    _gate: DepartureGate = attrs.field(init=False, factory=DepartureGate, repr=False)
+    _wire: WireCount = attrs.field(init=False, factory=WireCount, repr=False)
     _window_votes: int = attrs.field(init=False, default=0, repr=False)
     _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
@@ -663,8 +650,7 @@ class ScopeFront:
             if booking.burst_began is not None:
                 self._burst = (booking.burst_began, math.inf)  # its first answer is to come
                 self._burst_on_time = False
-                self._burst_wire = (math.inf, 0.0)
-                self._wire_full_again = False
+                self._wire.new_burst()
                 self._quickest_send = math.inf
         return booking
 
@@ -718,7 +704,8 @@ class ScopeFront:
         owe tokens the server never had).
         """
         rate, _ = self._limits
-        self._gate_owed(admitted_at)
+        if rate is not None:  # a told bucket's departure gate owes what it lost too
+            self._gate.left_late(admitted_at, trio.current_time(), rate)
         self._quickest_way_out = min(self._quickest_way_out, trio.current_time() - admitted_at)
         found = None
         self._leaving_pause = 0.0
@@ -782,29 +769,6 @@ class ScopeFront:
             return 0.0
         return max(0.0, quickest)
 
-    def _gate_owed(self, admitted_at: float) -> None:
-        """The request of a call admitted at ``admitted_at`` leaves now; if it took the
-        departure gate's token from a full bucket (`_departure_wait`), the server's
-        bucket stayed full until it arrived, and the gate owes the refill meanwhile.
-
-        The gate counts a request as leaving as it reaches the HTTP layer; one
-        that opens a connection leaves once it is open. In real time, against
-        20/s with a burst of 10, tools that set up for 0.1 s sent the burst's
-        ten requests at once, their connections opened for 6 ms, and the
-        server refilled from then: the eleventh, on a connection quick to
-        open, came a token after the burst reached the gate, 0.9 of a token
-        after the server took it in, and was refused.
-        """
-        rate, _ = self._limits
-        took = self._took_full_gate
-        if took is None or took[0] != admitted_at or self._departed is None or rate is None:
-            return
-        self._took_full_gate = None
-        late = trio.current_time() - took[1]
-        if late > 0.0:
-            tokens, at = self._departed
-            self._departed = (tokens - min(late * rate, 1.0), at)
-
     def request_delayed(self, booked_by: float, *, first: bool = True) -> None:
         """A request whose token was due by ``booked_by`` (its call's admission, or later
         for a call let start ahead of it, for its ``first``) is on its way but not out
@@ -855,27 +819,20 @@ class ScopeFront:
         """
         if not self._wire_counts():
             return 0.0
-        rate, _ = self._limits
+        rate, burst = self._limits
         assert rate is not None
-        tokens = self._wire_tokens(trio.current_time())
-        if tokens >= 1.0 - _EPSILON:
-            return 0.0
-        return (1.0 - tokens) / rate + min(self._margin(), TOGETHER)
+        wait = self._wire.short_by(trio.current_time(), rate, burst)
+        return wait + min(self._margin(), TOGETHER) if wait > 0.0 else 0.0
 
     def wire_left(self) -> float:
         """A request's headers leave now, its wait for the wire over (`wire_wait`): its
         token is taken; the tokens it found, for `wire_written`."""
         if not self._wire_counts():
             return 0.0
-        now = trio.current_time()
-        found = self._wire_tokens(now)
-        self._wire = (found - 1.0, self._wire_refills_from(now))
-        left, owed = self._burst_wire
-        _, burst = self._limits
-        self._wire_full_again |= left < now and found >= burst - _EPSILON
-        if self._burst is not None and self._burst[0] <= now < left:
-            self._burst_wire = (now, owed)
-        return found
+        rate, burst = self._limits
+        assert rate is not None
+        began = None if self._burst is None else self._burst[0]
+        return self._wire.take(trio.current_time(), rate, burst, began)
 
     def wire_written(
         self, found: float, late: float, *, booked_by: float, opened: bool = False,
@@ -896,7 +853,7 @@ class ScopeFront:
 
         ``opened``: it opened a connection. Once a warm answer has shown how much
         later than it left on the wire a burst over new connections was read
-        (`_owe_late_arrival`; a handshake the client waits out is no part of it),
+        (`WireCount.owe_late_arrival`; a handshake the client waits out is no part of it),
         such a request is taken as read that much later still, and owes what a
         full bucket loses meanwhile; the slack keeps none of it
         (`_measured_slack`), since requests over connections already open are read
@@ -911,25 +868,22 @@ class ScopeFront:
         if self._window_sees_departures():
             read_late = max(0.0, connecting + self._window_read_late() - now) if opened else 0.0
             self._backend.written(booked_by, late, read_late=read_late)
-        if not self._wire_counts() or self._wire is None:
+        if not self._wire_counts():
             return
         rate, burst = self._limits
         assert rate is not None
         if opened:
             late += self._new_connection_read_late()
-        lost = min(1.0, found + late * rate - burst)  # the refill past a full bucket
-        if lost > 0.0:
-            tokens, at = self._wire
-            self._wire = (tokens, at + lost / rate)
+        self._wire.written(found, late, rate, burst)
 
     def _new_connection_read_late(self) -> float:
         """How much later than a warm one the server reads a new connection's first request,
-        whichever is more: as a burst's showed it (`_owe_late_arrival`), or as the
+        whichever is more: as a burst's showed it (`WireCount.owe_late_arrival`), or as the
         quickest round trips over each show it, less the quickest connection's own
         set-up, which the request waited out before it left, and ``TOGETHER`` more.
 
         A burst's earliest answer shows it only where no request of the burst went
-        over a reused connection (`_owe_late_arrival`): a bucket of one at 40/s, each
+        over a reused connection (`WireCount.owe_late_arrival`): a bucket of one at 40/s, each
         second's requests a mix of the two, whose server read new connections 1 ms
         late, drew a 429 after every second's wait (twelve in 40 calls, 12.7x).
 
@@ -942,7 +896,7 @@ class ScopeFront:
         answers drew one from the request after it."""
         set_up = self._arrivals.measured_set_up
         connect = self._network_trip if math.isfinite(self._network_trip) else 0.0
-        return max(self._read_late, max(0.0, set_up - connect) + TOGETHER)
+        return max(self._wire.read_late, max(0.0, set_up - connect) + TOGETHER)
 
     def _window_read_late(self) -> float:
         """How much later than its connection began to open a told window's server may read
@@ -995,29 +949,6 @@ class ScopeFront:
         (`wire_wait`): as the departure gate, a told local token bucket."""
         rate, _ = self._limits
         return rate is not None and self._window_length is None and self._counts_departures()
-
-    def _wire_tokens(self, when: float) -> float:
-        """What the told bucket holds at ``when``, counted by when requests reached the
-        wire: all of its burst before the first. Its count refills from its time on,
-        which a request that took a full bucket moves later (`wire_written`): the
-        server's bucket stays full until that request is read, and a request sent
-        meanwhile finds it so."""
-        return self._told_tokens(self._wire, self._wire_refills_from(when))
-
-    def _wire_refills_from(self, when: float) -> float:
-        """When the wire's count refills from, as of ``when``: then, or later where a
-        request that took a full bucket moved its refill on (`wire_written`)."""
-        return when if self._wire is None else max(when, self._wire[1])
-
-    def _told_tokens(self, state: tuple[float, float] | None, when: float) -> float:
-        """What the told bucket holds at ``when`` from ``state`` (its tokens, as of a
-        time): all of its burst before any."""
-        rate, burst = self._limits
-        assert rate is not None
-        if state is None:
-            return burst
-        tokens, at = state
-        return min(burst, tokens + (when - at) * rate)
 
     def window_wait(self, booked_by: float) -> float:
         """How long a request whose token was due by ``booked_by`` (`request_delayed`),
@@ -1282,7 +1213,7 @@ class ScopeFront:
                         on_wait(wait)  # which may refuse it (raise)
                     await trio.sleep(wait)
                 except BaseException:
-                    self._departure_back()
+                    self._gate.give_back()
                     raise
             leaving = await self._cap.sending()
         if leaving.overruled:  # it does not leave on this place (`request_back`)
@@ -1324,27 +1255,7 @@ class ScopeFront:
         if rate is None or self._learner is not None or self._window_length is not None:
             return 0.0
         now = trio.current_time()
-        tokens = self._departure_tokens(now)
-        wait = 0.0
-        if tokens < 1.0 - _EPSILON:
-            wait = (1.0 - tokens) / rate + self._way_out_spread()
-        self._departed = (tokens + wait * rate - 1.0, now + wait)
-        if tokens >= burst - _EPSILON:
-            self._took_full_gate = (admitted_at, now + wait)
-        return wait
-
-    def _departure_back(self) -> None:
-        """The request `_departure_wait` gave a token did not leave (refused as it waited,
-        or cancelled): the token is the next request's. Kept, every call after a
-        refusal of a bucket of one waited a token more than the server asked."""
-        if self._departed is not None:
-            tokens, at = self._departed
-            self._departed = (tokens + 1.0, at)
-
-    def _departure_tokens(self, when: float) -> float:
-        """What the told bucket holds at ``when``, counted as this process's requests leave
-        (`_departure_wait`): all of its burst before the first."""
-        return self._told_tokens(self._departed, when)
+        return self._gate.take(admitted_at, now, rate, burst, self._way_out_spread())
 
     def attempt_began(self, admitted_at: float) -> None:
         """A call admitted at ``admitted_at`` runs its tool: until its first request
@@ -2184,64 +2095,10 @@ class ScopeFront:
         if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
             self._arrival_lag = lag
             self._backend.set_slack(self._measured_slack())
-        if self.slack is None and math.isfinite(lag):
-            self._owe_late_arrival(first - fastest)
-
-    def _owe_late_arrival(self, arrived_by: float) -> None:
-        """The latest burst's first request reached the server by ``arrived_by`` at the
-        latest (its earliest answer, less the quickest warm call): the wire's count
-        (`wire_wait`) owes the refill a full server's bucket lost from when that
-        request took its token on the wire until then. As a quicker warm call comes,
-        more is owed.
-
-        The slack starts the bookings after it that much later (`_observe_arrival`),
-        but requests already booked leave on the wire's count, which took the burst
-        as arriving when it left. A server slow to read each new connection's first
-        request (100 ms, a burst of 5 at 10/s) took the burst in a token late; the
-        requests held for the worst case (`warm_hold`) left after one booked behind
-        them that a warm answer had let go at once, 49 ms after it: a 429, in real
-        time, one run in three (none in 16 now).
-
-        The latest, not the earliest the answers allow (less how much warm calls
-        vary, as the slack takes it): a burst's earliest answer is the quickest of
-        many, and the warm calls' spread can be the way back's alone. Against a
-        server written apart from fanout, whose answers Nagle's algorithm held 40 ms
-        now and then, the earliest reading owed 62 ms of a 100 ms late burst, and 200
-        calls at 50/s (B=20, C=16) drew one or two 429s in each of six runs (7 of
-        10 owing nothing; 1 of 25 owing the latest). Against a server whose answers
-        jitter and that read the burst on time, the latest costs up to the jitter
-        once.
-        """
-        if not self._wire_counts() or self._wire is None:
-            return
-        left, owed = self._burst_wire
-        late = arrived_by - left
-        # The requests after it reach the server in an order of their own within
-        # ``TOGETHER``: kept as a margin, once. (Counted to the ms, the paced requests
-        # after such a burst found 1.0008-1.004 tokens, and one a ms early, 0.998.)
-        # A burst read within it of leaving owes that, and as much again (or how much
-        # the warm answers vary, if more) as the margin: a threaded server reads a new
-        # connection's first request a ms or three late, and owing nothing, 20 calls
-        # at 10/s drew a 429 in one real-time run in ten (none in 30 since). Not once
-        # a request found the wire full again since: it left after the server had
-        # filled up too (held for the worst case, `warm_hold`), both count from it, and
-        # owing the read again, a bucket of one read 5 ms late kept each token 5 ms
-        # more. However little, each request that opens a connection owes it too.
-        self._read_late = max(self._read_late, late)
-        if late > TOGETHER + _INSTANT:
-            owes = late + TOGETHER
-        elif self._wire_full_again:
-            owes = 0.0
-        else:
-            owes = max(0.0, late) + min(TOGETHER, max(late, self._warm_spread()))
-        if owes <= owed:
-            return
-        rate, burst = self._limits
-        assert rate is not None
-        now = trio.current_time()
-        tokens = self._wire_tokens(now) - (owes - owed) * rate
-        self._wire = (max(tokens, -burst), self._wire_refills_from(now))
-        self._burst_wire = (left, owes)
+        if self.slack is None and math.isfinite(lag) and self._wire_counts():
+            rate, burst = self._limits
+            assert rate is not None
+            self._wire.owe_late_arrival(first - fastest, now, rate, burst, self._warm_spread())
 
     def _of_burst(self, admitted: float) -> bool:
         """Whether a call admitted at ``admitted`` (after the latest burst began) went
@@ -2315,22 +2172,8 @@ class ScopeFront:
             first = len(held) == 1  # no other hold is still running
             self._backend.owe(overflow + (self._margin() * rate if first else 0.0))
         self._holds = held
-        self._departure_held(hold)
+        self._gate.held(hold, now, rate, burst)
         return hold
-
-    def _departure_held(self, hold: float) -> None:
-        """The request `_departure_wait` counted as leaving now leaves ``hold`` later: its
-        token is taken then. A bucket that is full meanwhile gains nothing while it
-        waits, so the next request's token comes a token after this one's real
-        departure. (Counted as leaving before its hold, a request held 50 ms behind a
-        tool's 0.1 s set-up was followed by one 50 ms after it, against 10/s: a 429.)"""
-        if hold <= 0.0 or self._departed is None:
-            return
-        _, burst = self._limits
-        _, at = self._departed
-        leaves = max(at, trio.current_time() + hold)  # held together, they leave together
-        then = self._departure_tokens(leaves)  # with this one's token spent
-        self._departed = (min(burst, then + 1.0) - 1.0, leaves)  # spent as it leaves
 
     def warm_request_left(self) -> None:
         """A request over a reused connection left now, its hold over (`warm_hold`)."""

@@ -102,7 +102,7 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     earliest answer came beyond what the server's own time varies by, and every start
     after the first warm answers is on its token, but for what the wire's count owes
     once: the burst's earliest answer less the quickest warm call, taken as a late read
-    (`ScopeFront._owe_late_arrival`), and 5 ms, and the 5 ms the burst's first request
+    (`WireCount.owe_late_arrival`), and 5 ms, and the 5 ms the burst's first request
     owed before any answer (`ScopeFront._new_connection_read_late`); 36 ms here, 1.4% of
     the turn (11 ms of it from the first warm answers on)."""
     config = ServerConfig(rate=20, burst=10, latency=0.05, jitter=0.1, headers="draft")
@@ -125,7 +125,7 @@ async def test_jitter_in_the_answers_does_not_delay_what_the_server_admits_on_ar
     # owes: no warm call is quicker than the server's least latency. The first warm
     # answers, slow ones, show a read under a ms late, and answers varying by more
     # than 5 ms: that much is owed at once (the server reads a burst a few ms apart,
-    # `ScopeFront._owe_late_arrival`), the rest as quicker warm calls come.
+    # `WireCount.owe_late_arrival`), the rest as quicker warm calls come.
     assert max(late[:16]) <= earliest + 1e-9
     assert max(late[16:]) <= earliest - 0.05 + 0.005 + TOGETHER + 1e-9
     assert all(0.01 - 1e-9 <= x <= 0.011 for x in late[16:27])
@@ -313,7 +313,7 @@ async def test_a_slow_first_connection_draws_no_429_and_loses_no_token(
     the worst case meanwhile (0.15 s, all of it a late arrival); the first of their
     answers shows the 0.1 s the arrival was late, and the requests booked before it
     owe that refill on the wire, and 5 ms more as a margin for the way in
-    (`ScopeFront._owe_late_arrival`). The slack keeps none of it: a request over a
+    (`WireCount.owe_late_arrival`). The slack keeps none of it: a request over a
     reused connection is read as it leaves, and one that opens a connection owes
     the 0.1 s on the wire itself (`wire_written`). The first request the wire's count
     holds leaves the slack after its token, up to 5 ms (`ScopeFront.wire_wait`): 5 ms

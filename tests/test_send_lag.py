@@ -1185,7 +1185,7 @@ async def test_answers_that_vary_in_time_are_no_late_arrival(
     again sooner, and the last requests leave a token apart: 1.50-1.54 s. (With the
     first, cold answers taken for lateness until then, 1.55-1.79 s.) One of them may
     leave a few ms later, where a quicker warm call shows the first burst may have
-    been read that much later, and the wire's count owes it (`_owe_late_arrival`)."""
+    been read that much later, and the wire's count owes it (`WireCount.owe_late_arrival`)."""
     config = ServerConfig(rate=20, burst=1, latency=0.05, jitter=0.04, seed=seed)
     scope = Scope("api", rate=20, burst=1)
     run = await _late_turn(config, scope, 30, lambda _: 0.0)

@@ -398,7 +398,7 @@ def test_a_burst_read_a_few_ms_late_is_owed_on_the_wire(
     was owed nothing, and each of these twelve servers drew a 429 (1.2-2.2x the
     fastest); against the server written apart, which reads new connections 1-3 ms
     late, 20 calls at 10/s drew one in about one run in ten. What a warm answer shows
-    of it is owed now, with as much again as a margin (`ScopeFront._owe_late_arrival`),
+    of it is owed now, with as much again as a margin (`WireCount.owe_late_arrival`),
     and before any answer the burst's first request owes ``TOGETHER``, how unevenly a
     server may read new connections (`ScopeFront._new_connection_read_late`): within 1%
     of the fastest and that (8 calls at 5/s take 0.65 s)."""
