@@ -44,6 +44,7 @@ from ._outgoing import Outgoing
 from ._probe import Probe
 from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
+from ._stated_counts import StatedCounts
 from ._told_counts import DepartureGate, WireCount
 from ._validate import (
     flag,
@@ -68,17 +69,11 @@ __all__ = [
     "SlotHolder",
     "Trust",
     "WindowKind",
-    "counted_after_at_most",
 ]
 
 Trust = Literal["stricter", "config", "headers"]
 WindowKind = Literal["auto", "bucket", "fixed"]
 
-# Counts kept to tell what the server counted first (`_counted_before`): requests that
-# overtake one on the way in are answered about when it is, among the latest answers.
-_COUNTS_KEPT = 64
-_LEVEL_WAVE = 3  # answers stating one count that show a server counting as it answers
-_LEVEL_MARGIN = 4.0  # ... where this many times the rate in use would not explain them
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _COLD_KEPT = 30.0  # seconds a request over a new connection is awaited (`_cold_behind`)
@@ -235,37 +230,6 @@ def check_name(name: object) -> None:
         raise ConfigurationError(f"a scope needs a non-empty string name, not {name!r}")
 
 
-def _counted_first(
-    counted: float, later: float, remaining: float, rate: float, late: float
-) -> bool:
-    """Whether a request that left ``later`` s after another, and whose answer said
-    ``counted`` left, was surely counted before the other, whose answer said
-    ``remaining``: higher by more than the refill between them could make a floored
-    count (at ``rate``, over ``later`` and how much later one may arrive: ``late``)."""
-    return counted >= remaining + rate * (later + late)
-
-
-def counted_after_at_most(
-    shown: Sequence[float], others: float, remaining: float, refill: float
-) -> float:
-    """How many of ``others`` requests sent before one whose count said ``remaining``
-    can have been counted after it, where ``shown`` are the counts of those of them
-    answered already, and ``refill`` the most the server refills between two counts.
-
-    The ``j``-th counted after it found what that count left, less ``j``,
-    plus the refill: fewer than ``remaining + 1 - j + refill`` (counts are
-    floored). So no more of those answered than ``remaining + refill + 1 -
-    min(shown)`` can be among them; all of those not answered can
-    (`ScopeFront._counted_after_at_most`, and a property over generated
-    buckets in ``tests/test_learning.py``).
-    """
-    unanswered = max(0.0, others - len(shown))
-    bound = remaining + 1.0 + refill - min(shown, default=math.inf)
-    if not math.isfinite(bound):  # nothing shown, or a rate or count no server meant
-        return max(0.0, others)
-    return unanswered + min(float(len(shown)), max(0.0, math.ceil(bound) - 1.0))
-
-
 def _shown_length(reset: float | None, since_due: float) -> float:
     """The least a window can be long, from the ``Reset`` a request read ``since_due`` s
     after the window it is in had surely begun, when it found it just reopened (0: no reset).
@@ -394,9 +358,11 @@ class ScopeFront:
     _limits: tuple[float | None, float] = attrs.field(init=False, default=(None, 1.0), repr=False)
     # This process's bookings and requests, and other processes' starts (`Outgoing`).
     _outgoing: Outgoing = attrs.field(init=False, factory=Outgoing, repr=False)
-    # (sent, Remaining, refused) of the latest counts read (`_counted_before`).
-    _counts: collections.deque[tuple[float, float, bool]] = attrs.field(
-        init=False, factory=lambda: collections.deque(maxlen=_COUNTS_KEPT), repr=False
+    # The latest counts answers stated, read against what this process sent.
+    _stated: StatedCounts = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda self: StatedCounts(self._outgoing), True),
+        repr=False,
     )
     # The requests that opened connections, until their answers come (`wire_written`): for
     # what may reach the server after a later one (`_cold_behind`), and a told window's
@@ -1019,119 +985,6 @@ class ScopeFront:
         schedule at that pace for everyone.
         """
         self._outgoing.others_started(await self._backend.others_started())
-
-    def _counted_before(self, sent: float, remaining: float, rate: float, late: float) -> int:
-        """How many requests sent after the one sent at ``sent`` the server surely counted
-        before it, as their answers, read already, show.
-
-        A request counted after it left the server's count lower, or higher by
-        less than the refill between the two (at ``rate``, over how far apart
-        they left and how much later one may arrive than the other: ``late``),
-        since a whole count is floored. One whose count is higher by that much
-        was counted first, though it left after. Taken for uncounted, a request
-        that left 0.4 ms after one it overtook on the way cost a learned 5/s
-        bucket a token: the sixth call went at 0.46 s for 0.26 s. At a rate set
-        too low the refill is understated, and so is the server.
-        """
-        return sum(
-            1
-            for other, counted, _ in self._counts
-            if other > sent and _counted_first(counted, other - sent, remaining, rate, late)
-        )
-
-    def _counted_after_at_most(
-        self, sent: float, before: float, remaining: float, late: float
-    ) -> float:
-        """How many of the requests sent up to ``before`` s ahead of the one sent at
-        ``sent`` the server may have counted after it, as their answers, read already,
-        allow (`counted_after_at_most`, refilled at the rate over how much later one
-        may arrive than another: ``late``).
-
-        Taken for all after it, seven sent over 11 ms that each said 1 was
-        left (slowapi reads its count as it answers) were counted twice, and
-        the scope held its tenth call for a second against a window of ten
-        (1.25-1.29 times the minimum in real time, 1.12-1.13 since). Answers
-        are matched to requests by when they left, which only a learning
-        scope keeps (`request_leaving`); one that left within ``TOGETHER`` of
-        the span's start may have been booked before it, and is not counted
-        as shown. And only until the server first refuses or says none is
-        left: a window frees places between two counts as no refill does (a
-        sliding log lets go at once of a burst sent a window before), and read
-        so after the first 429, a log of 23 per 3 s drew six.
-        """
-        since = sent - before
-        left = self._outgoing.left_within(since, sent)
-        others = max(self._outgoing.sent_within(since, sent), left) - 1.0
-        rate, learner = self._limits[0], self._learner
-        # Nor where counts are kept by when they were taken, not sent (`_counted_at`).
-        unmatched = learner is None or learner.refusals or self._counts_on_answer
-        if rate is None or unmatched or self._emptied:
-            return max(0.0, others)
-        shown = [
-            counted
-            for other, counted, refused in self._counts
-            if not refused and since + TOGETHER <= other < sent
-        ]
-        if not 0 < len(shown) <= left - 1.0:  # not matched to requests known to have left
-            return max(0.0, others)
-        return counted_after_at_most(shown, others, remaining, rate * (late + TOGETHER))
-
-    def _tied_shortfall(self, sent: float, before: float, remaining: float) -> float:
-        """How far below ``remaining`` the server's count can be, of the requests sent up
-        to ``before`` s ahead of the one sent at ``sent``, once every one of them the
-        server admitted is answered (one it refused took no token); inf until then.
-
-        Whichever of them the server counted last found all of them counted (on
-        arrival, or as it answered: either way the count was taken after each
-        had arrived), and said no less than the least of their counts. So the
-        server holds that least count, less what started since, whatever the
-        order they reached it in. Read one by one, two probes that both said 3
-        (a server that counts as it answers: each count took both) were each
-        taken for one the other may have come after, and the bucket kept a token
-        too few for good (8 calls at 5/s, 1.24 times the minimum).
-        """
-        if self._learner is None or self._counts_on_answer:  # matched to when they left
-            return math.inf
-        since = sent - before
-        outgoing = self._outgoing
-        others = max(outgoing.sent_within(since, sent), outgoing.left_within(since, sent)) - 1.0
-        answered = [counted for _, counted in self._admitted_counts(since, sent)]
-        if others <= 0 or len(answered) - 1.0 < others:  # its own is read already
-            return math.inf
-        return max(0.0, remaining - min(answered))
-
-    def _admitted_counts(self, since: float, until: float) -> list[tuple[float, float]]:
-        """The counts read of admitted requests (when each was counted, and what it
-        said), counted from ``since`` to ``until``, both included."""
-        return [
-            (other, counted)
-            for other, counted, refused in self._counts
-            if not refused and since <= other <= until
-        ]
-
-    def _may_have_overtaken(
-        self, sent: float, now: float, remaining: float, rate: float, late: float
-    ) -> float:
-        """Tokens of requests that left after the one sent at ``sent``, so soon after it
-        (within how much later one request may reach the server than another) that the
-        server may have counted them first, and whose answers, read already, do not say.
-
-        An answer says it was counted first (`_counted_first`); and counted
-        after, by a count lower by at least the refill over ``late``: one counted
-        first left the server a token more than its own refilled to this one's
-        counting, which came at most ``late`` later, and counts are floored.
-        """
-        until = min(now, sent + max(TOGETHER, late))
-        shown = sum(
-            1
-            for other, counted, _ in self._counts
-            if sent < other <= until
-            and (
-                _counted_first(counted, other - sent, remaining, rate, late)
-                or remaining >= counted + rate * late
-            )
-        )
-        return max(0.0, self._outgoing.started_between(sent, until) - shown)
 
     def _proven(self) -> float | None:
         """The rate the server's refill was shown to reach, when learning from its
@@ -1770,12 +1623,12 @@ class ScopeFront:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()
             late = self._arrival_spread()
-            first = self._counted_before(counted_at, remaining, rate, late)
+            first = self._stated.counted_before(counted_at, remaining, rate, late)
             surely = max(0.0, self._outgoing.started_between(counted_at, now) - first)
             # Those that left within how much later one request may arrive than
             # another may have been counted first; their own answers will tell.
-            soon = self._may_have_overtaken(counted_at, now, remaining, rate, late)
-            self._counts.append((counted_at, remaining, refused))
+            soon = self._stated.may_have_overtaken(counted_at, now, remaining, rate, late)
+            self._stated.add(counted_at, remaining, refused=refused)
             # Anything that started within the slowest latency seen before this
             # request was sent may have reached the server after it; before any
             # latency is known, what left with it (a probe two wide: each answer's
@@ -1818,6 +1671,45 @@ class ScopeFront:
         else:
             await trio.lowlevel.checkpoint()
 
+    def _counted_after_at_most(
+        self, sent: float, before: float, remaining: float, late: float
+    ) -> float:
+        """How many of the requests sent up to ``before`` s ahead of the one sent at
+        ``sent`` the server may have counted after it, as the answers read already allow
+        (`StatedCounts.counted_after_at_most`), where they can be matched to requests.
+
+        They are matched by when requests left, which only a learning scope keeps
+        (`request_leaving`), and not where counts are kept by when they were taken
+        (`_counted_at`). And only until the server first refuses or says none is
+        left: a window frees places between two counts as no refill does (a sliding
+        log lets go at once of a burst sent a window before), and read so after the
+        first 429, a log of 23 per 3 s drew six.
+        """
+        rate, learner = self._limits[0], self._learner
+        unmatched = learner is None or learner.refusals or self._counts_on_answer
+        matched_at = None if unmatched or self._emptied else rate
+        return self._stated.counted_after_at_most(sent, before, remaining, late, matched_at)
+
+    def _tied_shortfall(self, sent: float, before: float, remaining: float) -> float:
+        """How far below ``remaining`` the server's count can be, once every request sent
+        up to ``before`` s ahead of the one sent at ``sent`` is answered
+        (`StatedCounts.tied_shortfall`); inf where answers are not matched to when
+        their requests left (`_counted_after_at_most`)."""
+        if self._learner is None or self._counts_on_answer:
+            return math.inf
+        return self._stated.tied_shortfall(sent, before, remaining)
+
+    def _shows_counts_on_answer(self, sent: float, remaining: float) -> bool:
+        """Whether the answers read show a server that counts as it answers: a wave of
+        level counts no refill at the rate in use explains (`StatedCounts.level_wave`),
+        among those sent within the slowest latency, arriving as far apart as call
+        durations vary."""
+        rate, burst = self._limits
+        if rate is None:
+            return False
+        within, late = self._ledger.slowest(), self._ledger.spread()
+        return self._stated.level_wave(sent, remaining, rate, burst, within=within, late=late)
+
     def _counted_at(
         self, sent: float, now: float, remaining: float | None, *, refused: bool
     ) -> float:
@@ -1859,31 +1751,6 @@ class ScopeFront:
         written = now if quickest is None else sent + quickest
         margin = max(TOGETHER, spread or 0.0)
         return max(sent, min(now, written) - self._network_trip - margin)
-
-    def _shows_counts_on_answer(self, sent: float, remaining: float) -> bool:
-        """Whether the answers read show a server that counts as it answers: at least
-        ``_LEVEL_WAVE`` requests sent so close together that not even
-        `_LEVEL_MARGIN` times the rate in use could have refilled between their
-        arrivals what they took, stating one count below a full bucket.
-
-        Counted as each arrived, ``k`` requests in a row each take a token, so
-        their floored counts can all be level only where the bucket refilled
-        more than ``k - 2`` tokens between the first and the last arrival. A
-        bucket full on arrival states ``B - 1`` to each at a fast enough
-        refill, and is left out.
-        """
-        rate, burst = self._limits
-        if rate is None or remaining >= burst - 1.0:
-            return False
-        late = self._ledger.spread()
-        since = sent - max(self._ledger.slowest(), TOGETHER)
-        level = [
-            other for other, counted in self._admitted_counts(since, sent) if counted == remaining
-        ]
-        if len(level) + 1 < _LEVEL_WAVE:
-            return False
-        span = sent - min(level) + late + TOGETHER
-        return len(level) - 1.0 > _LEVEL_MARGIN * rate * span
 
     def observe_connect(self, seconds: float) -> None:
         """A connection of this scope's took ``seconds`` to open: a round trip on the

@@ -22,9 +22,9 @@ import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._admission import take_tokens
 from fanout._budget import Budget, Verdict
-from fanout._front import counted_after_at_most
 from fanout._learning import TOGETHER, RateLearner
 from fanout._slots import TRIAL_SPACING
+from fanout._stated_counts import counted_after_at_most
 from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
@@ -398,7 +398,7 @@ async def test_answers_taken_as_the_server_answered_lift_a_bucket_synced_under_i
     spread of latencies before may be missing from them, not all that left within the
     slowest latency (`ScopeFront.observe_headers`). Read so, they lift the bucket back:
     the sixth goes by 0.3 s, the eighth by 0.675 (0.62 at best, and up to 5 ms the wire
-    owes once for how the answers vary, `ScopeFront._owe_late_arrival`), where the three
+    owes once for how the answers vary, `WireCount.owe_late_arrival`), where the three
     calls left went at 0.64-0.84 s."""
     config = ServerConfig(rate=5, burst=5, latency=0.05, headers="draft", state_at_answer=True)
     async with api(config) as (server, client):
