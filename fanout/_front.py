@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import attrs
 import trio
 
+from ._backend import Backend, SlotHolder
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
@@ -57,16 +58,14 @@ from ._validate import (
 from ._window import Arrivals, past_reset
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from ._budget import Budget
     from ._values import RateLimitInfo
 
 __all__ = [
-    "Backend",
     "ScopeFront",
     "ScopeStatistics",
-    "SlotHolder",
     "Trust",
     "WindowKind",
 ]
@@ -95,10 +94,6 @@ _BLIND_PROBE_WIDTH = 2
 _QUICKEST_AFTER = 8
 
 
-class SlotHolder(Protocol):
-    """What a scope needs to know of whoever holds a slot: only identity."""
-
-
 @attrs.frozen
 class ScopeStatistics:
     """A snapshot of one scope, cheap and safe to take from any task.
@@ -124,60 +119,6 @@ class ScopeStatistics:
     retries_refused: int
     slack: float = 0.0
     on_the_wire: int = 0
-
-
-class Backend(Protocol):
-    """Where a scope's slots and tokens live. Awaited methods may do I/O.
-
-    ``release_slot`` and ``refund`` are called from ``finally`` blocks under
-    cancellation: a backend that does I/O shields them, bounded, and never
-    raises from them. The others raise ``LimiterUnavailableError`` when the
-    backend cannot answer (fail closed). ``others_started`` says what other
-    processes sharing the tokens started since it was last asked (a local
-    backend: nothing), so that learning counts every start the server saw;
-    ``prove`` tells them the refill this process proved, and ``proven`` is the
-    fastest any of them proved (a local backend: 0).
-    """
-
-    def has_free_slot(self) -> bool: ...
-    async def acquire_slot(self, holder: SlotHolder, deadline: float) -> bool: ...
-    async def release_slot(self, holder: SlotHolder) -> None: ...
-    async def reserve(self, cost: float, max_wait: float) -> Booking | None: ...
-    async def refund(self, booking: Booking) -> None: ...
-    async def confirm(self, booking: Booking) -> bool: ...
-    async def wait_for(self, cost: float) -> float: ...
-    async def drain(self, blocked_for: float) -> None: ...
-    async def block_until(self, when: float) -> None: ...
-    async def sync(self, count: ServerCount) -> None: ...
-    async def others_started(self) -> list[tuple[float, float]]: ...
-    def prove(self, rate: float) -> None: ...
-    def proven(self) -> float: ...
-    def set_limits(
-        self, rate: float | None, burst: float, *, tokens: float | None = None
-    ) -> None: ...
-    def set_slack(self, slack: float) -> None: ...
-    def use_window(self, window: float) -> None: ...
-    def leave_window(self) -> None: ...
-    async def hold_started(self, starts: Sequence[tuple[float, float]]) -> None: ...
-    async def answered(
-        self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float,
-        way: float | None = None,
-    ) -> None: ...  # fmt: skip
-    def delayed(self, booked_by: float) -> None: ...
-    def left(self, booked_by: float, *, anew: bool = False) -> None: ...
-    def written(self, booked_by: float, late: float, *, read_late: float = ...) -> None: ...
-    def departure_wait(self, booked_by: float) -> float: ...
-    def voided(self) -> trio.Event | None: ...
-    def retimed(self, booking: Booking) -> Booking: ...
-    def estimated_wait(self, cost: float) -> float: ...
-    def owe(self, tokens: float) -> None: ...
-    def share_exhaustion(self, until: float) -> None: ...
-    def bucket_statistics(self) -> BucketStatistics: ...
-    def blocked_until(self) -> float: ...
-    @property
-    def shared(self) -> bool:
-        """Whether other processes draw on the same tokens, unseen by this one."""
-        ...
 
 
 def _horizon(_: object, __: attrs.Attribute[float], value: float) -> None:

@@ -70,8 +70,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
     from types import TracebackType
 
+    from ._backend import SlotHolder
     from ._bucket import ServerCount
-    from ._front import SlotHolder
     from ._scope import ScopeLike
 
 __all__ = ["RedisScope"]

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
+from ._backend import SlotHolder
 from ._bucket import TokenBucket
 from ._budget import QUOTA_HORIZON
 from ._canonical import shown
 from ._exceptions import ConfigurationError
-from ._front import ScopeFront, ScopeStatistics, SlotHolder
+from ._front import ScopeFront, ScopeStatistics
 from ._slots import take_slot
 from ._validate import finite
 from ._window import SlidingLog
