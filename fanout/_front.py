@@ -17,13 +17,15 @@ started since; it never blocks until ``Reset``, because on a token bucket
 
 An API that counts "N per W seconds" in windows (fixed or sliding) is served
 by a sliding log instead of the bucket (``_window``): each token comes back
-W seconds after it was spent. It is told (``limit=N, per=W``), or learned: a
-429 that comes while a window a response reported as spent is still open
-shows the server counts in windows (when learning, the first such 429; with a
-configured rate, the second, since a token bucket draws a stray 429 when
-requests reach it out of step), and from then on the scope keeps a log of
-``burst`` per ``burst / rate`` s. ``window="fixed"`` keeps the bucket and
-makes ``Remaining: 0`` wait for the reset.
+W seconds after it was spent. It is told (``limit=N, per=W``), or learned
+from 429s inside windows answers reported spent (`fanout._window_watch`).
+``window="fixed"`` keeps the bucket and makes ``Remaining: 0`` wait for the
+reset.
+
+What the front reads answers against lives in its parts: what this process
+booked and sent (`fanout._outgoing`), the counts answers stated
+(`fanout._stated_counts`), and a told bucket counted again as requests leave
+(`fanout._told_counts`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ._backend import Backend, SlotHolder
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
-from ._learning import TOGETHER, RateLearner, whole_seconds
+from ._learning import TOGETHER, RateLearner
 from ._ledger import Ledger
 from ._outgoing import Outgoing
 from ._probe import Probe
@@ -55,7 +57,8 @@ from ._validate import (
     optional_non_negative,
     optional_positive,
 )
-from ._window import Arrivals, past_reset
+from ._window import Arrivals
+from ._window_watch import WindowWatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,11 +80,6 @@ _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, 
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
 _COLD_KEPT = 30.0  # seconds a request over a new connection is awaited (`_cold_behind`)
 _INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
-_WINDOW_VOTES = 2  # 429s inside windows reported spent that show a window, given a rate
-_STEP_TOLERANCE = 0.05  # seconds: a window's length read off reported ends, rounded down to whole
-# A window trial counts one request over a sliding log's limit (sent at its edge) only
-# where the oldest it counts is at least this share of the window old.
-_EDGE = 0.5
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
 # that spends one of the 429s learning may (`fanout._learning`).
@@ -171,28 +169,6 @@ def check_name(name: object) -> None:
         raise ConfigurationError(f"a scope needs a non-empty string name, not {name!r}")
 
 
-def _shown_length(reset: float | None, since_due: float) -> float:
-    """The least a window can be long, from the ``Reset`` a request read ``since_due`` s
-    after the window it is in had surely begun, when it found it just reopened (0: no reset).
-
-    An exact reset is the rest of the window. The window began no later than
-    its reported end (the one before it ended then), nor than the request
-    arrived (it is in it): the time since then is the least of what went
-    before. (Counted only from the reported end, a reset given to the
-    millisecond is read a round trip later: 5 per 2 s was counted as 5 per
-    1.932 s, and each third window's five were refused.)
-    A whole number of seconds is rounded up, and just after the window
-    reopened it is its length, where windows are whole seconds; the time
-    since is then in the rounding (added, a log of 4 per second was counted
-    as 4 per 1.005 s).
-    """
-    if reset is None:
-        return 0.0
-    if whole_seconds(reset):
-        return reset
-    return reset + since_due
-
-
 @attrs.frozen
 class _ColdRequest:
     """A request that opened a connection, until its answer comes."""
@@ -200,54 +176,6 @@ class _ColdRequest:
     began: float  # when its connection began to open
     written: float  # when its headers were written
     due: float  # when its call's token was due (`CallContext.booked_by`)
-
-
-@attrs.frozen
-class _WindowTrial:
-    """A learned window on trial (`ScopeFront._judge_window`): its guessed ``length``,
-    when a request tries it (``reopens``: the end reported, or the server's wait if
-    sooner), and the end the server reported for the window found spent, where it gave
-    that finer than whole seconds (`RateLimitInfo.reset_exact`)."""
-
-    length: float
-    reopens: float
-    reported_end: float | None
-
-
-def _late_length(
-    trial: _WindowTrial, sent: float, info: RateLimitInfo, now: float, oldest: float
-) -> float:
-    """The longest a window can be where the server reports its ends late: it let the
-    trial, sent at ``sent``, in before the end it reported for the window found spent
-    (``trial.reported_end``); inf where nothing shows that. ``info`` is the trial's
-    answer, read at ``now``; ``oldest``: when the earliest of ours the server still
-    counted then was sent.
-
-    The server reports every end at least ``late`` (the reported end less
-    ``sent``) after it came. A fixed window began when the spent one ended,
-    so it is no longer than the step between the two reported ends, however
-    late both are; a sliding log's oldest leaves a window after it came, so
-    it is no longer than the trial's reported end less ``late``, from when
-    that oldest was sent. Either way, the longer of the two. slowapi reports
-    every end a second late (``1 +`` its expiry): 10 a second was read as 10
-    per 1.95 s, 1.78 times the minimum. Only ends given finer than whole
-    seconds (slowapi's float epochs) are read so: one rounded up by up to a
-    second makes an honest window seem to reopen early, and two such ends may
-    be closer than their windows' (19 per 3.11 s stepped by 3 s, its next 19
-    all refused). Windows are whole seconds: the bound is rounded down to one,
-    within ``_STEP_TOLERANCE`` (an end read against a server clock that moved
-    between the two).
-    """
-    before, reset = trial.reported_end, info.reset_after
-    if before is None or reset is None or not info.reset_exact:
-        return math.inf
-    late = before - sent
-    if late <= TOGETHER:
-        return math.inf
-    reported = now + reset
-    longest = max(reported - before, reported - late - oldest)
-    whole = math.floor(longest + _STEP_TOLERANCE)
-    return float(whole) if whole >= 1 else math.inf
 
 
 @attrs.define(eq=False)
@@ -351,19 +279,11 @@ class ScopeFront:
     # their headers reach the wire (`wire_wait`): `fanout._told_counts`.
     _gate: DepartureGate = attrs.field(init=False, factory=DepartureGate, repr=False)
     _wire: WireCount = attrs.field(init=False, factory=WireCount, repr=False)
-    _window_votes: int = attrs.field(init=False, default=0, repr=False)
-    _window_refusals: int = attrs.field(init=False, default=0, repr=False)  # a learned log's 429s
     _window_length: float | None = attrs.field(init=False, default=None, repr=False)
     _arrivals: Arrivals = attrs.field(init=False, factory=Arrivals, repr=False)
-    _window_open_until: float | None = attrs.field(init=False, default=None, repr=False)
-    _window_reset: float = attrs.field(init=False, default=0.0, repr=False)
-    _window_reset_exact: bool = attrs.field(init=False, default=False, repr=False)
     _first_answer_at: float = attrs.field(init=False, default=math.inf, repr=False)
-    _window_trial: _WindowTrial | None = attrs.field(init=False, default=None, repr=False)
-    # The length a learned window was guessed at, where its reported ends shortened it.
-    _window_unstepped: float | None = attrs.field(init=False, default=None, repr=False)
-    # The least the window on trial can be long, by its 429s' exact waits (`_length_shown`).
-    _window_shown: float = attrs.field(init=False, default=0.0, repr=False)
+    # What shows the server counts in windows (`fanout._window_watch`).
+    _windows: WindowWatch = attrs.field(init=False, factory=WindowWatch, repr=False)
     # Counting in a window a reopening showed (`_count_in_reopened`): its first 429 ends it.
     _window_reopened: bool = attrs.field(init=False, default=False, repr=False)
     # What the log it began holds from before (`_count_in_reopened`): the next booking
@@ -936,7 +856,7 @@ class ScopeFront:
         and a refill bound measured across its reset proves no refill between
         two counts within the next one (raised by it, a scope drew a 429 from
         fixed windows and sliding logs it had not yet learned). Unless the
-        server has since admitted more than a window would (`_could_be_windows`):
+        server has since admitted more than a window would (`WindowWatch.could_be_windows`):
         then it refills as a bucket does, and a jittered answer that found it
         a hair short of a token (Remaining 0, where the bucket held a fraction)
         no longer keeps the probe's round trip from being made up (which cost
@@ -945,10 +865,11 @@ class ScopeFront:
         learner = self._learner
         if learner is None or learner.refusals:
             return None
-        rate = self._limits[0]
+        rate, burst = self._limits
         if learner.measured is None or rate is None:
             return None
-        if self._emptied and self._could_be_windows(trio.current_time()):
+        now = trio.current_time()
+        if self._emptied and self._windows.could_be_windows(now, rate, burst, self._outgoing):
             return None
         return min(rate, learner.measured)
 
@@ -1095,7 +1016,6 @@ class ScopeFront:
         now = trio.current_time()
         wait = usable_wait(wait)
         blocked_for = wait if wait is not None else 0.0
-        opened = self._window_open_until
         sent = now if sent_at is None or not sent_at <= now else sent_at
         if sent_at is not None and sent_at in self._refusals_taken:
             # Taken in already: as it arrived (`fanout._http_core`), the runner telling
@@ -1110,46 +1030,20 @@ class ScopeFront:
             return
         if arriving and sent_at is not None:
             self._refusals_taken.append(sent_at)
-        trial = self._window_trial
-        if trial is not None and sent >= trial.reopens:
-            self._window_trial = None  # refused after the window's reported end: no window
-        elif (
-            opened is not None and now < opened and self.window == "auto" and trial is None
-            # Learning, a request sent before any answer came was sent blind (a probe
-            # as wide as a told cap): its 429 shows a burst smaller than the probe, not
-            # a window. (A told scope sends no probe.)
-            and (self._learner is None or sent > self._first_answer_at)
-        ):  # fmt: skip
-            self._window_open_until, reported = None, opened  # one vote per reported window
-            # The server's own wait, where it gives one, is when it takes a request
-            # again: a window's ends with the window, but a bucket whose Reset means
-            # "until full" reports a window that ends once it is full. Tried then, it
-            # passed for a window (20/s with a burst of 30, its Reset 2 s: 15/s). A
-            # second at least, as a congestion event holds (`RateLearner`): tried at
-            # a wait of 0.4 s, a next-token bucket drew a 429 each half second.
-            if wait is not None and wait > 0:
-                # A moment after it, as after a reported end (`past_reset`): an HTTP-date
-                # names a whole second, where a log of whole seconds whose requests went
-                # on whole seconds reopens, and still counts it.
-                opened = min(opened, now + past_reset(max(wait, 1.0)))
-            blocked_for = max(blocked_for, opened - now)
-            if self._window_reset_exact and wait is not None and whole_seconds(wait):
-                # Told to retry before the exact end it reported: the server reports its
-                # ends at least that late (slowapi's, a second), and its window spans
-                # less than the reset said (`_could_be_windows`). Counted as said, 10 a
-                # second spanned two windows, twice the limit: the 429 passed for a
-                # bucket's, and each one halved the rate (3.4-3.9x in real time).
-                late = reported - past_reset(wait) - now
-                if late > TOGETHER:
-                    self._window_reset = max(0.0, self._window_reset - late)
-            if self._could_be_windows(now):
-                self._window_votes += 1
-            if self._learner is not None and self._window_votes >= 1:
-                guess = self._window_guess()[0]
-                exact = reported if self._window_reset_exact else None
-                self._window_trial = _WindowTrial(guess, opened, exact)
-                self._window_shown = 0.0
-            elif self._window_votes >= _WINDOW_VOTES:
+        rate, burst = self._limits
+        if rate is not None:  # a window is reported spent only once the rate is known
+            reopens, count_now = self._windows.refused(
+                now, sent, wait, rate, burst, self._outgoing,
+                # Learning, a request sent before any answer came was sent blind (a
+                # probe as wide as a told cap): its 429 shows a burst smaller than the
+                # probe, not a window. (A told scope sends no probe.)
+                may_vote=self.window == "auto"
+                and (self._learner is None or sent > self._first_answer_at),
+                learning=self._learner is not None,
+            )  # fmt: skip
+            if reopens is not None:
+                blocked_for = max(blocked_for, reopens - now)
+            if count_now:
                 self._count_in_windows()
         await self._backend.drain(blocked_for)
         self._cap.throttled()
@@ -1158,9 +1052,8 @@ class ScopeFront:
         if self._learner is not None:
             await self._count_others()
             self._outgoing.refused(sent)
-            if self._window_trial is not None and wait is not None:
-                shown = self._length_shown(sent, now, wait)
-                self._window_shown = max(self._window_shown, shown)
+            if self._windows.trial is not None and wait is not None:
+                self._windows.show_length(sent, now, wait, self._learner.burst, self._outgoing)
             unknown = self._limits[0] is None
             # What the server was sent in the last second: ours, and what the
             # processes sharing the bucket started (halved from ours alone, a
@@ -1215,65 +1108,10 @@ class ScopeFront:
                 # server's wait promises.
                 tokens = min(1.0, rate * blocked_for)
             self._apply_learned(tokens=tokens)
-            if self._window_length is not None and self._window_trial is None:
-                self._refused_in_window()
-
-    def _refused_in_window(self) -> None:
-        """A window this scope learned drew a 429: from the second on, it is too short.
-
-        A bucket whose wait refilled it whole passes the window trial as a
-        window does (`_judge_window`); counted in a window a burst per a
-        guessed second, a bucket of 3.2/s and burst 4 refused every other
-        window's last request, twelve 429s in a turn. The log sent ``limit``
-        in a window and the server took one fewer, so that many take at least
-        ``limit / (limit - 1)`` windows: the window grows by that, and holds
-        what started in it the longer. One 429 is allowed to a window learned
-        right (a fixed window's edge), as to one told.
-        """
-        assert self._window_length is not None
-        unstepped, self._window_unstepped = self._window_unstepped, None
-        if unstepped is not None:
-            # Shortened by the ends the server reported (`_late_length`), and refused:
-            # it is as long as the guess after all.
-            self._count_in_windows(unstepped)
-            return
-        self._window_refusals += 1
-        if self._window_refusals < 2:
-            return
-        limit = self._limits[1]
-        grow = limit / (limit - 1.0) if limit > 1.0 else 2.0
-        self._count_in_windows(self._window_length * grow)
-
-    def _length_shown(self, sent: float, now: float, wait: float) -> float:
-        """The least a window on trial can be long, if it is one, by a 429 to a request sent
-        at ``sent`` whose exact ``wait``, read at ``now``, says when the server takes one
-        again (0 when it shows nothing). The trial's answer still judges whether it is
-        one by the guessed length (`_judge_window`): a bucket's wait is its next token,
-        and judged by this length, a bucket of 13 at 2/s passed for a log.
-
-        A log of ``limit`` frees a place as its oldest request leaves it, a
-        fixed window as it ends: either way the ``limit`` latest requests the
-        server had counted reach back a window from then. Counted among them,
-        those sent with the refused one (it may have overtaken them) make the
-        window the shortest it can be. A log of 10 per 2.07 s, guessed from
-        halved rates as 1.82 s long, sent nine at once each time it reopened;
-        its 429's wait of 0.25 s showed 2.07. Whole seconds, rounded up, show
-        nothing; nor do requests other processes sent, which it counted too.
-        An HTTP-date's wait is whole on the server's clock, not ours, and
-        shows up to a second too long, as the whole-second ``Reset`` the guess
-        already takes does (`_window_guess`); so it is read on trial only,
-        never to lengthen a window the scope counts in.
-        """
-        assert self._learner is not None
-        if not wait > 0 or whole_seconds(wait) or self._outgoing.others_seen():
-            return 0.0
-        reopens, limit = now + wait, self._learner.burst
-        counted = 0.0
-        for start, cost in reversed(self._outgoing.started_within(-math.inf, sent + TOGETHER)):
-            counted += cost
-            if counted >= limit:
-                return reopens - start
-        return 0.0
+            if self._window_length is not None and self._windows.trial is None:
+                grown = self._windows.refused_in_window(self._window_length, self._limits[1])
+                if grown is not None:
+                    self._count_in_windows(grown)
 
     def _late_first_arrival(self) -> None:
         """A 429 to a scope told its rate, before any warm call came back: the worst case.
@@ -1296,29 +1134,6 @@ class ScopeFront:
         if lag > self._arrival_lag:
             self._arrival_lag, self._lag_assumed = lag, burst
             self._backend.set_slack(self._measured_slack())
-
-    def _window_guess(self) -> tuple[float, float]:
-        """The window the server would count in (``burst`` per this many seconds), and ``burst``.
-
-        Never shorter than the reset the server gave when it reported the
-        window spent: a learned rate may have crept above the window's.
-        """
-        rate, burst = self._limits
-        assert rate is not None  # a window is reported spent only once the rate is known
-        return max(burst / rate, self._window_reset), burst
-
-    def _could_be_windows(self, now: float) -> bool:
-        """Whether the server admitted no more than a window allows in the window before now.
-
-        A token bucket draws a stray 429 too (a learned rate a little above
-        its own, requests out of step): then it has just admitted far more
-        than its burst in the guessed window, which no window server would.
-        Half a burst more is allowed, for a fixed window's edge and for
-        requests it refused.
-        """
-        window, burst = self._window_guess()
-        started = self._outgoing.sent_within(math.nextafter(now - window, math.inf), now)
-        return started <= 1.5 * burst
 
     async def _count_in_learned_window(self, length: float, now: float, wait: float) -> None:
         """A server that states nothing showed a window by its waits (`RateLearner.window`):
@@ -1380,77 +1195,33 @@ class ScopeFront:
 
     def _count_in_windows(self, length: float | None = None) -> None:
         """The server counts in windows: keep ``burst`` per the guessed window in a log."""
-        self._window_length = self._window_guess()[0] if length is None else length
-        self._window_open_until = None
+        if length is None:
+            rate, burst = self._limits
+            assert rate is not None  # a window is reported spent only once the rate is known
+            length = self._windows.guess(rate, burst)
+        self._window_length = length
+        self._windows.counting()
         self._backend.use_window(self._window_length)
 
     def _judge_window(
         self, info: RateLimitInfo, sent: float, now: float, arrived_by: float
     ) -> None:
-        """A learned window is tried before it is trusted, by the first answer after it reopens.
-
-        A token bucket whose ``Reset`` is its next token (rounded up to a
-        second) reports a spent window and draws a 429 inside it just as a
-        window does; taken for a window, its whole burst would go at each
-        reopening and most of it be refused, every time. Until the server
-        answers a request sent after the reported end, the scope sends one
-        request at a time: a window shows room for all but what we sent
-        within its length (``Remaining`` is its limit less those), a bucket
-        shows only what it refilled, and stays a bucket.
-
-        A window is at least as long as the ``Reset`` it gives after it
-        reopened (`_shown_length`). The guess is from our first
-        request to the reopening, and a window keyed by the clock began
-        before that request: 20 per 2 s met at 0.6 of a window was guessed 1.1
-        s long, and its next burst of 20 was refused whole (21 429s, 6 calls
-        answered ``rate_limited``; with an exact reset, 1.7 s long). And at most
-        as long as a stated policy's window (`RateLimit-Policy`'s ``w``): an
-        HTTP-date's wait shows up to a second more than the window's end, and
-        22 a second stating ``w=1`` was counted as 22 per 1.75 s.
-        """
-        trial, remaining, reset = self._window_trial, info.remaining, info.reset_after
-        assert trial is not None
-        assert remaining is not None
-        assert self._learner is not None
-        length, reopened = trial.length, trial.reopens
-        if sent < reopened:
-            return
-        self._window_trial = None
-        # A sliding log of ``burst`` per ``length`` has room for all but what we
-        # sent in the last ``length`` (and no more: a deep bucket, 5/s with a burst
-        # of 30, showed 4 after 31 in 6 s, its refill), never more than ``burst`` in it;
-        # a fixed window that reopened has room for all but what went since. A
-        # bucket shows only its refill. (When the guessed length reaches back
-        # over a first burst, the sum alone passed any bucket for a log.)
-        burst = self._learner.burst
-        within = self._outgoing.started_by(sent) - self._outgoing.started_by(sent - length)
-        since = self._outgoing.started_by(sent) - self._outgoing.started_by(reopened - TOGETHER)
-        sliding = within <= burst + 1.0 and burst <= remaining + within <= burst + 1.0
-        if sliding and within > burst:
-            # One over its limit only if the oldest of them may have left the log, at
-            # its edge: a bucket of 20 at 4/s whose exact Reset is its next token
-            # took the trial 0.25 s after our 20 (a log of 20 per second refuses it),
-            # passed for a log, and had its whole burst refused at each reopening (36
-            # 429s, calls given up).
-            sliding = self._outgoing.oldest_counted(sent, within) <= sent - length * _EDGE
-        if sliding or remaining + since >= burst:
-            since_due = sent - reopened
-            if info.reset_exact:  # read when answered; the window held it since it arrived
-                since_due = max(since_due, now - arrived_by)
-            length = max(length, self._window_shown, _shown_length(reset, since_due))
-            oldest = self._outgoing.oldest_counted(sent, burst - remaining)
-            shorter = _late_length(trial, sent, info, now, oldest)
-            if shorter < length:
-                length, self._window_unstepped = shorter, length
-            stated = self._learner.policy_window
-            self._count_in_windows(length if stated is None else min(length, stated))
-            # The new log holds what went after the trial, one at a time, while it
-            # was answered; this answer's sync adds what the server had counted then.
-            later = self._outgoing.started_between(sent, trio.current_time())
-            self._apply_learned(tokens=self._learner.burst - later if later else None)
-        else:
-            self._window_votes = 0
+        """The answer to the request that tries a learned window (`WindowWatch.judge`):
+        count in the window it shows, the log holding what went after the trial, or pace
+        as a bucket again."""
+        learner = self._learner
+        assert learner is not None
+        length = self._windows.judge(
+            info, sent, now, arrived_by, learner.burst, learner.policy_window, self._outgoing
+        )
+        if length is None:
             self._apply_learned()
+            return
+        self._count_in_windows(length)
+        # The new log holds what went after the trial, one at a time, while it
+        # was answered; this answer's sync adds what the server had counted then.
+        later = self._outgoing.started_between(sent, trio.current_time())
+        self._apply_learned(tokens=learner.burst - later if later else None)
 
     async def block_until(self, when: float) -> None:
         """Start nothing before ``when`` (a window's reset)."""
@@ -1545,7 +1316,7 @@ class ScopeFront:
                     sent, arrived_by, booked_by=booked_by, set_up=self._arrivals.set_up,
                     way=self._way_in(sent, now),
                 )  # fmt: skip
-            if self._window_trial is not None and info.remaining is not None:
+            if self._windows.trial_due(sent) and info.remaining is not None:
                 self._judge_window(info, sent, now, arrived_by)
         rate, _ = self._limits
         remaining, reset = info.remaining, info.reset_after
@@ -1555,11 +1326,7 @@ class ScopeFront:
                 await self._backend.block_until(now + reset)
                 return
             if self._window_length is None:  # a log already waits for its window
-                # Tried a moment after the end it names (`past_reset`): at the end
-                # itself, a server counting it in the old window refused the trial, and
-                # the window was never learned.
-                self._window_open_until = now + past_reset(reset) if reset > 0 else None
-                self._window_reset, self._window_reset_exact = reset, info.reset_exact
+                self._windows.reported_spent(now, reset, exact=info.reset_exact)
         if remaining is not None and rate is not None:
             # As of now, when the bucket takes it in (what fell due meanwhile is in it).
             now = trio.current_time()
@@ -2331,7 +2098,7 @@ class ScopeFront:
             # pace at, and set, it failed a call that had finished.
             return
         single = (
-            self._window_trial is not None
+            self._windows.trial is not None
             or learner.window_in_doubt
             or (learner.spent_refusals and self._window_length is None)
         )

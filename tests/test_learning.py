@@ -174,7 +174,7 @@ async def test_learning_a_window_whose_reset_runs_a_second_late(
     ``makespan`` (the code before: ``before``; read at face value, the late reset made
     10 a second a window of 10 per 1.95 s). Told to retry before the end it reported,
     the server shows its reports late (`ScopeFront.on_throttled`), and the window is
-    no longer than its reported ends allow (`fanout._front._late_length`)."""
+    no longer than its reported ends allow (`fanout._window_watch._late_length`)."""
     server, took = await _slowapi_turn(Scope("key"), row)
     assert server.count(status=429) == 1
     assert took == pytest.approx(makespan, abs=1e-3)

@@ -779,7 +779,7 @@ def test_a_fixed_window_keyed_by_the_clock_is_counted_in_at_its_length(
     """20 per 2 s, stating its counts and when the window ends (Kong's calendar windows,
     Envoy's), whose windows began 1.2 s before our first request: the window trial's
     answer gives the length, its ``Reset`` and the time since it reopened
-    (`ScopeFront._judge_window`). Guessed from our first request to the reopening
+    (`WindowWatch.judge`). Guessed from our first request to the reopening
     instead, it was 1.1 s: the next burst of 20 was refused whole, 21 429s, and 6 calls
     answered rate_limited (7.2 s now, 1.05 times the fastest)."""
     server = Server("fixed", 10, 20, 0.05, 0.0, None, headers, "seconds", 100, window_phase=0.6)
@@ -849,10 +849,10 @@ def test_a_window_stating_its_reset_to_the_millisecond_is_learned(
     """A window whose reset is exact names the instant it ends, which the server may still
     count in it: the trial, and each place the log frees by a reset, go a moment after
     (`fanout._window.past_reset`), and the trial's reset is read from when it was
-    answered, where it arrived by (`ScopeFront._judge_window`). A server that reports
+    answered, where it arrived by (`WindowWatch.judge`). A server that reports
     its ends ``late`` (slowapi: a second, while its Retry-After is the wait rounded up)
     lets the trial in before the end it reported, and the window is no longer than its
-    reported ends allow (`fanout._front._late_length`)."""
+    reported ends allow (`fanout._window_watch._late_length`)."""
     assert_learned(_exact(server, late), refused_at=refused_at, makespan=makespan)
 
 
