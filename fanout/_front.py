@@ -78,7 +78,6 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
-_COLD_KEPT = 30.0  # seconds a request over a new connection is awaited (`_cold_behind`)
 _INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
@@ -169,15 +168,6 @@ def check_name(name: object) -> None:
         raise ConfigurationError(f"a scope needs a non-empty string name, not {name!r}")
 
 
-@attrs.frozen
-class _ColdRequest:
-    """A request that opened a connection, until its answer comes."""
-
-    began: float  # when its connection began to open
-    written: float  # when its headers were written
-    due: float  # when its call's token was due (`CallContext.booked_by`)
-
-
 @attrs.define(eq=False)
 class ScopeFront:
     """The configuration and behaviour shared by every kind of scope.
@@ -233,10 +223,6 @@ class ScopeFront:
         default=attrs.Factory(lambda self: StatedCounts(self._outgoing), True),
         repr=False,
     )
-    # The requests that opened connections, until their answers come (`wire_written`): for
-    # what may reach the server after a later one (`_cold_behind`), and a told window's
-    # holds (`_hold_cold_unanswered`).
-    _cold_out: list[_ColdRequest] = attrs.field(init=False, factory=list, repr=False)
     _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
     # The least and most time any call took from admission to the HTTP layer, and the least
     # a call of the latest burst took (`observe_send_lag`).
@@ -265,9 +251,6 @@ class ScopeFront:
     _lag_assumed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
     _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
     _warm_slowest: float | None = attrs.field(init=False, default=None, repr=False)
-    # Requests over reused connections on the wire, and since when one has been unanswered.
-    _warm_out: int = attrs.field(init=False, default=0, repr=False)
-    _warm_since: float = attrs.field(init=False, default=math.inf, repr=False)
     _emptied: bool = attrs.field(init=False, default=False, repr=False)  # said Remaining 0
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     # The pause kept after the paced fill whose request is leaving now (`headers_left`).
@@ -690,8 +673,7 @@ class ScopeFront:
         """
         now = trio.current_time()
         if opened:
-            self._forget_cold(now)
-            self._cold_out.append(_ColdRequest(connecting, now, booked_by))
+            self._outgoing.opened(connecting, now, booked_by)
         if self._window_sees_departures():
             read_late = max(0.0, connecting + self._window_read_late() - now) if opened else 0.0
             self._backend.written(booked_by, late, read_late=read_late)
@@ -753,23 +735,9 @@ class ScopeFront:
         reused connection went a window after them, into the window the server counted
         them in: a 429."""
         read_late = self._window_read_late()
-        self._forget_cold(now)
-        for cold in self._cold_out:
+        for cold in self._outgoing.cold_unanswered(now):
             if cold.began + read_late > now:
                 self._backend.written(cold.due, 0.0, read_late=cold.began + read_late - now)
-
-    def _forget_cold(self, now: float) -> None:
-        """Forget the requests over new connections no answer came for in `_COLD_KEPT`:
-        they failed, and arrived long ago or never."""
-        if self._cold_out and self._cold_out[0].written < now - _COLD_KEPT:
-            self._cold_out = [c for c in self._cold_out if c.written >= now - _COLD_KEPT]
-
-    def _cold_answered(self, sent: float, connecting: float | None) -> _ColdRequest:
-        """The request over a new connection answered now: of those whose connection
-        began at ``connecting`` (all, where the pool did not say), the one written
-        nearest ``sent``."""
-        mine = [cold for cold in self._cold_out if cold.began == connecting] or self._cold_out
-        return min(mine, key=lambda cold: abs(cold.written - sent))
 
     def _wire_counts(self) -> bool:
         """Whether the told bucket is counted by when requests reach the wire
@@ -873,29 +841,11 @@ class ScopeFront:
             return None
         return min(rate, learner.measured)
 
-    def _cold_behind(self, sent: float, horizon: float) -> float:
-        """Requests that opened connections and left more than ``horizon`` s before the
-        one sent at ``sent``, yet late enough to have reached the server after it: a
-        new connection may be read as late as the set-up the answers show
-        (`Arrivals.set_up`), and these are not answered yet.
-
-        How much later one request may arrive than another is otherwise read from
-        the answers over warm connections. Against a server reading new connections
-        100 ms late, six requests over new ones were overtaken by one sent 90 ms
-        after them over a warm one; its count, taken as theirs too, raised a learned
-        bucket by seven tokens, and two of the five requests sent on it were
-        refused (then, after the wait, read as a window: 2.8x the fastest).
-        """
-        set_up = self._arrivals.set_up
-        since = sent - horizon
-        cold = self._cold_out
-        return float(sum(1 for c in cold if c.written < since and c.written + set_up > sent))
-
     def _crossing(self, sent: float, late: float) -> float:
         """What may have reached the server after the request sent at ``sent``: what
         started up to ``late`` s before it, or together with it (in either order),
         what took its tokens before that and has not left yet, and what left over a
-        new connection before that and may have been read late (`_cold_behind`)."""
+        new connection before that and may have been read late (`Outgoing.cold_behind`)."""
         since = sent - max(late, TOGETHER)
         within = self._outgoing.sent_within(since, sent + TOGETHER)
         # Or, where the HTTP layer tells, as many as left together with it, if more
@@ -906,7 +856,7 @@ class ScopeFront:
         # out, a 503's count of 8 raised the bucket to 6 while 2 such waited, and
         # the ninth request after it drew a 429.
         held = self._outgoing.parked_by(math.nextafter(since, -math.inf))
-        cold = self._cold_behind(sent, sent - since)
+        cold = self._outgoing.cold_behind(sent, sent - since, self._arrivals.set_up)
         return max(0.0, within - 1.0, left - 1.0) + held + cold  # itself aside
 
     # -- what the server told us -----------------------------------------
@@ -1263,8 +1213,8 @@ class ScopeFront:
         now = trio.current_time()
         self._first_answer_at = min(self._first_answer_at, now)
         sent = now if sent_at is None or not sent_at <= now else sent_at
-        if opened and self._cold_out:  # it arrived
-            self._cold_out.remove(self._cold_answered(sent, connecting))
+        if opened:  # it arrived
+            self._outgoing.cold_answered(sent, connecting)
         overloaded_with = left_with if overloaded else None
         if left_with is not None and not refused:
             self._cap.proved(left_with)
@@ -1354,7 +1304,7 @@ class ScopeFront:
                 self._counted_after_at_most(counted_at, before, remaining, late),
                 # Those this count surely took are in it, not in the least of theirs.
                 self._tied_shortfall(counted_at, before, remaining) + first,
-            ) + self._cold_behind(counted_at, before)
+            ) + self._outgoing.cold_behind(counted_at, before, self._arrivals.set_up)
             count = ServerCount(
                 remaining,
                 started_since=surely,
@@ -1752,15 +1702,11 @@ class ScopeFront:
 
     def warm_request_left(self) -> None:
         """A request over a reused connection left now, its hold over (`warm_hold`)."""
-        if self._warm_out == 0:
-            self._warm_since = trio.current_time()
-        self._warm_out += 1
+        self._outgoing.warm_left(trio.current_time())
 
     def warm_request_back(self) -> None:
         """A request `warm_request_left` told of is answered, or failed on the wire."""
-        self._warm_out = max(0, self._warm_out - 1)
-        # Whether the oldest came back is not known: count those left from now, the cautious side.
-        self._warm_since = trio.current_time()
+        self._outgoing.warm_back(trio.current_time())
 
     def _unanswered(self, now: float) -> float:
         """How long a request over a reused connection has been on the wire unanswered,
@@ -1778,9 +1724,8 @@ class ScopeFront:
         than the burst's first (without it, drawn servers with a slow first
         connection and jitter drew 429s they had not).
         """
-        if not self._warm_out:
-            return 0.0
-        return max(0.0, now - self._warm_since - self._ledger.spread())
+        since = self._outgoing.warm_out_since()
+        return 0.0 if since is None else max(0.0, now - since - self._ledger.spread())
 
     def _arrival_spread(self) -> float:
         """How much later than another a request may reach the server after leaving: how

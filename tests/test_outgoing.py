@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
@@ -19,6 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout._outgoing import Outgoing
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 _TIMES = st.integers(0, 12).map(lambda k: k / 4)
 _COSTS = st.sampled_from([1.0, 2.0])
@@ -165,6 +168,10 @@ def test_every_sum_is_what_a_plain_record_of_the_sends_gives(ops: list[tuple[Any
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 def test_a_refusal_takes_back_its_start_and_its_departure() -> None:
     """A refused request took no token: its booking and the latest departure by its
     sending leave the counts learning reads."""
@@ -201,3 +208,38 @@ def test_a_request_sent_late_counts_from_when_it_left() -> None:
         assert outgoing.started_between(0.05, 0.07) == 1.0
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_requests_over_new_connections_are_out_until_answered() -> None:
+    """Each request that opened a connection is out until its answer, matched by the
+    connection's start (or, untold, the nearest write), and counted as possibly read
+    after a later request while its set-up could make it so; forgotten after 30 s."""
+
+    async def main() -> None:
+        outgoing = Outgoing()
+        outgoing.opened(0.0, 0.01, 0.0)
+        outgoing.opened(0.0, 0.02, 0.0)
+        outgoing.opened(0.005, 0.03, 0.0)
+        assert outgoing.cold_behind(0.1, 0.05, set_up=0.1) == 3.0
+        assert outgoing.cold_behind(0.1, 0.05, set_up=0.075) == 1.0  # only the one at 0.03
+        outgoing.cold_answered(0.021, 0.0)
+        assert [c.written for c in outgoing.cold_unanswered(0.1)] == [0.01, 0.03]
+        outgoing.cold_answered(0.011, None)
+        assert [c.began for c in outgoing.cold_unanswered(0.1)] == [0.005]
+        assert outgoing.cold_unanswered(31.0) == []
+
+    _run(main)
+
+
+def test_requests_over_reused_connections_are_out_since_the_first_or_the_latest_answer() -> None:
+    """Unanswered since the first left while none was out; since the latest answer (which
+    of them came back is unknown), while any still is."""
+    outgoing = Outgoing()
+    assert outgoing.warm_out_since() is None
+    outgoing.warm_left(1.0)
+    outgoing.warm_left(2.0)
+    assert outgoing.warm_out_since() == 1.0
+    outgoing.warm_back(3.0)
+    assert outgoing.warm_out_since() == 3.0
+    outgoing.warm_back(4.0)
+    assert outgoing.warm_out_since() is None
