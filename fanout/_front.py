@@ -41,6 +41,7 @@ from ._backend import Backend, SlotHolder
 from ._bucket import Booking, BucketStatistics, ServerCount
 from ._budget import QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
+from ._lags import Lags, Sight
 from ._learning import TOGETHER, RateLearner
 from ._ledger import Ledger
 from ._outgoing import Outgoing
@@ -223,12 +224,8 @@ class ScopeFront:
         default=attrs.Factory(lambda self: StatedCounts(self._outgoing), True),
         repr=False,
     )
-    _send_lag: float = attrs.field(init=False, default=0.0, repr=False)
-    # The least and most time any call took from admission to the HTTP layer, and the least
-    # a call of the latest burst took (`observe_send_lag`).
-    _sends: tuple[float, float] = attrs.field(init=False, default=(math.inf, -math.inf), repr=False)
-    _quickest_send: float = attrs.field(init=False, default=math.inf, repr=False)
-    _wake_lag: float = attrs.field(init=False, default=0.0, repr=False)  # `observe_wake_lag`
+    # How late requests leave and arrive, as measured: the slack (`fanout._lags`).
+    _lags: Lags = attrs.field(init=False, factory=Lags, repr=False)
     # The quickest a call's first request got to its headers after its admission, and to the
     # HTTP layer: its tool's own set-up (`admission_lead`).
     _quickest_way_out: float = attrs.field(init=False, default=math.inf, repr=False)
@@ -242,15 +239,6 @@ class ScopeFront:
     _network_trip: float = attrs.field(init=False, default=math.inf, repr=False)
     # The server states its count as it answers, not as each request arrives.
     _counts_on_answer: bool = attrs.field(init=False, default=False, repr=False)
-    # The least and most time requests over open connections took to reach their headers.
-    _write_lags: tuple[float, float] = attrs.field(
-        init=False, default=(math.inf, -math.inf), repr=False
-    )
-    _arrival_lag: float = attrs.field(init=False, default=0.0, repr=False)
-    # The burst whose earliest answer a 429 made the slack take as all late arrival.
-    _lag_assumed: tuple[float, float] | None = attrs.field(init=False, default=None, repr=False)
-    _warm_fastest: float | None = attrs.field(init=False, default=None, repr=False)
-    _warm_slowest: float | None = attrs.field(init=False, default=None, repr=False)
     _emptied: bool = attrs.field(init=False, default=False, repr=False)  # said Remaining 0
     _holds: list[float] = attrs.field(init=False, factory=list, repr=False)  # when each ends
     # The pause kept after the paced fill whose request is leaving now (`headers_left`).
@@ -461,7 +449,7 @@ class ScopeFront:
                 self._burst = (booking.burst_began, math.inf)  # its first answer is to come
                 self._burst_on_time = False
                 self._wire.new_burst()
-                self._quickest_send = math.inf
+                self._lags.new_burst()
         return booking
 
     async def refund(self, booking: Booking) -> None:
@@ -573,7 +561,7 @@ class ScopeFront:
             # meanwhile, and every booking due then was refused and booked again (hostile
             # tools against 10 per 50 ms: 165 of 300 calls ok on average, 185 before).
             quickest = self._quickest_set_up if self._quickest_set_up > TOGETHER else 0.0
-        elif not self._wire_counts() or self._warm_fastest is None:
+        elif not self._wire_counts() or self._lags.warm_fastest is None:
             return 0.0
         if not math.isfinite(quickest) or self._backend.blocked_until() > trio.current_time():
             return 0.0
@@ -666,7 +654,7 @@ class ScopeFront:
         (`WireCount.owe_late_arrival`; a handshake the client waits out is no part of it),
         such a request is taken as read that much later still, and owes what a
         full bucket loses meanwhile; the slack keeps none of it
-        (`_measured_slack`), since requests over connections already open are read
+        (`Lags.margin`), since requests over connections already open are read
         as they leave. Kept in the slack, a server reading new connections 100 ms
         late held a bucket of one at 20/s 100 ms after every request, over
         connections long open: 3.1x the fastest.
@@ -775,8 +763,7 @@ class ScopeFront:
         """
         if self.slack is not None or self._learner is not None or not (0.0 < seconds < _MAX_LAG):
             return
-        if seconds > self._wake_lag:
-            self._wake_lag = seconds
+        if self._lags.woke(seconds):
             self._backend.set_slack(self._measured_slack())
 
     def voided(self) -> trio.Event | None:
@@ -920,7 +907,9 @@ class ScopeFront:
         if rate is None or self._learner is not None or self._window_length is not None:
             return 0.0
         now = trio.current_time()
-        return self._gate.take(admitted_at, now, rate, burst, self._way_out_spread())
+        counted = self._wire_counts() or self._window_sees_departures()
+        spread = self._lags.way_out_spread(counted=counted)
+        return self._gate.take(admitted_at, now, rate, burst, spread)
 
     def attempt_began(self, admitted_at: float) -> None:
         """A call admitted at ``admitted_at`` runs its tool: until its first request
@@ -1076,13 +1065,11 @@ class ScopeFront:
         reused one, eight in a row, and a call gave up after three).
         """
         burst = self._burst
-        if self._learner is not None or self.slack is not None or self._warm_fastest is not None:
+        if self._learner is not None or self.slack is not None:
             return
-        if burst is None or not math.isfinite(burst[1]):
+        if self._lags.warm_fastest is not None or burst is None or not math.isfinite(burst[1]):
             return
-        lag = burst[1] - burst[0]
-        if lag > self._arrival_lag:
-            self._arrival_lag, self._lag_assumed = lag, burst
+        if self._lags.assume(burst):
             self._backend.set_slack(self._measured_slack())
 
     async def _count_in_learned_window(self, length: float, now: float, wait: float) -> None:
@@ -1204,7 +1191,7 @@ class ScopeFront:
         ``booked_by``: when its call's token was due, if it is the call's first
         request (a window's log holds that call's token from its arrival).
         ``left_at``: when its headers were written, if the transport said (a told
-        window keeps how much round trips from then vary, `_measured_slack`).
+        window keeps how much round trips from then vary, `Lags.margin`).
         ``connecting``: when the connection it opened began to open (a server slow
         to take in a new connection reads its first request that much later than
         the connection began, whatever held the request after: `Arrivals`).
@@ -1548,13 +1535,12 @@ class ScopeFront:
             self._ledger.observe_cut_short(seconds)
             return
         self._ledger.observe_latency(seconds)
-        spread, first_warm = self._warm_spread(), warm and self._warm_fastest is None
+        lags = self._lags
+        spread, first_warm = lags.warm_spread(), warm and lags.warm_fastest is None
         if warm:
-            fastest, slowest = self._warm_fastest, self._warm_slowest
-            self._warm_fastest = seconds if fastest is None else min(fastest, seconds)
-            self._warm_slowest = seconds if slowest is None else max(slowest, seconds)
+            lags.warm_call(seconds)
         self._observe_arrival(seconds, warm=warm, reused=reused)
-        widened = self._warm_spread() > spread and self._arrival_lag > 0.0
+        widened = lags.warm_spread() > spread and lags.arrival > 0.0
         if (widened or first_warm) and self.slack is None and self._bucket_sees_departures():
             self._backend.set_slack(self._measured_slack())  # less of the lag is lateness
         if self._window_length is not None and self.slack is None:
@@ -1601,12 +1587,10 @@ class ScopeFront:
         each until the warm answers showed as much spread).
         """
         now = trio.current_time()
-        fastest = self._warm_fastest if self._warm_fastest is not None else self._ledger.fastest()
-        assumed = self._lag_assumed
-        if warm and assumed is not None and self.slack is None:
-            # A warm call measures what a 429 made us assume the worst of (`_late_first_arrival`).
-            self._lag_assumed = None
-            self._arrival_lag = max(0.0, assumed[1] - assumed[0] - fastest)
+        lags = self._lags
+        fastest = lags.warm_fastest if lags.warm_fastest is not None else self._ledger.fastest()
+        # A warm call measures what a 429 made us assume the worst of (`_late_first_arrival`).
+        if warm and self.slack is None and lags.measure_assumed(fastest):
             self._backend.set_slack(self._measured_slack())
         if self._burst is None or now - seconds < self._burst[0]:
             return  # no burst, or a call that began before the latest burst
@@ -1615,15 +1599,14 @@ class ScopeFront:
             first = min(first, now)
             self._burst = (began, first)
             self._burst_on_time |= reused and self._bucket_sees_departures()
-        cold_only = self._warm_fastest is None and self._bucket_sees_departures()
+        cold_only = lags.warm_fastest is None and self._bucket_sees_departures()
         lag = -math.inf if self._burst_on_time or cold_only else first - began - fastest
-        if self.slack is None and math.isfinite(lag) and lag > self._arrival_lag:
-            self._arrival_lag = lag
+        if self.slack is None and math.isfinite(lag) and lags.arrived_late(lag):
             self._backend.set_slack(self._measured_slack())
         if self.slack is None and math.isfinite(lag) and self._wire_counts():
             rate, burst = self._limits
             assert rate is not None
-            self._wire.owe_late_arrival(first - fastest, now, rate, burst, self._warm_spread())
+            self._wire.owe_late_arrival(first - fastest, now, rate, burst, lags.warm_spread())
 
     def _of_burst(self, admitted: float) -> bool:
         """Whether a call admitted at ``admitted`` (after the latest burst began) went
@@ -1665,7 +1648,7 @@ class ScopeFront:
         pause, self._leaving_pause = self._leaving_pause, 0.0  # this request's, if first
         rate, burst = self._limits
         told = rate is not None and self._learner is None
-        if self.slack is not None or not told or self._warm_fastest is not None:
+        if self.slack is not None or not told or self._lags.warm_fastest is not None:
             return 0.0
         assert rate is not None
         if self._burst is None or not math.isfinite(self._burst[1]):
@@ -1753,48 +1736,16 @@ class ScopeFront:
         return self.slack if self.slack is not None else self._measured_slack()
 
     def _measured_slack(self) -> float:
-        """The margin measured so far: the later of the two signs of a late first arrival,
-        or how much the requests' way out varies (`observe_write_lag`). A call woken
-        late (`observe_wake_lag`) also sends late: the two lags add up.
-
-        A window gives back every token of its last window, not only a
-        burst's first: its margin is also how much call durations vary. A
-        server takes a burst's requests in a few ms apart, as busy as it
-        is, and a log whose next window began a window after each *send*
-        drew one to three 429s a run against the sliding log in real time.
-        Durations cannot tell that lateness from a server whose answers
-        jitter (which took each request in when it arrived), so the whole
-        spread is kept: against such a server it costs the spread in every
-        window, once (the answers themselves no longer add it again,
-        `fanout._window.Arrivals`). Not where each answer comes back before
-        its token could be taken again: it holds its own token as long as its
-        round trip shows (`_answers_hold_their_own`).
-
-        A told bucket that sees its requests leave keeps of a late arrival only
-        what is beyond how much its warm answers vary (`_warm_spread`): the
-        server's own time varies that much with no late arrival at all. One that
-        counts them on the wire keeps none once a warm answer is in: the request
-        that opens a connection owes its late read there (`wire_written`).
-        """
-        send_lag, trips = self._send_lag, None
-        if self._window_sees_departures():
-            # Those over new connections too, among themselves, up to TOGETHER: how much
-            # later than the others they come is a late read, which holds its own token
-            # (`_window_read_late`).
-            trips = self._ledger.wire_trip_spread(new_up_to=TOGETHER)
-            quickest = self._ledger.quickest_trip()
-            if trips is None:  # no pool told when its headers left
-                trips = self._ledger.trip_spread()
-            send_lag = min(send_lag, math.inf if quickest is None else quickest)
-        arrival = self._arrival_lag
-        if self._bucket_sees_departures():
-            arrival = max(0.0, arrival - self._warm_spread())
-        if self._wire_counts() and self._warm_fastest is not None:
-            arrival = 0.0
-        slack = max(self._wake_lag + send_lag, arrival, self._way_out_spread())
-        if self._window_length is not None and not self._answers_hold_their_own():
-            slack = max(slack, self._ledger.spread() if trips is None else trips)
-        return slack
+        """The margin measured so far (`Lags.margin`), by what this scope sees of its
+        requests on their way."""
+        sight = Sight(
+            wire=self._wire_counts(),
+            bucket_departures=self._bucket_sees_departures(),
+            window_departures=self._window_sees_departures(),
+            windowed=self._window_length is not None,
+            answers_hold_their_own=self._answers_hold_their_own(),
+        )
+        return self._lags.margin(sight, self._ledger)
 
     def _answers_hold_their_own(self) -> bool:
         """Whether a told window that sees its requests leave has every answer back before
@@ -1825,12 +1776,6 @@ class ScopeFront:
             return None
         return max(0.0, now - quickest - sent)
 
-    def _warm_spread(self) -> float:
-        """How much the durations of calls that opened no connection have varied: the
-        server's own time, with no connection's set-up in it."""
-        fastest, slowest = self._warm_fastest, self._warm_slowest
-        return 0.0 if fastest is None or slowest is None else slowest - fastest
-
     def _bucket_sees_departures(self) -> bool:
         """Whether this is a told bucket that sees each of its requests leave
         (`_counts_departures`): a burst's answer later than its fastest is a late
@@ -1854,26 +1799,6 @@ class ScopeFront:
         whose other processes' requests are not seen."""
         return self.per is not None and self._counts_departures()
 
-    def _way_out_spread(self) -> float:
-        """How much later one request may reach the server than another that left the
-        HTTP layer as it did (`observe_write_lag`): a margin, where nothing counts
-        requests as they really reach the wire.
-
-        A told local bucket does (`wire_wait`), so it keeps none: kept, the
-        spread was the largest ever seen, and one garbage collection of 30 ms
-        while a request was on its way held every later request of a bucket
-        of one 30 ms longer (1.47-1.50x in one real-time run in twenty). Nor
-        does a told window that counts each request from when it leaves
-        (`SlidingLog.left`): the way to the headers was before that. Kept,
-        twenty requests waking together took up to 60 ms to get there (the
-        process busy with the others), and every window of 20 per 0.4 s began
-        that much later (200 calls 1.13-1.19x the fastest in real time, against
-        a server in its own process; 1.08-1.11x without)."""
-        if self._wire_counts() or self._window_sees_departures():
-            return 0.0
-        lowest, highest = self._write_lags
-        return max(0.0, highest - lowest)
-
     def observe_write_lag(self, seconds: float) -> None:
         """A request over an open connection got to its headers ``seconds`` after the
         HTTP layer handed it on (a busy process writes it later).
@@ -1884,13 +1809,11 @@ class ScopeFront:
         refill from the spread later, once. (Call durations spread as widely
         where the server jitters its answers, which costs nothing: it took
         each request in when it arrived. A told local bucket counts requests
-        on the wire instead: `_way_out_spread`.)
+        on the wire instead: `Lags.way_out_spread`.)
         """
         if self.slack is not None or not (0.0 <= seconds < _MAX_LAG):
             return
-        lowest, highest = self._write_lags
-        self._write_lags = (min(lowest, seconds), max(highest, seconds))
-        if not lowest <= seconds <= highest:  # the spread grew
+        if self._lags.wrote(seconds):  # the spread grew
             self._backend.set_slack(self._measured_slack())
 
     def observe_send_lag(self, seconds: float, *, arrived_at: float = -math.inf) -> None:
@@ -1936,16 +1859,7 @@ class ScopeFront:
         if self.slack is not None:
             return
         since = self._since_burst(trio.current_time() - seconds, arrived_at)
-        if self._counts_departures():
-            least, most = self._sends
-            self._sends = least, most = min(least, seconds), max(most, seconds)
-            if since:
-                self._quickest_send = min(self._quickest_send, seconds)
-            lag = max(most - least, since - self._quickest_send if since else 0.0)
-        else:
-            lag = max(seconds, since)
-        if lag > self._send_lag + _INSTANT:  # float noise is no lag
-            self._send_lag = lag
+        if self._lags.sent(seconds, since, departures_seen=self._counts_departures()):
             self._backend.set_slack(self._measured_slack())
 
     def _burst_left(self) -> float:
@@ -1954,7 +1868,8 @@ class ScopeFront:
         of the slack (`observe_send_lag`). No request of it reached the server sooner:
         the time before was the tools' own, no late arrival (`warm_hold`)."""
         assert self._burst is not None
-        quickest = self._quickest_send if math.isfinite(self._quickest_send) else 0.0
+        quickest = self._lags.quickest_send
+        quickest = quickest if math.isfinite(quickest) else 0.0
         return self._burst[0] + (quickest if self._counts_departures() else 0.0)
 
     def _counts_departures(self) -> bool:

@@ -378,7 +378,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             # Nor is it the server's: a call's duration is a sample of how fast the
             # server answers. Counted, a cap of 1 queued 50 calls for seconds, the
             # spread of "latencies" became a window's 8 s margin, which queued them
-            # longer still: 198 s for what takes 8.5 (`ScopeFront._measured_slack`).
+            # longer still: 198 s for what takes 8.5 (`Lags.margin`).
             context.held += trio.current_time() - waited_from
             _emit(context, EventKind.REQUEST_SENT, detail={"method": request.method, "url": url})
             watch = _watch_connections(request, context, first=first, booked_by=booked_by)

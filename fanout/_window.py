@@ -161,7 +161,7 @@ class Arrivals:
     The server counts a request from its arrival, which the client never
     sees. A request over a connection already open (*warm*) reaches the
     server as it leaves, give or take the log's slack (which keeps how much
-    durations vary, `ScopeFront._measured_slack`): a server whose answers
+    durations vary, `Lags.margin`): a server whose answers
     jitter took it in then, and only its answer is late, so its answer says
     no more of its arrival. Taking the answer, less the quickest round trip
     plus how much trips vary, for the arrival held each token for the

@@ -1055,7 +1055,7 @@ async def test_one_request_slow_on_its_way_out_holds_a_told_window_its_own_laten
     the third goes a window after the first, the fourth a window after the second really
     left, and so on: no margin is kept for the way to the headers, neither as how much
     it varied nor in the round trips, which are timed from the headers
-    (`ScopeFront._measured_slack`). Kept as a margin, that one spread held every later
+    (`Lags.margin`). Kept as a margin, that one spread held every later
     window 30 ms longer (in real time, twenty requests waking together took up to 60 ms
     to reach their headers, and 200 calls at 20 per 0.4 s took 1.13-1.19x the minimum;
     with tools that set up for 20 ms first, 1.12-1.13x, 1.08-1.10x without)."""
