@@ -27,6 +27,7 @@ from fanout._slots import TRIAL_SPACING
 from fanout._stated_counts import counted_after_at_most
 from fanout.http import RateLimitInfo
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
+from tests.buckets import counts_on_arrival
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -225,13 +226,7 @@ def counted_waves(draw: st.DrawFn) -> tuple[list[float], float, float, float, in
     span = draw(st.sampled_from([0.01, 0.1, 1.0]))  # bursts close enough to cross on the way
     sends = sorted(draw(st.lists(st.floats(0.0, span), min_size=2, max_size=25)))
     arrivals = [s + draw(st.floats(0.0, 1.0)) * late for s in sends]
-    tokens, at = draw(st.floats(0.0, float(burst))), 0.0
-    counts: dict[int, float] = {}
-    for k in sorted(range(len(sends)), key=lambda k: (arrivals[k], k)):
-        tokens, at = min(float(burst), tokens + (arrivals[k] - at) * rate), arrivals[k]
-        if tokens >= 1.0:
-            tokens -= 1.0
-            counts[k] = float(math.floor(tokens))
+    counts = counts_on_arrival(arrivals, rate, float(burst), draw(st.floats(0.0, float(burst))))
     assume(counts)
     mine = draw(st.sampled_from(sorted(counts)))
     others = [k for k in counts if sends[k] < sends[mine]]

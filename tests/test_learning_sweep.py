@@ -1584,7 +1584,7 @@ def test_requests_over_new_connections_read_late_may_have_come_after_a_count() -
     theirs too, the bucket was raised to it, and one request of those sent on it was
     refused (1.25x the fastest; in real time against the other server, two or four and a
     window made of the wait, 2.8x, in 3 runs of 5). Requests over new connections are
-    awaited as late as the set-up the answers show (`ScopeFront._cold_behind`)."""
+    awaited as late as the set-up the answers show (`Outgoing.cold_behind`)."""
     server = Server("bucket", 20, 10, 0.05, 0.002, None, "draft", "seconds", 60, connect_delay=0.1)
     throttling, turn, took = run(server)
     assert throttling.count(status=429) == 0

@@ -10,13 +10,12 @@ overtake each other) give the true order; the answer never exceeds it.
 
 from __future__ import annotations
 
-import math
-
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fanout._outgoing import Outgoing
 from fanout._stated_counts import StatedCounts
+from tests.buckets import counts_on_arrival
 
 
 @st.composite
@@ -29,13 +28,7 @@ def _overtaking_wave(draw: st.DrawFn) -> tuple[StatedCounts, float, float, float
     late = draw(st.sampled_from([0.0, 0.005, 0.05]))
     sends = sorted(draw(st.lists(st.floats(0.0, 0.2), min_size=2, max_size=25)))
     arrivals = [s + draw(st.floats(0.0, 1.0)) * late for s in sends]
-    tokens, at = draw(st.floats(0.0, float(burst))), 0.0
-    counts: dict[int, float] = {}
-    for k in sorted(range(len(sends)), key=lambda k: (arrivals[k], k)):
-        tokens, at = min(float(burst), tokens + (arrivals[k] - at) * rate), arrivals[k]
-        if tokens >= 1.0:
-            tokens -= 1.0
-            counts[k] = float(math.floor(tokens))
+    counts = counts_on_arrival(arrivals, rate, float(burst), draw(st.floats(0.0, float(burst))))
     assume(counts)
     mine = draw(st.sampled_from(sorted(counts)))
     stated = StatedCounts(Outgoing())

@@ -32,6 +32,17 @@ def _sent(outgoing: Outgoing, *starts: float) -> None:
         outgoing.booked(start, 1.0)
 
 
+def _refused_inside(
+    watch: WindowWatch, outgoing: Outgoing, spent_at: float, reset: float, refused_at: float,
+    limits: tuple[float, float], *, learning: bool = False,
+) -> tuple[float | None, bool]:  # fmt: skip
+    """An answer at ``spent_at`` reports a window spent for ``reset`` s more; a request
+    sent at ``refused_at`` is refused at once: what the watch makes of it."""
+    watch.reported_spent(spent_at, reset, exact=True)
+    return watch.refused(refused_at, refused_at, None, *limits, outgoing,
+                         may_vote=True, learning=learning)  # fmt: skip
+
+
 def test_a_told_rate_counts_in_windows_at_the_second_429_inside_a_spent_window() -> None:
     """Told 10 per second: a 429 inside a window reported spent (no more than ten sent in
     the second before) is one vote; the next such window's 429 counts in windows."""
@@ -39,15 +50,11 @@ def test_a_told_rate_counts_in_windows_at_the_second_429_inside_a_spent_window()
     async def main() -> None:
         watch, outgoing = WindowWatch(), Outgoing()
         _sent(outgoing, *[k / 100 for k in range(10)])
-        watch.reported_spent(0.1, 0.9, exact=True)
-        reopens, count_now = watch.refused(0.2, 0.2, None, 10.0, 10.0, outgoing,
-                                           may_vote=True, learning=False)  # fmt: skip
+        reopens, count_now = _refused_inside(watch, outgoing, 0.1, 0.9, 0.2, (10.0, 10.0))
         assert reopens is not None
         assert reopens > 1.0
         assert not count_now
-        watch.reported_spent(1.5, 0.5, exact=True)
-        reopens, count_now = watch.refused(1.6, 1.6, None, 10.0, 10.0, outgoing,
-                                           may_vote=True, learning=False)  # fmt: skip
+        _, count_now = _refused_inside(watch, outgoing, 1.5, 0.5, 1.6, (10.0, 10.0))
         assert count_now
         assert watch.guess(10.0, 10.0) == 1.0
 
@@ -62,13 +69,9 @@ def test_a_429_no_window_explains_is_no_vote() -> None:
         watch, outgoing = WindowWatch(), Outgoing()
         _sent(outgoing, *[k / 30 for k in range(30)])
         for _ in range(2):
-            watch.reported_spent(1.0, 0.5, exact=True)
-            _, count_now = watch.refused(1.0, 1.0, None, 10.0, 10.0, outgoing,
-                                         may_vote=True, learning=False)  # fmt: skip
+            _, count_now = _refused_inside(watch, outgoing, 1.0, 0.5, 1.0, (10.0, 10.0))
             assert not count_now
-        watch.reported_spent(1.0, 0.5, exact=True)
-        assert watch.refused(2.0, 2.0, None, 10.0, 10.0, outgoing,
-                             may_vote=True, learning=False) == (None, False)  # fmt: skip
+        assert _refused_inside(watch, outgoing, 1.0, 0.5, 2.0, (10.0, 10.0)) == (None, False)
 
     _run(main)
 
@@ -84,9 +87,9 @@ def test_learning_tries_the_guessed_window_and_its_answer_judges_it() -> None:
         for remaining, verdict in ((4.0, True), (2.0, False)):
             watch, outgoing = WindowWatch(), Outgoing()
             _sent(outgoing, *[k / 100 for k in range(5)])
-            watch.reported_spent(0.05, 0.95, exact=True)
-            reopens, count_now = watch.refused(0.1, 0.1, None, 5.0, 5.0, outgoing,
-                                               may_vote=True, learning=True)  # fmt: skip
+            reopens, count_now = _refused_inside(
+                watch, outgoing, 0.05, 0.95, 0.1, (5.0, 5.0), learning=True
+            )
             assert reopens is not None
             assert not count_now
             assert watch.trial is not None
