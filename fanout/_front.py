@@ -501,9 +501,9 @@ class ScopeFront:
         (a guessed burst of one, and calls held under a learned cap, would
         owe tokens the server never had).
         """
-        rate, _ = self._limits
+        rate, burst = self._limits
         if rate is not None:  # a told bucket's departure gate owes what it lost too
-            self._gate.left_late(admitted_at, trio.current_time(), rate)
+            self._gate.left_late(admitted_at, trio.current_time(), rate, burst)
         self._quickest_way_out = min(self._quickest_way_out, trio.current_time() - admitted_at)
         found = None
         self._leaving_pause = 0.0

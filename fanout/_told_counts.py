@@ -49,9 +49,10 @@ class DepartureGate:
     # Its tokens as of a time, later than now while a request waits for one (read
     # before then, it holds less: that request's token is spoken for).
     _state: tuple[float, float] | None = None
-    # (admitted at, when) of the request that took the gate's last token while it was
-    # full: leaving later than that, it owes the refill lost (`left_late`).
-    _took_full: tuple[float, float] | None = None
+    # (admitted at, when, tokens found then) of the request that took the gate's latest
+    # token: leaving later than that, it owes the refill lost past a full bucket
+    # (`left_late`).
+    _latest: tuple[float, float, float] | None = None
 
     def tokens(self, when: float, rate: float, burst: float) -> float:
         """What the bucket holds at ``when``, counted as requests leave."""
@@ -67,8 +68,8 @@ class DepartureGate:
         if tokens < 1.0 - _EPSILON:
             wait = (1.0 - tokens) / rate + margin
         self._state = (tokens + wait * rate - 1.0, now + wait)
-        if tokens >= burst - _EPSILON:
-            self._took_full = (admitted_at, now + wait)
+        # What it finds as it leaves; past a full bucket, ``margin`` is no token.
+        self._latest = (admitted_at, now + wait, min(burst, tokens + wait * rate))
         return wait
 
     def give_back(self) -> None:
@@ -79,10 +80,12 @@ class DepartureGate:
             tokens, at = self._state
             self._state = (tokens + 1.0, at)
 
-    def left_late(self, admitted_at: float, now: float, rate: float) -> None:
+    def left_late(self, admitted_at: float, now: float, rate: float, burst: float) -> None:
         """The request of a call admitted at ``admitted_at`` leaves ``now``; if it took the
-        gate's token from a full bucket, the server's bucket stayed full until it
-        arrived, and the gate owes the refill meanwhile.
+        gate's latest token, and the bucket was full as it took it or filled up before it
+        arrived (a paced bucket of one is full as each request leaves), the server's
+        bucket stayed full until it arrived, and the gate owes the refill lost (up to a
+        token's: later still, the next request reached the server first).
 
         The gate counts a request as leaving as it reaches the HTTP layer; one
         that opens a connection leaves once it is open. In real time, against
@@ -92,14 +95,15 @@ class DepartureGate:
         open, came a token after the burst reached the gate, 0.9 of a token
         after the server took it in, and was refused.
         """
-        took = self._took_full
-        if took is None or took[0] != admitted_at or self._state is None:
+        latest = self._latest
+        if latest is None or latest[0] != admitted_at or self._state is None:
             return
-        self._took_full = None
-        late = now - took[1]
-        if late > 0.0:
+        self._latest = None
+        _, when, found = latest
+        lost = min(1.0, found + (now - when) * rate - burst)  # the refill past a full bucket
+        if lost > 0.0:
             tokens, at = self._state
-            self._state = (tokens - min(late * rate, 1.0), at)
+            self._state = (tokens - lost, at)
 
     def held(self, hold: float, now: float, rate: float, burst: float) -> None:
         """The request `take` counted as leaving now leaves ``hold`` later: its token is

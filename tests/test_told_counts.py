@@ -6,14 +6,11 @@ Each is checked against a server's bucket (burst ``B``, refilled at ``R``/s,
 counting each request as it arrives): requests at generated times wait as
 the count says, reach the server a generated time later (less than a
 token's time: later still, the next request overtakes it), the count is told
-how late, and the server should never find less than a token. The wire's
-count keeps that; the gate's does not yet (marked open, with the case that
-breaks it), and in a scope the wire's count is the later of the two.
+how late, and the server never finds less than a token.
 """
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -69,11 +66,6 @@ def test_requests_paced_on_the_wire_count_are_never_refused(
         arrived = arrival
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the gate owes a late request's lost refill only where it found the "
-    "bucket full before any wait; a paced one, or one it fills up behind, owes nothing",
-)
 @given(_LIMITS, _REQUESTS, st.floats(0.0, 0.01))
 @settings(max_examples=300, deadline=None)
 @example((10.0, 1.0), [(0.0, 0.0), (0.0, 0.5), (0.0, 0.0)], 0.0)
@@ -91,7 +83,7 @@ def test_requests_paced_at_the_gate_are_never_refused(
         wait = gate.take(float(admitted), now, rate, burst, margin)
         now += wait
         leaves = max(now + share / rate, arrived)
-        gate.left_late(float(admitted), leaves, rate)
+        gate.left_late(float(admitted), leaves, rate, burst)
         assert server.admits(leaves), (now, leaves)
         arrived = leaves
 
