@@ -14,9 +14,10 @@ A scope told its bucket counts it twice more, the way the server sees it:
   one a token after it over a warm one.
 
 Each is the bucket's tokens as of a time. A server's bucket that is full
-when a request takes its token stays full until that request arrives, and
-loses the refill meanwhile: both counts owe it, the gate by taking tokens
-off, the wire by moving its refill start later.
+when a request takes its token, or fills up before the request arrives,
+stays full until then and loses the refill meanwhile: both counts owe it,
+the gate by taking tokens off, the wire by moving its refill start later.
+Each is checked alone against a server's bucket (`tests/test_told_counts.py`).
 """
 
 from __future__ import annotations
