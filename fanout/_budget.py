@@ -27,9 +27,9 @@ import trio
 
 from ._validate import require_non_negative
 
-__all__ = ["MAX_WAIT", "QUOTA_HORIZON", "Budget", "Verdict", "usable_wait"]
+__all__ = ["CLOCK_NOISE", "MAX_WAIT", "QUOTA_HORIZON", "Budget", "Verdict", "usable_wait"]
 
-_NOISE = 1e-9  # seconds: float noise in sums of clock readings, not lateness
+CLOCK_NOISE = 1e-9  # seconds: float noise in sums of clock readings, not a later time
 
 MAX_WAIT: float = 7 * 24 * 3600.0
 """Seconds. A server or tool asking for a longer wait is wrong, not patient."""
@@ -99,7 +99,7 @@ class Budget:
         Unlike a wait, work that ends exactly at the deadline is in time: its
         answer is there when the deadline comes.
         """
-        return trio.current_time() + seconds > self.deadline + _NOISE
+        return trio.current_time() + seconds > self.deadline + CLOCK_NOISE
 
     def patience(self) -> float:
         """The absolute time until which a wait starting now may be slept."""

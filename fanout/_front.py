@@ -39,7 +39,7 @@ import trio
 
 from ._backend import Backend, SlotHolder
 from ._bucket import Booking, BucketStatistics, ServerCount
-from ._budget import QUOTA_HORIZON, Verdict, usable_wait
+from ._budget import CLOCK_NOISE, QUOTA_HORIZON, Verdict, usable_wait
 from ._exceptions import ConfigurationError
 from ._lags import Lags, Sight
 from ._learning import TOGETHER, RateLearner
@@ -79,7 +79,6 @@ WindowKind = Literal["auto", "bucket", "fixed"]
 
 _MAX_LAG = 1.0  # seconds; a longer delay before a first request is the tool's, not the network's
 _TOOK_FULL_FOR = 1.0  # seconds a booking that took a full bucket waits to be sent (`headers_left`)
-_INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 # Calls a scope told its concurrency (and no rate) probes with at once: a server
 # whose burst is one answers the others 429, three at most, one congestion event
 # that spends one of the 429s learning may (`fanout._learning`).
@@ -1619,7 +1618,7 @@ class ScopeFront:
         """
         assert self._burst is not None
         rate, _ = self._limits
-        return rate is None or admitted < self._burst[0] + 1.0 / rate - _INSTANT
+        return rate is None or admitted < self._burst[0] + 1.0 / rate - CLOCK_NOISE
 
     def warm_hold(self) -> float:
         """How long a request about to leave over a reused connection waits first.
@@ -1738,12 +1737,15 @@ class ScopeFront:
     def _measured_slack(self) -> float:
         """The margin measured so far (`Lags.margin`), by what this scope sees of its
         requests on their way."""
+        windowed = self._window_length is not None
         sight = Sight(
             wire=self._wire_counts(),
             bucket_departures=self._bucket_sees_departures(),
             window_departures=self._window_sees_departures(),
-            windowed=self._window_length is not None,
-            answers_hold_their_own=self._answers_hold_their_own(),
+            windowed=windowed,
+            # Read off the ledger only where the margin asks (a window): this runs as
+            # each request leaves (`headers_left`, `wire_wait`).
+            answers_hold_their_own=windowed and self._answers_hold_their_own(),
         )
         return self._lags.margin(sight, self._ledger)
 

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._budget import CLOCK_NOISE
 from ._learning import TOGETHER
 
 if TYPE_CHECKING:
     from ._ledger import Ledger
 
 __all__ = ["Lags", "Sight"]
-
-_INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 
 
 @attrs.frozen
@@ -182,7 +181,7 @@ class Lags:
             lag = max(most - least, since - self.quickest_send if since else 0.0)
         else:
             lag = max(seconds, since)
-        if lag <= self._send + _INSTANT:  # float noise is no lag
+        if lag <= self._send + CLOCK_NOISE:  # float noise is no lag
             return False
         self._send = lag
         return True

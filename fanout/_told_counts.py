@@ -26,12 +26,12 @@ import math
 
 import attrs
 
+from ._budget import CLOCK_NOISE
 from ._learning import TOGETHER
 
 __all__ = ["DepartureGate", "WireCount"]
 
 _EPSILON = 1e-9  # tokens: float noise in a sum of refills, not a shortfall
-_INSTANT = 1e-9  # seconds: float noise in a time reached by two sums, not a later time
 
 
 def _refilled(state: tuple[float, float] | None, when: float, rate: float, burst: float) -> float:
@@ -226,7 +226,7 @@ class WireCount:
         # token 5 ms more. However little, each request that opens a connection owes
         # it too.
         self.read_late = max(self.read_late, late)
-        if late > TOGETHER + _INSTANT:
+        if late > TOGETHER + CLOCK_NOISE:
             owes = late + TOGETHER
         elif self._full_again:
             owes = 0.0
