@@ -15,23 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fanout._told_counts import DepartureGate, WireCount
-
-
-class _ServerBucket:
-    """The server's bucket, counting each request as it arrives."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens, self.at = burst, 0.0
-
-    def admits(self, arrival: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (arrival - self.at) * self.rate)
-        self.at = arrival
-        if self.tokens < 1.0 - 1e-9:
-            return False
-        self.tokens -= 1.0
-        return True
-
+from tests.buckets import ServerBucket
 
 _LIMITS = st.tuples(st.sampled_from([2.0, 10.0, 50.0]), st.sampled_from([1.0, 2.0, 5.0]))
 # (how long after the one before a request would leave, the share of a token's time it
@@ -53,7 +37,7 @@ def test_requests_paced_on_the_wire_count_are_never_refused(
     `fanout._http_core` does), is read a share of a token late (in the order sent), and
     the count is told: the server always has a token for it."""
     rate, burst = limits
-    wire, server = WireCount(), _ServerBucket(rate, burst)
+    wire, server = WireCount(), ServerBucket(rate, burst, tolerance=1e-9)
     now = arrived = 0.0
     for gap, share in requests:
         now += gap
@@ -76,7 +60,7 @@ def test_requests_paced_at_the_gate_are_never_refused(
     a token later (in the order sent), and the gate is told: the server always has a
     token for it."""
     rate, burst = limits
-    gate, server = DepartureGate(), _ServerBucket(rate, burst)
+    gate, server = DepartureGate(), ServerBucket(rate, burst, tolerance=1e-9)
     now = arrived = 0.0
     for admitted, (gap, share) in enumerate(requests):
         now += gap
