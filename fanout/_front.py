@@ -988,68 +988,77 @@ class ScopeFront:
         self._late_first_arrival()
         self._first_answer_at = min(self._first_answer_at, now)  # a tool's 429 has no headers
         if self._learner is not None:
-            await self._count_others()
-            self._outgoing.refused(sent)
-            if self._windows.trial is not None and wait is not None:
-                self._windows.show_length(sent, now, wait, self._learner.burst, self._outgoing)
-            unknown = self._limits[0] is None
-            # What the server was sent in the last second: ours, and what the
-            # processes sharing the bucket started (halved from ours alone, a
-            # process of four cut a 20/s scope to 1.5/s and kept the shared
-            # schedule at that pace for seconds). Ours are the calls admitted
-            # or, where the HTTP layer tells, the requests that left, whichever
-            # are more: calls admitted long before, held at the wire by a cap
-            # (`_slots`), counted as nothing sent, and a 429 cut a stated 6.5/s
-            # to the least rate, 0.1/s (a call answered 78 s on, two gave up).
-            ours = max(self.retry_budget.recent_requests(1.0), self._outgoing.sent_lately())
-            sending = ours + self._outgoing.others_since(now - 1.0)
-            # Calls admitted by then that still wait for a place (`Outgoing.parked_by`) had not
-            # reached the server: counted, the first 429 after a probe's 503 showed a cap
-            # of one read 24 admitted, and guessed 24/s against 2/s.
-            spent, learning = self._learner.spent, not self._learner.spent_refusals
-            self._learner.on_throttled(
-                float(sending), now=now, wait=blocked_for, sent_at=sent,
-                started=self._outgoing.sent_by(sent),
-                pending=self._outgoing.out_before(sent, self._cap.on_the_wire),
-                blind=sent <= self._first_answer_at,
-            )  # fmt: skip
-            if learning and self._learner.spent > spent:  # one of the three it may spend
-                self._spent_on.append(sent)
-            if self._window_reopened and self._learner.window is None:
-                # Refused in a window a reopening showed: a bucket again, and empty.
-                self._window_length, self._window_reopened = None, False
-                self._backend.leave_window()
-                await self._backend.drain(blocked_for)
-            window = self._learner.trusted_window
-            if window is not None and self._window_length is None:
-                await self._count_in_learned_window(window.length, now, blocked_for)
-                return
-            closed = self._shut_until()
-            if closed is not None:
-                # Shut (`RateLearner.closed_until`): one request, once it may reopen.
-                await self._backend.block_until(closed)
-                self._apply_learned(tokens=1.0)
-                return
-            # A bucket with no rate had nothing to drain: the rate it gets now
-            # starts from the empty bucket the 429 showed, not a full one.
-            tokens = 0.0 if unknown else None
-            rate = self._learner.rate
-            if (
-                rate is not None and blocked_for > 0 and self._window_length is None
-                and not self._rate_is_evidence() and rate > self._learner.floor
-            ):  # fmt: skip
-                # A guessed rate may be many times the server's (a burst per rounded
-                # Reset): refilled at it all through the wait, the bucket sent that
-                # guess's worth at once when the wait ended, and most of it was
-                # refused. Unproven, it holds at the wait's end (where the balance
-                # is counted from, `TokenBucket.set_limits`) the one request the
-                # server's wait promises.
-                tokens = min(1.0, rate * blocked_for)
-            self._apply_learned(tokens=tokens)
-            if self._window_length is not None and self._windows.trial is None:
-                grown = self._windows.refused_in_window(self._window_length, self._limits[1])
-                if grown is not None:
-                    self._count_in_windows(grown)
+            await self._learn_refused(self._learner, sent, now, wait, blocked_for)
+
+    async def _learn_refused(
+        self, learner: RateLearner, sent: float, now: float, wait: float | None,
+        blocked_for: float,
+    ) -> None:  # fmt: skip
+        """What a 429 to a request sent at ``sent`` teaches learning (`on_throttled`): the
+        server's ``wait`` (None: it gave none), which blocks the scope ``blocked_for``
+        from ``now``."""
+        await self._count_others()
+        self._outgoing.refused(sent)
+        if self._windows.trial is not None and wait is not None:
+            self._windows.show_length(sent, now, wait, learner.burst, self._outgoing)
+        unknown = self._limits[0] is None
+        # What the server was sent in the last second: ours, and what the
+        # processes sharing the bucket started (halved from ours alone, a
+        # process of four cut a 20/s scope to 1.5/s and kept the shared
+        # schedule at that pace for seconds). Ours are the calls admitted
+        # or, where the HTTP layer tells, the requests that left, whichever
+        # are more: calls admitted long before, held at the wire by a cap
+        # (`_slots`), counted as nothing sent, and a 429 cut a stated 6.5/s
+        # to the least rate, 0.1/s (a call answered 78 s on, two gave up).
+        ours = max(self.retry_budget.recent_requests(1.0), self._outgoing.sent_lately())
+        sending = ours + self._outgoing.others_since(now - 1.0)
+        # Calls admitted by then that still wait for a place (`Outgoing.parked_by`) had not
+        # reached the server: counted, the first 429 after a probe's 503 showed a cap
+        # of one read 24 admitted, and guessed 24/s against 2/s.
+        spent, learning = learner.spent, not learner.spent_refusals
+        learner.on_throttled(
+            float(sending), now=now, wait=blocked_for, sent_at=sent,
+            started=self._outgoing.sent_by(sent),
+            pending=self._outgoing.out_before(sent, self._cap.on_the_wire),
+            blind=sent <= self._first_answer_at,
+        )  # fmt: skip
+        if learning and learner.spent > spent:  # one of the three it may spend
+            self._spent_on.append(sent)
+        if self._window_reopened and learner.window is None:
+            # Refused in a window a reopening showed: a bucket again, and empty.
+            self._window_length, self._window_reopened = None, False
+            self._backend.leave_window()
+            await self._backend.drain(blocked_for)
+        window = learner.trusted_window
+        if window is not None and self._window_length is None:
+            await self._count_in_learned_window(window.length, now, blocked_for)
+            return
+        closed = self._shut_until()
+        if closed is not None:
+            # Shut (`RateLearner.closed_until`): one request, once it may reopen.
+            await self._backend.block_until(closed)
+            self._apply_learned(tokens=1.0)
+            return
+        # A bucket with no rate had nothing to drain: the rate it gets now
+        # starts from the empty bucket the 429 showed, not a full one.
+        tokens = 0.0 if unknown else None
+        rate = learner.rate
+        if (
+            rate is not None and blocked_for > 0 and self._window_length is None
+            and not self._rate_is_evidence() and rate > learner.floor
+        ):  # fmt: skip
+            # A guessed rate may be many times the server's (a burst per rounded
+            # Reset): refilled at it all through the wait, the bucket sent that
+            # guess's worth at once when the wait ended, and most of it was
+            # refused. Unproven, it holds at the wait's end (where the balance
+            # is counted from, `TokenBucket.set_limits`) the one request the
+            # server's wait promises.
+            tokens = min(1.0, rate * blocked_for)
+        self._apply_learned(tokens=tokens)
+        if self._window_length is not None and self._windows.trial is None:
+            grown = self._windows.refused_in_window(self._window_length, self._limits[1])
+            if grown is not None:
+                self._count_in_windows(grown)
 
     def _late_first_arrival(self) -> None:
         """A 429 to a scope told its rate, before any warm call came back: the worst case.
@@ -1264,56 +1273,67 @@ class ScopeFront:
             if self._window_length is None:  # a log already waits for its window
                 self._windows.reported_spent(now, reset, exact=info.reset_exact)
         if remaining is not None and rate is not None:
-            # As of now, when the bucket takes it in (what fell due meanwhile is in it).
-            now = trio.current_time()
-            late = self._arrival_spread()
-            first = self._stated.counted_before(counted_at, remaining, rate, late)
-            surely = max(0.0, self._outgoing.started_between(counted_at, now) - first)
-            # Those that left within how much later one request may arrive than
-            # another may have been counted first; their own answers will tell.
-            soon = self._stated.may_have_overtaken(counted_at, now, remaining, rate, late)
-            self._stated.add(counted_at, remaining, refused=refused)
-            # Anything that started within the slowest latency seen before this
-            # request was sent may have reached the server after it; before any
-            # latency is known, what left with it (a probe two wide: each answer's
-            # count, read as the other's too, let a fourth of three tokens out).
-            # Fewer where the answers read already say so (`_counted_after_at_most`).
-            as_answered = counted_at > sent
-            before = max(self._ledger.slowest(), TOGETHER)
-            if as_answered:
-                # Counted as the server answered: what left before then had arrived, but
-                # for how much later one may arrive than another. Within the slowest
-                # latency, a told bucket synced under the server by the first answer of
-                # a burst (read as of its arrival) was never lifted by the others.
-                before = max(late, TOGETHER)
-            unsure = min(
-                self._counted_after_at_most(counted_at, before, remaining, late),
-                # Those this count surely took are in it, not in the least of theirs.
-                self._tied_shortfall(counted_at, before, remaining) + first,
-            ) + self._outgoing.cold_behind(counted_at, before, self._arrivals.set_up)
-            count = ServerCount(
-                remaining,
-                started_since=surely,
-                # One of them is the request itself. Requests whose calls took their
-                # tokens by then and still wait for a place under a learned cap will
-                # reach the server too: left out, a count adopted while they waited
-                # was spent twice (a fourth 429 against 8/s with a cap of 3).
-                unsure=unsure + self._outgoing.parked_by(counted_at),
-                elapsed=now - counted_at,
-                # The request may have reached the server as late as the slowest
-                # call here was slower than the fastest; a count taken as the server
-                # answered, as late as the answer: no refill since is sure.
-                late=max(late, now - counted_at) if as_answered else late,
-                proven=self._proven(),
-                crossing=self._crossing(counted_at, late),
-                as_of=now,
-                overtaking=min(surely, soon),
-                limit=info.limit,
-                reset_after=reset,
-            )
-            await self._backend.sync(count)
+            await self._sync_to_stated(info, rate, remaining, sent, counted_at, refused=refused)
         else:
             await trio.lowlevel.checkpoint()
+
+    async def _sync_to_stated(
+        self, info: RateLimitInfo, rate: float, remaining: float, sent: float,
+        counted_at: float, *, refused: bool,
+    ) -> None:  # fmt: skip
+        """Sync the bucket to the count an answer stated (``info``, whose ``remaining`` is
+        read where the scope paces at ``rate``): as the server took it at ``counted_at``
+        (`_counted_at`) for the request sent at ``sent``, less what surely took a token
+        since, with what may have reached the server after it as unsure (`ServerCount`).
+        """
+        # As of now, when the bucket takes it in (what fell due meanwhile is in it).
+        now = trio.current_time()
+        late = self._arrival_spread()
+        first = self._stated.counted_before(counted_at, remaining, rate, late)
+        surely = max(0.0, self._outgoing.started_between(counted_at, now) - first)
+        # Those that left within how much later one request may arrive than
+        # another may have been counted first; their own answers will tell.
+        soon = self._stated.may_have_overtaken(counted_at, now, remaining, rate, late)
+        self._stated.add(counted_at, remaining, refused=refused)
+        # Anything that started within the slowest latency seen before this
+        # request was sent may have reached the server after it; before any
+        # latency is known, what left with it (a probe two wide: each answer's
+        # count, read as the other's too, let a fourth of three tokens out).
+        # Fewer where the answers read already say so (`_counted_after_at_most`).
+        as_answered = counted_at > sent
+        before = max(self._ledger.slowest(), TOGETHER)
+        if as_answered:
+            # Counted as the server answered: what left before then had arrived, but
+            # for how much later one may arrive than another. Within the slowest
+            # latency, a told bucket synced under the server by the first answer of
+            # a burst (read as of its arrival) was never lifted by the others.
+            before = max(late, TOGETHER)
+        unsure = min(
+            self._counted_after_at_most(counted_at, before, remaining, late),
+            # Those this count surely took are in it, not in the least of theirs.
+            self._tied_shortfall(counted_at, before, remaining) + first,
+        ) + self._outgoing.cold_behind(counted_at, before, self._arrivals.set_up)
+        count = ServerCount(
+            remaining,
+            started_since=surely,
+            # One of them is the request itself. Requests whose calls took their
+            # tokens by then and still wait for a place under a learned cap will
+            # reach the server too: left out, a count adopted while they waited
+            # was spent twice (a fourth 429 against 8/s with a cap of 3).
+            unsure=unsure + self._outgoing.parked_by(counted_at),
+            elapsed=now - counted_at,
+            # The request may have reached the server as late as the slowest
+            # call here was slower than the fastest; a count taken as the server
+            # answered, as late as the answer: no refill since is sure.
+            late=max(late, now - counted_at) if as_answered else late,
+            proven=self._proven(),
+            crossing=self._crossing(counted_at, late),
+            as_of=now,
+            overtaking=min(surely, soon),
+            limit=info.limit,
+            reset_after=info.reset_after,
+        )
+        await self._backend.sync(count)
 
     def _counted_after_at_most(
         self, sent: float, before: float, remaining: float, late: float
@@ -1417,40 +1437,12 @@ class ScopeFront:
             # before it, four sent within 12 ms before one 20 ms faster made a
             # refill bound 53.9/s against 50/s, and drew a 429 (real time).
             late = self._arrival_spread()
-            together = max(TOGETHER, late)
-            # Calls admitted by then and still waiting for a place had not left,
-            # by then or ``together`` before it.
-            started = outgoing.sent_by(sent)
-            before = outgoing.sent_by(sent - together)
-            # Booked with it, or (where the HTTP layer tells) left with it. Calls
-            # booked together whose requests left 7 ms later were counted one by
-            # one, each as the only one, and three such answers measured 9.8/s at 1 s
-            # where 7.4/s was proven (a 429 against 10/s, burst 5, in real time).
-            left = outgoing.left_within(sent - together, sent)
-            alongside = max(0.0, started - before - 1.0, left - 1.0)
-            others_with = outgoing.others_since(sent - together, until=sent)
             now = trio.current_time()
-            after = outgoing.started_between(sent, now) - outgoing.parked_by(now)
-            after += outgoing.parked_by(sent)
-            # A refused request took no token: its count is the server's after those
-            # before it. Counted as admitted, a 429's Remaining: 0 measured a refill of
-            # 10.6/s against 10/s (burst 2), the bound the next decrease lands on.
-            own = 1.0 if refused else 0.0
-            # Only this process's own: the others' are known by their bookings, not by
-            # when their requests left. Counted among what left, two probes 5 ms apart
-            # with three of the others' between "proved" 91.5/s against 20/s (their new
-            # connections reached the server in another order), and every process
-            # sharing it drew a 429, twelve in all (real time, four processes).
-            departed = outgoing.left_by(sent)
-            departed = None if departed is None else departed - own
+            around = outgoing.around(sent, now, together=max(TOGETHER, late), refused=refused)
             measured = self._learner.measured
             changed = self._learner.from_headers(
                 info.limit, info.window, info.remaining, info.reset_after,
-                at=sent, started=started - own, alongside=alongside, after=max(0.0, after),
-                now=now, left=departed, left_with=max(0.0, left - 1.0), late=late,
-                others_with=min(alongside, others_with),
-                after_with=outgoing.started_between(sent, min(now, sent + together)),
-                tied=max(0.0, started - outgoing.sent_by(sent - TOGETHER) - 1.0), refused=refused,
+                at=sent, around=around, now=now, late=late, refused=refused,
             )  # fmt: skip
             # What this process proved, told to the others sharing the limit; and theirs.
             if (self._learner.measured or 0.0) > (measured or 0.0):

@@ -89,7 +89,7 @@ from ._window_fit import WindowGuess, closure_before, explained_by_window
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["TOGETHER", "RateLearner", "whole_seconds"]
+__all__ = ["TOGETHER", "RateLearner", "SentAround", "whole_seconds"]
 
 _DECREASE = 0.5  # multiplicative decrease on a 429 when the server gave no numbers
 _DECREASE_KNOWN = 0.8  # gentler when it did: the stated rate is already close
@@ -133,6 +133,36 @@ TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either 
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
 _Count = tuple[float, bool]
+
+
+@attrs.frozen
+class SentAround:
+    """What this process had sent around one of its requests, as that request's answer is
+    read (`RateLearner.from_headers`): the server's count is as of that request, and
+    these say which of ours the count can hold. Counted by `fanout._outgoing.Outgoing`.
+    """
+
+    # Every request of ours booked to start by the request's sending (a running total),
+    # itself included.
+    started: float = 0.0
+    # Of those, how many were sent with it, itself aside: the server may have counted
+    # them after it, so a refill bound leaves them out.
+    alongside: float = 0.0
+    # Of ``alongside``, those sent within ``TOGETHER`` of it, at the same instant, in
+    # whatever order the server took them.
+    tied: float = 0.0
+    # Of ``alongside``, how many other processes sharing the limit sent.
+    others_with: float = 0.0
+    # How many started after it until its answer was read: the server's bucket has
+    # those less, and the refill since.
+    after: float = 0.0
+    # Of ``after``, how many were sent with it (as soon after it as ``alongside``
+    # before): they may have reached the server first.
+    after_with: float = 0.0
+    # Where the HTTP layer tells, the running total of requests that left by its
+    # sending, ``left_with`` of them just before it.
+    left: float | None = None
+    left_with: float = 0.0
 
 
 def whole_seconds(seconds: float) -> bool:
@@ -258,37 +288,21 @@ class RateLearner:
         reset_after: float | None = None,
         *,
         at: float = 0.0,
-        started: float = 0.0,
-        alongside: float = 0.0,
-        after: float = 0.0,
+        around: SentAround = SentAround(),
         now: float = -math.inf,
-        left: float | None = None,
-        left_with: float = 0.0,
         late: float = 0.0,
-        others_with: float = 0.0,
-        after_with: float = 0.0,
-        tied: float = 0.0,
         refused: bool = False,
     ) -> bool:
         """Take in one response; True when the limits changed.
 
-        ``at`` is when its request was sent; ``started`` counts every request
-        of ours booked to start up to then (a running total); ``alongside``
-        how many of those were sent with it, itself aside: the server may
-        have counted them after it, so a refill bound leaves them out.
-        ``after``: how many started after it, up to ``now`` (when the answer
-        is read); the server's bucket has those less, and the refill since.
-        ``left``: where the HTTP layer tells, the running total of requests
-        that left by ``at``, ``left_with`` of them just before it. ``late``:
-        how much later than another a request may reach the server after
-        leaving (the spread of the scope's latencies). ``others_with``: of
-        those sent with it, how many other processes sharing the limit sent.
-        ``after_with``: of ``after``, how many were sent with it (as soon after
-        it as ``alongside`` before): they may have reached the server first.
-        ``tied``: of ``alongside``, those sent within ``TOGETHER`` of it, at
-        the same instant, in whatever order the server took them. ``refused``:
-        the answer is a 429's.
+        ``at`` is when its request was sent; ``around``, what else of ours was
+        sent by then, with it and since, up to ``now`` (when the answer is
+        read). ``late``: how much later than another a request may reach the
+        server after leaving (the spread of the scope's latencies).
+        ``refused``: the answer is a 429's.
         """
+        started, alongside, tied = around.started, around.alongside, around.tied
+        after, after_with = around.after, around.after_with
         changed = False
         if limit == 1 and self._one_token is None:
             self._one_token = True
@@ -328,7 +342,7 @@ class RateLearner:
         # ours sent at the same instant: of a probe two wide, one says ``B - 2``
         # whatever the rate, and read as drawn down, it ended the slow start at
         # 6/s against 50/s (burst 3, 250-350 ms: 2.9 times the minimum, now 2.1).
-        if remaining + max(tied, others_with) < self.burst - 1:
+        if remaining + max(tied, around.others_with) < self.burst - 1:
             self._full_since = None
             # Still drawn down a baseline after the first answer: the pace (the burst
             # spent by then) is near the server's rate, and doubling it is no longer a
@@ -344,7 +358,8 @@ class RateLearner:
                 self._full_since = at
         # Counted by when they left, where the HTTP layer tells: a request booked
         # before this one that left after it reached the server after it.
-        sent = (started - alongside, False) if left is None else (left - left_with, True)
+        left = around.left
+        sent = (started - alongside, False) if left is None else (left - around.left_with, True)
         changed |= self._measure(remaining, at, started, alongside, sent, late, after_with)
         if self._grown_past and not refused and remaining + tied < self.burst - 1:
             changed |= self._grown_back(now)

@@ -22,7 +22,7 @@ import fanout
 from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._admission import take_tokens
 from fanout._budget import Budget, Verdict
-from fanout._learning import TOGETHER, RateLearner
+from fanout._learning import TOGETHER, RateLearner, SentAround
 from fanout._slots import TRIAL_SPACING
 from fanout._stated_counts import counted_after_at_most
 from fanout.http import RateLimitInfo
@@ -461,11 +461,15 @@ def test_a_guess_grows_only_while_the_server_shows_headroom() -> None:
     it is; Remaining 19 of 20, the bucket full for half a second, lets a success grow
     the rate e-fold in half a second (sooner, the refill could not have shown yet)."""
     learner = RateLearner()
-    assert learner.from_headers(20, None, remaining=5, reset_after=1.0, at=0.0, started=15)
+    assert learner.from_headers(
+        20, None, remaining=5, reset_after=1.0, at=0.0, around=SentAround(started=15)
+    )
     assert learner.rate == 20
     learner.on_success(began=0.6)
     assert learner.rate == 20
-    learner.from_headers(20, None, remaining=19, reset_after=1.0, at=0.1, started=16)
+    learner.from_headers(
+        20, None, remaining=19, reset_after=1.0, at=0.1, around=SentAround(started=16)
+    )
     learner.on_success(began=0.2)
     assert learner.rate == 20
     learner.on_success(began=0.6)
@@ -484,9 +488,13 @@ def test_an_answer_short_of_full_by_another_process_s_request_still_found_it_ful
         learner = RateLearner()
         for i in range(5):
             learner.from_headers(
-                10, None, remaining=9 - i % 2, reset_after=1.0, at=i / 6, started=2 * i + 1,
-                alongside=1, others_with=others * (i % 2),
-            )  # fmt: skip
+                10,
+                None,
+                remaining=9 - i % 2,
+                reset_after=1.0,
+                at=i / 6,
+                around=SentAround(started=2 * i + 1, alongside=1, others_with=others * (i % 2)),
+            )
         learner.on_success(began=0.7, latency=0.05)
         return learner
 
@@ -505,10 +513,16 @@ def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> 
     429. A learner whose every answer found the bucket full has measured only its own
     pace, and still doubles."""
     learner = RateLearner()
-    learner.from_headers(10, None, remaining=2, reset_after=1.0, at=0.0, started=8)
-    learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.6, started=16)
+    learner.from_headers(
+        10, None, remaining=2, reset_after=1.0, at=0.0, around=SentAround(started=8)
+    )
+    learner.from_headers(
+        10, None, remaining=5, reset_after=1.0, at=0.6, around=SentAround(started=16)
+    )
     assert learner.rate == pytest.approx((5 - 2 + 8 - 1) / 0.6)
-    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=1.0, started=21)
+    learner.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=1.0, around=SentAround(started=21)
+    )
     assert learner.rate == pytest.approx(19)
     learner.on_success(began=1.0, latency=0.05)
     assert learner.rate == pytest.approx(19)
@@ -520,8 +534,12 @@ def test_a_refill_measured_while_drawn_down_ends_the_slow_start_s_doubling() -> 
     assert learner.rate == pytest.approx(20)
 
     pace_only = RateLearner()
-    pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
-    pace_only.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    pace_only.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
+    pace_only.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=0.6, around=SentAround(started=7)
+    )
     pace_only.on_success(began=0.6, latency=0.05)
     assert pace_only.rate == pytest.approx(20)  # doubled: one request in flight
 
@@ -537,13 +555,21 @@ def test_requests_sent_at_the_same_instant_are_found_full_when_any_order_would_b
 
     def pair(tied: float) -> RateLearner:
         learner = RateLearner()
-        learner.from_headers(3, None, remaining=2, reset_after=1.0, at=0.0, started=1)
+        learner.from_headers(
+            3, None, remaining=2, reset_after=1.0, at=0.0, around=SentAround(started=1)
+        )
         for remaining in (2, 1):
             learner.from_headers(
-                3, None, remaining=remaining, reset_after=1.0, at=0.6, started=3,
-                alongside=1, tied=tied,
-            )  # fmt: skip
-        learner.from_headers(3, None, remaining=2, reset_after=1.0, at=0.9, started=4)
+                3,
+                None,
+                remaining=remaining,
+                reset_after=1.0,
+                at=0.6,
+                around=SentAround(started=3, alongside=1, tied=tied),
+            )
+        learner.from_headers(
+            3, None, remaining=2, reset_after=1.0, at=0.9, around=SentAround(started=4)
+        )
         learner.on_success(began=0.9, latency=0.3)
         return learner
 
@@ -561,7 +587,9 @@ def test_a_fast_pace_kept_up_is_measured_over_answers_kept_apart() -> None:
     learner = RateLearner()
     sent_at = [0.2 * i for i in range(10)] + [2.0 + 0.02 * i for i in range(50)]
     for count, at in enumerate(sent_at, start=1):
-        learner.from_headers(5, None, remaining=4, reset_after=1.0, at=at, started=count)
+        learner.from_headers(
+            5, None, remaining=4, reset_after=1.0, at=at, around=SentAround(started=count)
+        )
     assert learner.measured is not None
     assert learner.measured > 40
 
@@ -569,9 +597,15 @@ def test_a_fast_pace_kept_up_is_measured_over_answers_kept_apart() -> None:
 def _grown_past_the_refill() -> RateLearner:
     """A burst of 10, drawn down then full (19/s proven), grown to 20/s while full."""
     learner = RateLearner()
-    learner.from_headers(10, None, remaining=2, reset_after=1.0, at=0.0, started=8)
-    learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.6, started=16)
-    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=1.0, started=21)
+    learner.from_headers(
+        10, None, remaining=2, reset_after=1.0, at=0.0, around=SentAround(started=8)
+    )
+    learner.from_headers(
+        10, None, remaining=5, reset_after=1.0, at=0.6, around=SentAround(started=16)
+    )
+    learner.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=1.0, around=SentAround(started=21)
+    )
     learner.on_success(began=1.6, latency=0.05)
     assert (learner.rate, learner.measured) == (pytest.approx(20), pytest.approx(19))
     return learner
@@ -585,17 +619,26 @@ def test_growth_past_the_refill_is_taken_back_when_the_bucket_is_surely_drawn_do
     (their order at the server is any), and not at a 429 (its own decrease lands on the
     refill proven, `on_throttled`)."""
     surely = _grown_past_the_refill()
-    assert surely.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28)
+    assert surely.from_headers(
+        10, None, remaining=7, reset_after=1.0, at=1.7, around=SentAround(started=28)
+    )
     assert surely.rate == pytest.approx(19)
 
     tied = _grown_past_the_refill()
     tied.from_headers(
-        10, None, remaining=7, reset_after=1.0, at=1.7, started=28, alongside=2, tied=2
+        10,
+        None,
+        remaining=7,
+        reset_after=1.0,
+        at=1.7,
+        around=SentAround(started=28, alongside=2, tied=2),
     )
     assert tied.rate == pytest.approx(20)
 
     refused = _grown_past_the_refill()
-    refused.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28, refused=True)
+    refused.from_headers(
+        10, None, remaining=7, reset_after=1.0, at=1.7, around=SentAround(started=28), refused=True
+    )
     assert refused.rate == pytest.approx(20)
 
 
@@ -607,7 +650,9 @@ def test_a_429_soon_after_growth_was_taken_back_is_read_as_refusing_the_rate_bef
     the end (twice the minimum). A 429 a second later refuses the rate as it is."""
     soon, later = _grown_past_the_refill(), _grown_past_the_refill()
     for learner in (soon, later):
-        learner.from_headers(10, None, remaining=7, reset_after=1.0, at=1.7, started=28, now=1.75)
+        learner.from_headers(
+            10, None, remaining=7, reset_after=1.0, at=1.7, around=SentAround(started=28), now=1.75
+        )
     soon.on_throttled(25.0, now=1.8, wait=1.0, sent_at=1.75, started=28)
     later.on_throttled(25.0, now=2.8, wait=1.0, sent_at=2.75, started=28)
     assert soon.rate == pytest.approx(0.9 * 19)
@@ -621,7 +666,9 @@ def test_a_429_to_a_request_sent_after_the_last_429_s_wait_ended_is_news() -> No
     held the rate. Held the whole second, a bucket of 20 at 4/s whose waits are 0.14 s
     refused one request in each of its next four refills at 10/s."""
     learner = RateLearner()
-    learner.from_headers(20, None, remaining=19, reset_after=1.0, at=0.0, started=1)
+    learner.from_headers(
+        20, None, remaining=19, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
     learner.on_throttled(20.0, now=0.2, wait=0.1, sent_at=0.2, started=20)
     assert learner.rate == 10
     learner.on_throttled(20.0, now=0.25, wait=0.1, sent_at=0.2, started=20)
@@ -643,8 +690,12 @@ def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start
     state the rate."""
     learner = RateLearner()
     assert not learner.proved_elsewhere(19.0)  # its probe is still out
-    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
-    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    learner.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
+    learner.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=0.6, around=SentAround(started=7)
+    )
     assert learner.rate == pytest.approx(10)
     assert learner.proved_elsewhere(19.0)
     assert (learner.rate, learner.measured) == (19.0, 19.0)
@@ -656,8 +707,8 @@ def test_a_refill_another_process_proved_raises_the_rate_and_ends_the_slow_start
     assert learner.rate == pytest.approx(21)
 
     alone = RateLearner()  # the same answers, no proof: the slow start doubles
-    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
-    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, started=7)
+    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, around=SentAround(started=1))
+    alone.from_headers(10, None, remaining=9, reset_after=1.0, at=0.6, around=SentAround(started=7))
     alone.on_success(began=0.6, latency=0.05)
     assert alone.rate == pytest.approx(20)
 
@@ -678,7 +729,9 @@ def test_a_proof_from_elsewhere_never_lowers_the_rate_nor_makes_it_no_number(
     """Any number taken for another process's proof (NaN, infinities, negatives, huge
     ones): nothing raises, the rate stays a finite number, and it never goes down."""
     learner = RateLearner()
-    learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.0, started=1)
+    learner.from_headers(
+        10, None, remaining=9, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
     learner.proved_elsewhere(measured)
     before = learner.rate
     assert before is not None
@@ -702,13 +755,21 @@ def test_a_slow_start_doubles_no_faster_than_the_bucket_refilled_while_drawn_dow
 
     def paced(*, seen_drawn_down: bool) -> list[float | None]:
         learner = RateLearner()
-        learner.from_headers(10, None, remaining=5, reset_after=1.0, at=0.0, started=5)
+        learner.from_headers(
+            10, None, remaining=5, reset_after=1.0, at=0.0, around=SentAround(started=5)
+        )
         if seen_drawn_down:
-            learner.from_headers(10, None, remaining=8, reset_after=1.0, at=0.3, started=8)
-        learner.from_headers(10, None, remaining=9, reset_after=1.0, at=0.5, started=10)
+            learner.from_headers(
+                10, None, remaining=8, reset_after=1.0, at=0.3, around=SentAround(started=8)
+            )
+        learner.from_headers(
+            10, None, remaining=9, reset_after=1.0, at=0.5, around=SentAround(started=10)
+        )
         rates = [learner.rate]
         for began in (0.6, 0.7, 0.8):
-            learner.from_headers(10, None, remaining=9, reset_after=1.0, at=began, started=11)
+            learner.from_headers(
+                10, None, remaining=9, reset_after=1.0, at=began, around=SentAround(started=11)
+            )
             learner.on_success(began=began, latency=0.05)
             rates.append(learner.rate)
         return rates
@@ -759,11 +820,20 @@ def _read(case: _Sent) -> RateLearner:
         at, now = sent[i], answered[i]
         started = sum(sent[j] <= at for j in remaining)
         learner.from_headers(
-            burst, None, remaining=remaining[i], reset_after=1.0, at=at, started=started,
-            alongside=sum(at - together <= sent[j] <= at for j in remaining) - 1,
-            after=sum(at < sent[j] <= now for j in remaining), now=now, late=late,
-            after_with=sum(at < sent[j] <= min(now, at + together) for j in remaining),
-        )  # fmt: skip
+            burst,
+            None,
+            remaining=remaining[i],
+            reset_after=1.0,
+            at=at,
+            around=SentAround(
+                started=started,
+                alongside=sum(at - together <= sent[j] <= at for j in remaining) - 1,
+                after=sum(at < sent[j] <= now for j in remaining),
+                after_with=sum(at < sent[j] <= min(now, at + together) for j in remaining),
+            ),
+            now=now,
+            late=late,
+        )
     return learner
 
 
@@ -800,11 +870,15 @@ def test_a_reset_first_stated_late_replaces_the_slow_start_s_guess() -> None:
     Kept, it was halved twice by 429s into a wait that refilled 15 tokens of it, and a
     call gave up (a bucket of 40 at 2/s stating its reset only once spent)."""
     learner = RateLearner()
-    learner.from_headers(40, None, remaining=39, at=0.0, started=2, alongside=1, now=0.1)
+    learner.from_headers(
+        40, None, remaining=39, at=0.0, around=SentAround(started=2, alongside=1), now=0.1
+    )
     learner.on_success(began=0.0, latency=0.1, wave=2)
     learner.on_success(began=0.0, latency=0.1, wave=2)
     assert learner.rate == pytest.approx(40.0)
-    learner.from_headers(40, None, remaining=0, reset_after=20.0, at=0.1, started=40, now=0.2)
+    learner.from_headers(
+        40, None, remaining=0, reset_after=20.0, at=0.1, around=SentAround(started=40), now=0.2
+    )
     assert learner.rate == pytest.approx(2.0)
 
 
@@ -819,27 +893,41 @@ def test_an_answer_that_found_the_bucket_full_is_an_exact_count() -> None:
     own pace. A server that says ``Remaining: 5`` counts before the request: no count
     is exact, and the floored bound stands."""
     exact = RateLearner()
-    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
-    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.2, started=2)
+    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1))
+    exact.from_headers(5, None, remaining=4, reset_after=1.0, at=0.2, around=SentAround(started=2))
     assert exact.measured is None  # found full again
-    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.3, started=5)
+    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.3, around=SentAround(started=5))
     assert exact.measured == pytest.approx((2 - 4 + 3) / 0.105)  # from 0.2 s only
-    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=7)
+    exact.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, around=SentAround(started=7))
     assert exact.measured == pytest.approx((2 - 4 + 5) / 0.305)  # more than from 0.0 s
 
     refused = RateLearner()
-    refused.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
+    refused.from_headers(
+        5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
     refused.on_throttled(5.0, now=0.1, wait=1.0, sent_at=0.1, started=1)
-    refused.from_headers(5, None, remaining=4, reset_after=1.0, at=1.2, started=2)
-    refused.from_headers(5, None, remaining=2, reset_after=1.0, at=1.3, started=5)
+    refused.from_headers(
+        5, None, remaining=4, reset_after=1.0, at=1.2, around=SentAround(started=2)
+    )
+    refused.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=1.3, around=SentAround(started=5)
+    )
     assert refused.measured is None  # 0.1 s after the latest, and a 429 came
-    refused.from_headers(5, None, remaining=2, reset_after=1.0, at=1.8, started=8)
+    refused.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=1.8, around=SentAround(started=8)
+    )
     assert refused.measured == pytest.approx((2 - 4 + 6) / 0.605)  # half a second on
 
     counts_before = RateLearner()
-    counts_before.from_headers(5, None, remaining=5, reset_after=1.0, at=-1.0, started=0)
-    counts_before.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
-    counts_before.from_headers(5, None, remaining=2, reset_after=1.0, at=0.5, started=6)
+    counts_before.from_headers(
+        5, None, remaining=5, reset_after=1.0, at=-1.0, around=SentAround(started=0)
+    )
+    counts_before.from_headers(
+        5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
+    counts_before.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=0.5, around=SentAround(started=6)
+    )
     assert counts_before.measured == pytest.approx((2 - 5 + 6 - 1) / 1.5)  # floored, from -1
 
 
@@ -853,12 +941,18 @@ def test_an_exact_count_measures_over_a_round_trip_ten_spreads_long() -> None:
     bucket it did not use filled up (20 or 21 of 23 calls in real time; ten
     spreads: 22 in 30 of 32 runs)."""
     learner = RateLearner()
-    learner.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
-    learner.from_headers(5, None, remaining=2, reset_after=1.0, at=0.2185, started=5, late=0.012)
+    learner.from_headers(
+        5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
+    learner.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=0.2185, around=SentAround(started=5), late=0.012
+    )
     assert learner.measured == pytest.approx(2 / (0.2185 + 2 * 0.012))
     noisy = RateLearner()  # spreads of 25 ms: 0.25 s needed
-    noisy.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1)
-    noisy.from_headers(5, None, remaining=2, reset_after=1.0, at=0.2185, started=5, late=0.025)
+    noisy.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1))
+    noisy.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=0.2185, around=SentAround(started=5), late=0.025
+    )
     assert noisy.measured is None
 
 
@@ -866,9 +960,15 @@ def _measured_10_per_s(rate: float) -> RateLearner:
     """A learner whose refill bound reads 10/s (a floored count of 1 of 2 at 0 s, 1 at
     0.5 s with 5 admitted between), pacing at ``rate``."""
     learner = RateLearner()
-    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=-0.5, started=0)
-    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.0, started=1)
-    learner.from_headers(2, None, remaining=1, reset_after=1.0, at=0.5, started=6)
+    learner.from_headers(
+        2, None, remaining=1, reset_after=1.0, at=-0.5, around=SentAround(started=0)
+    )
+    learner.from_headers(
+        2, None, remaining=1, reset_after=1.0, at=0.0, around=SentAround(started=1)
+    )
+    learner.from_headers(
+        2, None, remaining=1, reset_after=1.0, at=0.5, around=SentAround(started=6)
+    )
     learner.rate = rate
     return learner
 
@@ -907,8 +1007,12 @@ def test_a_refill_bound_s_span_is_widened_by_the_spread_of_arrivals() -> None:
     widened once, a rate measured over seconds still ended a few thousandths over the
     server's (`tests/test_send_lag.py`)."""
     learner = RateLearner()
-    learner.from_headers(20, None, remaining=18, reset_after=1.0, at=0.0, started=2)
-    learner.from_headers(20, None, remaining=15, reset_after=1.0, at=0.5, started=31, late=0.065)
+    learner.from_headers(
+        20, None, remaining=18, reset_after=1.0, at=0.0, around=SentAround(started=2)
+    )
+    learner.from_headers(
+        20, None, remaining=15, reset_after=1.0, at=0.5, around=SentAround(started=31), late=0.065
+    )
     assert learner.measured == pytest.approx(25 / 0.63)
 
 
@@ -919,11 +1023,21 @@ def test_a_garbage_count_or_spread_proves_no_rate(bad: float) -> None:
     in 1.2 s from the full answer at 0.0 s (the floored anchor's 1.2 s span proves
     less), and nothing raises."""
     learner = RateLearner()
-    learner.from_headers(5, None, remaining=4, reset_after=1.0, at=0.0, started=1, left=1.0)
     learner.from_headers(
-        5, None, remaining=bad, reset_after=1.0, at=0.6, started=6, left=6.0, late=bad
+        5, None, remaining=4, reset_after=1.0, at=0.0, around=SentAround(started=1, left=1.0)
     )
-    learner.from_headers(5, None, remaining=2, reset_after=1.0, at=1.2, started=9, left=9.0)
+    learner.from_headers(
+        5,
+        None,
+        remaining=bad,
+        reset_after=1.0,
+        at=0.6,
+        around=SentAround(started=6, left=6.0),
+        late=bad,
+    )
+    learner.from_headers(
+        5, None, remaining=2, reset_after=1.0, at=1.2, around=SentAround(started=9, left=9.0)
+    )
     assert learner.measured is not None
     assert math.isfinite(learner.measured)
     if bad >= 5:  # said Remaining at or over the limit: counts before, no exact count
@@ -1323,9 +1437,15 @@ def test_any_headers_in_any_order_leave_a_usable_rate(
         if call[0] == "headers":
             _, limit, window, remaining, reset, at, started, alongside, now, late = call
             learner.from_headers(
-                limit, window, remaining, reset,
-                at=at, started=started, alongside=alongside, now=now, late=late,
-            )  # fmt: skip
+                limit,
+                window,
+                remaining,
+                reset,
+                at=at,
+                around=SentAround(started=started, alongside=alongside),
+                now=now,
+                late=late,
+            )
         elif call[0] == "429":
             _, sending, now, wait, sent_at, started, blind = call
             learner.on_throttled(

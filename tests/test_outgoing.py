@@ -18,6 +18,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout._learning import SentAround
 from fanout._outgoing import Outgoing
 
 if TYPE_CHECKING:
@@ -243,3 +244,53 @@ def test_requests_over_reused_connections_are_out_since_the_first_or_the_latest_
     assert outgoing.warm_out_since() == 3.0
     outgoing.warm_back(4.0)
     assert outgoing.warm_out_since() is None
+
+
+def test_what_was_sent_around_a_request_is_counted_from_its_bookings_and_departures() -> None:
+    """Around a request sent at 0.1 s, read at 0.2 s: two booked 3 ms before it are sent
+    with it and tied to it, one 20 ms before only with it (``together`` 25 ms), one
+    still parked is not sent at all, and one booked 10 ms after it was sent with it on
+    the other side. Another process's start among those with it is counted as such."""
+
+    async def main() -> None:
+        outgoing = Outgoing()
+        outgoing.booked(0.0, 1.0)
+        outgoing.booked(0.08, 1.0)
+        for _ in range(2):
+            outgoing.booked(0.097, 1.0)
+        outgoing.others_started([(0.099, 1.0)])
+        outgoing.booked(0.1, 1.0)  # the request itself
+        with outgoing.parked(0.1):
+            outgoing.booked(0.1, 1.0)
+            outgoing.booked(0.11, 1.0)
+            outgoing.booked(0.15, 1.0)
+            await trio.sleep(0.2)
+            around = outgoing.around(0.1, 0.2, together=0.025, refused=False)
+            assert around == SentAround(
+                started=6.0, alongside=4.0, tied=3.0, others_with=1.0, after=2.0,
+                after_with=1.0, left=None, left_with=0.0,
+            )  # fmt: skip
+            refused = outgoing.around(0.1, 0.2, together=0.025, refused=True)
+            assert refused.started == 5.0  # a 429's request took no token
+
+    _run(main)
+
+
+def test_a_request_sent_with_others_that_left_later_counts_them_alongside() -> None:
+    """Where the HTTP layer tells departures, those that left with a request count as sent
+    with it, even if booked long before, and the running total of departures by its
+    sending leaves its own out when it was refused."""
+
+    async def main() -> None:
+        outgoing = Outgoing()
+        for _ in range(3):
+            outgoing.booked(0.0, 1.0)
+        await trio.sleep(0.1)
+        for _ in range(3):
+            outgoing.left(0.1)
+        around = outgoing.around(0.1, 0.1, together=0.005, refused=True)
+        assert around.alongside == 2.0
+        assert around.left == 2.0
+        assert around.left_with == 2.0
+
+    _run(main)
