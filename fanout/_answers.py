@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._budget import usable_wait
 from ._canonical import canonical_json, clean_text, safe_text, truncate
-from ._output import cut_json, defuse, encode_parts, is_parts
+from ._output import cut_json, defuse, encode_parts, parts_in
 from ._redact import redact_text
 from ._values import Kind, Status, ToolCall, ToolResult
 
@@ -56,8 +56,9 @@ def success(
     if isinstance(value, str):
         text = redact_text(defuse(clean_text(str.__str__(value))), secrets)
         return ToolResult(call.id, Status.OK, truncate(text, limit))
-    if is_parts(value):
-        return ToolResult(call.id, Status.OK, encode_parts(value, limit=limit))
+    parts = parts_in(value)
+    if parts is not None:
+        return ToolResult(call.id, Status.OK, encode_parts(parts, limit=limit))
     try:
         text = canonical_json(value)
     except Exception as exc:  # a value that contains itself, or that raised as it was read

@@ -40,7 +40,7 @@ __all__ = [
     "cut_json",
     "defuse",
     "encode_parts",
-    "is_parts",
+    "parts_in",
     "parts_of",
     "render",
     "text_of",
@@ -106,20 +106,30 @@ Part = Text | Image | Document
 _KINDS: dict[str, type[Part]] = {"text": Text, "image": Image, "document": Document}
 
 
-def is_parts(value: Any) -> bool:
-    """Whether a tool's return value is content blocks (a part, or a list of only parts)."""
+def parts_in(value: Any) -> list[Part] | None:
+    """The content blocks a tool's return value is (a part, or a list or tuple of only
+    parts), read once; None for anything else.
+
+    A list or tuple subclass may raise as it is read (its ``__iter__`` or
+    ``__len__``): that is not content blocks either, and is written by its
+    text (`canonical_json`), never answered as the tool raising: it
+    returned. Read once, so what is written is what was checked.
+    """
     if isinstance(value, Text | Image | Document):
-        return True
-    return (
-        isinstance(value, list | tuple)
-        and bool(value)
-        and all(isinstance(item, Text | Image | Document) for item in value)
-    )
+        return [value]
+    if not isinstance(value, list | tuple):
+        return None
+    try:
+        items = list(value)
+    except Exception:
+        return None
+    if items and all(isinstance(item, Text | Image | Document) for item in items):
+        return items
+    return None
 
 
-def encode_parts(value: Part | Sequence[Part], *, limit: int) -> str:
+def encode_parts(parts: Sequence[Part], *, limit: int) -> str:
     """The content string for blocks, their text cut to ``limit`` characters in all."""
-    parts = [value] if isinstance(value, Text | Image | Document) else list(value)
     total = sum(len(part.text) for part in parts if isinstance(part, Text))
     # Over the limit, the marker counts against the cap: room for text is what
     # is left beside a marker sized for the largest count it could carry.

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fanout
-from fanout import EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout import EventKind, Kind, Registry, Runner, Scope, Status, Text, ToolCall
 
 EXAMPLES = 40
 PROPERTY = settings(
@@ -792,8 +792,31 @@ class LazyMapping(Mapping[str, Any]):
         return 1
 
 
+class UnreadableList(list[Any]):
+    """A list that raises as it is read (a lazy page whose backend went away)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("backend gone")
+
+    def __len__(self) -> int:
+        raise RuntimeError("backend gone")
+
+
+class UnreadableTuple(tuple[Any, ...]):
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("backend gone")
+
+
 @pytest.mark.parametrize(
-    "output", [[object(), EvilInt(3)], LazyMapping()], ids=["int-subclass", "mapping"]
+    "output",
+    [
+        [object(), EvilInt(3)],
+        LazyMapping(),
+        UnreadableList([1, 2]),
+        UnreadableTuple((Text("a"),)),
+        {"page": UnreadableList([1])},
+    ],
+    ids=["int-subclass", "mapping", "list", "tuple-of-parts", "nested-list"],
 )
 async def test_output_that_cannot_be_read_is_not_reported_as_the_tool_raising(
     output: Any, autojump_clock: Any

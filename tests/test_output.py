@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout import Document, Image, Text
 from fanout._canonical import truncation_marker
-from fanout._output import cut_json, defuse, encode_parts, is_parts, parts_of, text_of
+from fanout._output import cut_json, defuse, encode_parts, parts_in, parts_of, text_of
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 texts = st.builds(Text, st.text(max_size=50))
 images = st.builds(
@@ -63,11 +67,37 @@ def test_cut_json_is_always_json_within_the_limit(value: object, limit: int) -> 
 
 
 def test_what_is_and_is_not_blocks() -> None:
-    assert is_parts(Text("a"))
-    assert is_parts([Text("a"), Image(b"x", media_type="image/png")])
-    assert not is_parts([])
-    assert not is_parts([Text("a"), "b"])
-    assert not is_parts("a")
+    image = Image(b"x", media_type="image/png")
+    assert parts_in(Text("a")) == [Text("a")]
+    assert parts_in((Text("a"), image)) == [Text("a"), image]
+    assert parts_in([]) is None
+    assert parts_in([Text("a"), "b"]) is None
+    assert parts_in("a") is None
+
+
+class _ReadOnce(list[Text]):
+    """Parts the first time it is read; raises the next."""
+
+    reads = 0
+
+    def __iter__(self) -> Iterator[Text]:
+        self.reads += 1
+        if self.reads > 1:
+            raise RuntimeError("read twice")
+        return super().__iter__()
+
+
+class _Unreadable(tuple[Text, ...]):
+    def __iter__(self) -> Iterator[Text]:
+        raise RuntimeError("gone")
+
+
+def test_blocks_are_read_once_and_a_list_that_raises_as_it_is_read_is_not_blocks() -> None:
+    once = _ReadOnce([Text("a")])
+    parts = parts_in(once)
+    assert parts == [Text("a")]
+    assert parts_of(encode_parts(parts, limit=100)) == [Text("a")]
+    assert parts_in(_Unreadable((Text("a"),))) is None
 
 
 def test_a_block_in_a_text_only_format_is_named_not_sent() -> None:
