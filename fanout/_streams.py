@@ -82,8 +82,13 @@ class _Pending:
     name: str
     pieces: list[str] = attrs.field(factory=list)
     done: bool = False
+    # Arguments the call began with, whole (an Anthropic ``content_block_start``'s
+    # ``input``): its arguments unless pieces follow.
+    began_with: Mapping[str, Any] | None = None
 
     def call(self, arguments: Any = None) -> ToolCall:
+        if arguments is None and not self.pieces and self.began_with is not None:
+            arguments = self.began_with
         raw = arguments if arguments is not None else "".join(self.pieces)
         return ToolCall(self.id, tool_name(self.name), decode_arguments(raw))
 
@@ -115,14 +120,15 @@ class _Calls:
     _order: list[_Pending] = attrs.field(factory=list)
     _by_key: dict[Any, _Pending] = attrs.field(factory=dict)
 
-    def begin(self, key: Any, call_id: Any, name: Any) -> None:
+    def begin(self, key: Any, call_id: Any, name: Any, arguments: Any = None) -> None:
         if not isinstance(call_id, str):
             return
         key = _key(key)
         current = self._by_key.get(key)
         if current is not None and current.id == call_id:
             return  # told again (a Responses item as it is done)
-        self._by_key[key] = pending = _Pending(call_id, _text(name))
+        began_with = arguments if isinstance(arguments, Mapping) and arguments else None
+        self._by_key[key] = pending = _Pending(call_id, _text(name), began_with=began_with)
         self._order.append(pending)
 
     def streaming(self, key: Any) -> _Pending | None:
@@ -155,7 +161,11 @@ class AnthropicStream:
         if kind == "content_block_start":
             block = _field(event, "content_block")
             if _field(block, "type") == "tool_use":
-                self._calls.begin(index, _field(block, "id"), _field(block, "name"))
+                # Its input may come whole here, with no deltas after (as the SDK's own
+                # accumulator reads it, the deltas replace it where there are any).
+                self._calls.begin(
+                    index, _field(block, "id"), _field(block, "name"), _field(block, "input")
+                )
         elif kind == "content_block_delta":
             delta = _field(event, "delta")
             if _field(delta, "type") == "input_json_delta":
@@ -211,10 +221,21 @@ class ChatCompletionsStream:
         return completed
 
     def _begins_a_call(self, index: Any, call_id: Any) -> bool:
+        """Whether a ``tool_calls`` delta begins a call: a new index, or a new id at the
+        same index. An empty id is none: some servers send ``"id": ""`` on every
+        chunk after a call's first, and the SDK's accumulator joins the ids, so it
+        is the same call (read as a new one, the call ran with half its arguments,
+        and a second call with no id was answered). A call that began with an empty
+        id takes the first it is given, as the joined ids would."""
         if self._current is None or index != self._index:
             return True
         streaming = self._calls.streaming(self._current)
-        return isinstance(call_id, str) and (streaming is None or call_id != streaming.id)
+        if not isinstance(call_id, str) or not call_id:
+            return False
+        if streaming is not None and not streaming.id:
+            streaming.id = call_id
+            return False
+        return streaming is None or call_id != streaming.id
 
     def unfinished(self) -> list[Unfinished]:
         return self._calls.unfinished()

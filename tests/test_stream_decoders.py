@@ -1,9 +1,12 @@
-"""Chat Completions streams from OpenAI-compatible servers: every call decoded, none merged.
+"""Streams from servers in every dialect: every call decoded, none merged, none split.
 
 OpenAI numbers each streamed call by ``index`` and sends its ``id`` once;
 other servers speaking the same format send every call at index 0, or with
-no index, or repeat the id in every piece. Each call still needs its own
-answer, so the decoder must hand each one back, whole and alone.
+no index, or repeat the id in every piece, or send an empty id in every
+piece after the first (the SDK's accumulator joins the ids). Each call still
+needs its own answer, so the decoder must hand each one back, whole and
+alone. An Anthropic ``tool_use`` block may carry its whole input in its
+start, with no deltas after.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ def chunks(
                 item["index"] = position if indexing == "sequential" else 0
             if k == 0 or ids == "every":
                 item["id"] = call_id
+            elif ids == "empty":
+                item["id"] = ""
             if k == 0:
                 item.update(type="function")
                 item["function"]["name"] = name
@@ -57,14 +62,15 @@ def chunks(
 @given(
     spec=calls_strategy,
     indexing=st.sampled_from(["sequential", "zero", "absent"]),
-    ids=st.sampled_from(["first", "every"]),
+    ids=st.sampled_from(["first", "every", "empty"]),
     size=st.integers(1, 8),
     bundled=st.booleans(),
 )
 def test_every_streamed_chat_call_comes_back_whole_and_alone(
     spec: list[tuple[str, dict[str, Any]]], indexing: str, ids: str, size: int, bundled: bool
 ) -> None:
-    """Any indexing dialect, ids once or in every piece, calls bundled or not: the decoded
+    """Any indexing dialect, ids once, in every piece or empty after the first, calls
+    bundled or not: the decoded
     calls are exactly the message's calls, in order, none merged, none left unfinished."""
     calls = [(f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(spec)]
     decoder = fanout.ChatCompletionsStream()
@@ -75,3 +81,43 @@ def test_every_streamed_chat_call_comes_back_whole_and_alone(
     ]
     assert [(c.id, c.name, c.arguments) for c in decoded] == calls
     assert decoder.unfinished() == []
+
+
+def test_a_chat_call_that_begins_with_an_empty_id_takes_the_first_it_is_given() -> None:
+    """The SDK's accumulator joins a call's ids: ``""`` then ``"call_1"`` is ``call_1``."""
+    pieces = [{"index": 0, "id": "", "function": {"name": "lookup", "arguments": '{"a"'}}]
+    pieces += [{"index": 0, "id": "call_1", "function": {"arguments": ": 1}"}}]
+    stream = [{"choices": [{"index": 0, "delta": {"tool_calls": [p]}}]} for p in pieces]
+    stream += [{"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+    decoder = fanout.ChatCompletionsStream()
+    decoded = [call for chunk in stream for call in decoder.feed(chunk)]
+    assert [(c.id, c.name, c.arguments) for c in decoded] == [("call_1", "lookup", {"a": 1})]
+
+
+def _anthropic_block(start_input: dict[str, Any], deltas: list[str]) -> list[dict[str, Any]]:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": start_input}
+    events: list[dict[str, Any]] = [
+        {"type": "content_block_start", "index": 0, "content_block": block}
+    ]
+    for piece in deltas:
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        events.append({"type": "content_block_delta", "index": 0, "delta": delta})
+    return [*events, {"type": "content_block_stop", "index": 0}]
+
+
+@given(start=st.dictionaries(st.sampled_from(["a", "b"]), st.integers(-9, 9), max_size=2),
+       streamed=st.none() | st.dictionaries(st.sampled_from(["c", "d"]), st.integers(), max_size=2),
+       size=st.integers(1, 6))  # fmt: skip
+def test_an_anthropic_call_s_input_is_its_start_s_unless_deltas_follow(
+    start: dict[str, Any], streamed: dict[str, Any] | None, size: int
+) -> None:
+    """As the SDK accumulates a block: the input in ``content_block_start`` is the call's,
+    and ``input_json_delta`` pieces, where any come, replace it. (Read from the deltas
+    alone, a start that carried the input whole ran the call with no arguments.)"""
+    text = "" if streamed is None else json.dumps(streamed)
+    deltas = [text[i : i + size] for i in range(0, len(text), size)]
+    decoder = fanout.AnthropicStream()
+    decoded = [c for event in _anthropic_block(start, deltas) for c in decoder.feed(event)]
+    assert [(c.id, c.arguments) for c in decoded] == [
+        ("toolu_1", start if streamed is None else streamed)
+    ]
