@@ -68,7 +68,7 @@ class StreamingTurn(Turn):
         self._state_for = state_for
         self._iterator: AsyncIterator[Any] | None = None
         self._ended = False
-        self._stream_error: Exception | None = None
+        self._stream_error: BaseException | None = None
 
     async def run(self, *, since: float | None = None) -> None:
         """Read the stream and run every call to its answer under the turn's deadline
@@ -88,7 +88,8 @@ class StreamingTurn(Turn):
                 event = await self._iterator.__anext__()
             except StopAsyncIteration:
                 return self._end("the message ended before this call's arguments were complete")
-            except Exception as exc:
+            except BaseException as exc:
+                _raise_if_going_up(exc)
                 self._stream_error = exc
                 return self._end(
                     f"the stream broke off ({describe(exc)}) before this call's arguments "
@@ -105,7 +106,8 @@ class StreamingTurn(Turn):
     def _decoded(self, event: Any) -> list[ToolCall]:
         try:
             return self._decoder.feed(event)
-        except Exception as exc:
+        except BaseException as exc:
+            _raise_if_going_up(exc)
             self._stream_error = exc
             return []
 
@@ -152,3 +154,20 @@ class StreamingTurn(Turn):
                 "the message broke off before it was complete; a write from an incomplete "
                 "message is not run. Re-request it if still needed",
             )
+
+
+def _raise_if_going_up(exc: BaseException) -> None:
+    """Raise ``exc`` on where it is a cancellation or a ``KeyboardInterrupt`` (or holds
+    one): those are the caller's, not the stream's.
+
+    Anything else the stream raises is the stream's own error, a ``SystemExit``
+    or a library's ``BaseException`` as much as a dropped connection: raised
+    on from here, it was taken for fanout failing, every call was answered
+    "a failure of the runtime" (reads that were running fine among them) and
+    the error itself was lost.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        if exc.split((trio.Cancelled, KeyboardInterrupt))[0] is not None:
+            raise exc
+    elif isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+        raise exc

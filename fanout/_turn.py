@@ -131,6 +131,7 @@ class Turn:
         self._deadline_reached = False
         self._stopping = False  # set once the turn has stopped its calls
         self._internal = ""  # what failed, when fanout itself did
+        self._keyboard_interrupt = False  # a KeyboardInterrupt went up through the turn
         self._scope = trio.CancelScope()
         self._deadlines = Deadlines()
         # Every running call's own cancel scope, so the turn can stop calls
@@ -195,7 +196,10 @@ class Turn:
         try:
             self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
             await self._run_phases()
-        except (trio.Cancelled, KeyboardInterrupt):
+        except trio.Cancelled:
+            raise
+        except KeyboardInterrupt:
+            self._keyboard_interrupt = True
             raise
         except BaseException as exc:
             self._fail_internally(exc)
@@ -257,19 +261,27 @@ class Turn:
             raise
 
     def _note_crash(self, exc: BaseException) -> None:
+        self._keyboard_interrupt |= _keyboard_interrupt_in(exc) is not None
         if not _only_cancelled(exc) and not self._internal:
             self._internal = describe(exc)
 
     def _fail_internally(self, exc: BaseException) -> None:
         """fanout itself failed: answer what is left ``error``, never crash the caller.
 
-        A cancellation that arrived with the failure still propagates.
+        A cancellation that arrived with the failure still propagates; a
+        ``KeyboardInterrupt`` among them goes up as itself, out of the groups
+        the turn's nurseries wrapped it in, so that ``except KeyboardInterrupt``
+        around the turn catches it (a level-triggered cancellation is raised
+        again at the caller's next checkpoint).
         """
         cancelled, failed = _split_cancelled(exc)
         if failed is not None:
             _log.error("fanout: a turn failed", exc_info=failed)
             self._internal = self._internal or describe(failed)
         if cancelled is not None:
+            interrupt = _keyboard_interrupt_in(cancelled)
+            if interrupt is not None:
+                raise interrupt from None
             raise cancelled
 
     # -- phases -------------------------------------------------------------
@@ -509,6 +521,7 @@ class Turn:
             # Raised on, it took every sibling with it, and under an open runner it
             # crashed the runner's nursery into the caller's code.
             cancelled, failed = _split_cancelled(exc)
+            self._keyboard_interrupt |= _keyboard_interrupt_in(exc) is not None
             if failed is None:
                 raise
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=failed)
@@ -628,7 +641,9 @@ class Turn:
     def _interrupted(self, state: CallState) -> ToolResult:
         """The answer of a call stopped from outside, saying what stopped it."""
         failed = self._failed
-        if failed is not None and failed is not state:
+        if self._keyboard_interrupt:
+            why, status = "a KeyboardInterrupt stopped the turn", Status.CANCELLED
+        elif failed is not None and failed is not state:
             why = (
                 f"call {failed.call.id} ({failed.call.name}) failed, so the calls still "
                 "unfinished were cancelled (on_failure='cancel_siblings')"
@@ -700,6 +715,18 @@ def _split_cancelled(exc: BaseException) -> tuple[BaseException | None, BaseExce
     if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
         return exc, None
     return None, exc
+
+
+def _keyboard_interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` in ``exc``, itself or anywhere in its groups, if any."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _keyboard_interrupt_in(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _only_cancelled(exc: BaseException) -> bool:

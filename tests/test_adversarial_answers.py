@@ -18,6 +18,7 @@ per bug, each of which failed before its fix.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -1010,3 +1011,69 @@ def test_an_open_runner_survives_a_base_exception_in_a_call() -> None:
     finally:
         logging.disable(logging.NOTSET)
     assert_every_id_answered_once(calls, hosted)
+
+
+def _interrupting_registry(after: float) -> Registry:
+    reg = _mixed_registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def interrupts() -> str:
+        await trio.sleep(after)
+        raise KeyboardInterrupt
+
+    return reg
+
+
+def _keyboard_interrupt_in(exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_keyboard_interrupt_in(inner) for inner in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt)
+
+
+@PROPERTY
+@given(
+    after=st.sampled_from([0.0, 0.1, 0.5]),
+    kinds=st.frozensets(st.sampled_from(list(EventKind)), max_size=3),
+    hosted=st.booleans(),
+)
+def test_a_keyboard_interrupt_goes_up_and_no_answer_blames_the_caller(
+    after: float, kinds: frozenset[EventKind], hosted: bool
+) -> None:
+    """A ``KeyboardInterrupt`` raised in a tool (as Ctrl-C is delivered to whatever task
+    runs), or by an instrument on any event: it goes on up, as itself out of
+    ``run()`` (a turn's nurseries wrapped it in groups, which ``except
+    KeyboardInterrupt`` did not catch), and every id is answered once, none by the
+    caller cancelling: nothing cancelled the turn but the interrupt."""
+    calls = [*MIXED_CALLS, ToolCall("toolu_interrupts", "interrupts")]
+    instruments = [RaisingInstrument(kinds, KeyboardInterrupt())] if kinds else []
+    runner = Runner(
+        _interrupting_registry(after), scopes=[Scope("api", rate=5, burst=1)],
+        turn_timeout=3, instruments=instruments,
+    )  # fmt: skip
+    turn = runner.turn(calls)
+    escaped: list[BaseException] = []
+
+    async def main() -> None:
+        try:
+            if hosted:  # the calls run in the runner's nursery, which it ends too
+                async with runner:
+                    with contextlib.suppress(trio.Cancelled, BaseExceptionGroup):
+                        await turn.run()
+            else:
+                await turn.run()
+        except BaseException as exc:
+            escaped.append(exc)
+
+    logging.disable(logging.CRITICAL)
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(escaped) == 1
+    assert _keyboard_interrupt_in(escaped[0]), escaped
+    if not hosted:  # hosted, out of the runner's nursery: trio's group, not the turn's
+        assert type(escaped[0]) is KeyboardInterrupt
+    assert [r.tool_use_id for r in turn.results] == [c.id for c in calls]
+    for result in turn.results:
+        if result.is_error:
+            assert "the caller cancelled" not in body(result)["message"], result

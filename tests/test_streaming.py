@@ -221,11 +221,22 @@ def test_a_streamed_message_gets_the_answers_of_the_whole_message(
     assert streamed == whole
 
 
+class _LibraryAbort(BaseException):
+    """A library's own ``BaseException``, neither a cancellation nor an interrupt."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionError("the connection dropped"), SystemExit(2), GeneratorExit(), _LibraryAbort()],
+    ids=["connection", "system-exit", "generator-exit", "library"],
+)
 async def test_a_stream_that_breaks_off_answers_what_arrived_then_raises(
-    autojump_clock: Any,
+    error: BaseException, autojump_clock: Any
 ) -> None:
     """Complete reads run, the half-written call is answered error, writes refused, then
-    the stream's error is raised."""
+    the stream's error is raised: whatever it is, but a cancellation or an interrupt.
+    (A ``SystemExit`` from the stream was taken for fanout failing: every call was
+    answered "a failure of the runtime", and ``run()`` returned.)"""
     blocks: list[Block] = [
         ("c1", "lookup", {"key": "a"}),
         ("c2", "save", {"key": "b"}),
@@ -237,17 +248,41 @@ async def test_a_stream_that_breaks_off_answers_what_arrived_then_raises(
     async def broken() -> AsyncIterator[Any]:
         for event in events[: cut + 1]:
             yield event
-        raise ConnectionError("the connection dropped")
+        raise error
 
     turn = Runner(registry()).stream_turn(broken(), fanout.AnthropicStream())
-    with pytest.raises(ConnectionError):
+    with pytest.raises(type(error)):
         await turn.run()
     read, write, partial = turn.results
     assert read.status is Status.OK
     assert write.status is Status.REFUSED
     assert "broke off" in json.loads(write.content)["message"]
     assert partial.status is Status.ERROR
-    assert "the stream broke off (ConnectionError" in json.loads(partial.content)["message"]
+    message = json.loads(partial.content)["message"]
+    assert f"the stream broke off ({type(error).__name__}" in message
+
+
+async def test_a_keyboard_interrupt_from_the_stream_goes_up_and_says_so(
+    autojump_clock: Any,
+) -> None:
+    """Ctrl-C delivered while the SDK reads the stream: it goes on up as itself, and the
+    calls seen are answered as stopped by it, not by the caller cancelling."""
+    events = anthropic_events([("c1", "lookup", {"key": "a"}), ("c2", "lookup", {"key": "b"})])
+    cut = next(i for i, e in enumerate(events) if e.get("index") == 2 and "delta" in e)
+
+    async def interrupted() -> AsyncIterator[Any]:
+        for event in events[: cut + 1]:
+            yield event
+        await trio.sleep(0.01)
+        raise KeyboardInterrupt
+
+    turn = Runner(registry()).stream_turn(interrupted(), fanout.AnthropicStream())
+    with pytest.raises(KeyboardInterrupt):
+        await turn.run()
+    assert [r.tool_use_id for r in turn.results] == ["c1", "c2"]
+    for result in turn.results:
+        assert result.status is Status.CANCELLED
+        assert "KeyboardInterrupt" in json.loads(result.content)["message"]
 
 
 async def test_a_message_that_ends_mid_call_answers_it_error(autojump_clock: Any) -> None:
