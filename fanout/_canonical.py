@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "SHORTEST_CAP",
     "canonical_arguments",
     "canonical_json",
     "idempotency_key",
@@ -218,6 +219,12 @@ def canonical_json(value: Any) -> str:
     except Exception:  # refused, or an object that raised as ``json`` read it
         return _spelling(_plain(value, set(), 0))
     return clean_text(text)
+
+
+# Characters: the least ``max_output_chars``. A cut answer carries what says it was cut
+# (the marker, or JSON's envelope with its count), 52 characters and the count's digits:
+# a shorter cap could not be kept to, and was not (a cap of 20 gave 55-character answers).
+SHORTEST_CAP = 64
 
 
 def truncation_marker(dropped: int) -> str:

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ._call import CallPlan, CallSettings, CallState
-from ._canonical import canonical_arguments
+from ._canonical import SHORTEST_CAP, canonical_arguments
 from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
@@ -103,7 +103,7 @@ class Runner:
         require_positive("turn_timeout", turn_timeout)
         if inline_wait is not None:
             require_non_negative("inline_wait", inline_wait)
-        require_at_least("max_output_chars", max_output_chars, 1)
+        require_at_least("max_output_chars", max_output_chars, SHORTEST_CAP)
         require_at_least("max_threads", max_threads, 1)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigurationError(f"retry must be a RetryPolicy or None, not {retry!r}")

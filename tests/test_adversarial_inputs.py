@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout._budget import MAX_WAIT, usable_wait
+from fanout._canonical import SHORTEST_CAP
 from fanout.http import parse_rate_limit_headers
 from fanout.redis import LocalFallback, RedisIdempotencyStore, RedisScope
 from tests.test_headers import HEADER_NAMES
@@ -368,7 +369,7 @@ def test_tool_other_options_refuse_or_answer(option: str, value: Any) -> None:
 _RUNNER_RULES = {
     "turn_timeout": _finite_positive,
     "inline_wait": lambda v: v is None or _finite_non_negative(v),
-    "max_output_chars": lambda v: _whole_at_least(v, 1),
+    "max_output_chars": lambda v: _whole_at_least(v, SHORTEST_CAP),
     "max_threads": lambda v: _whole_at_least(v, 1),
     "mutating": lambda v: v in ("one", "serial", "parallel"),
     "on_failure": lambda v: v in ("continue", "cancel_siblings"),
