@@ -58,20 +58,35 @@ def _value_replaced(match: re.Match[str]) -> str:
 # the next key ('"message":"...Cookie","started":true' once lost its field
 # "started" to a cookie's value). Userinfo ends at its "@", so it needs
 # neither.
+#
+# And in JSON, a line break or a tab is written ``\n`` or ``\t``: before a word, it is
+# a break (``_START``), and between a header and its value, space (``_SPACE``); a
+# quote inside a string is written ``\"`` (``_QUOTE``), as a JSON text a tool hands
+# back inside its output is (and ``\\\"`` a level deeper). Read as letters,
+# "Authorization:\nBearer <token>" in a JSON answer lost only "\nBearer" and kept
+# the token, "\nsk-..." was no key at all, and '{\"x-api-key\": \"<key>\"}' was
+# no header. A known secret's ``REDACTED`` just before a shape is a break too.
+_START = rf"(?:\b|(?<=\\[nrtbf])|(?<={REDACTED}))"
+_SPACE = r"(?:\s|\\+[nrt])"
+_QUOTE = r"(?:\\*[\"'])"
 _PARAM_VALUE = r"(?:[^&\s\"'<>\\]|\\[^\s\"'])+"
 _HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
 _SHAPES = (
-    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1{REDACTED}"),
-    (re.compile(r"\b(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(rf"(?i)({_START}bearer{_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}"), rf"\1{REDACTED}"),
+    (
+        re.compile(rf"{_START}(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{{8,}}"),
+        REDACTED,
+    ),
     (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=){_PARAM_VALUE}"), _value_replaced),
     # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
     # looking for "://", and a 20,000-character message took most of a second.
     (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
     (
         re.compile(
-            rf"(?i)(\b(?:{_names(CREDENTIAL_HEADERS)})"
-            r"(?:[\"']\s*,\s*[\"']|[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?)"
-            rf"(?!{_HEADER_VALUE}[\"']\s*:){_HEADER_VALUE}"
+            rf"(?i)({_START}(?:{_names(CREDENTIAL_HEADERS)})"
+            rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_QUOTE}|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*{_QUOTE}?)"
+            rf"(?:(?:bearer|basic|token){_SPACE}+)?)"
+            rf"(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:){_HEADER_VALUE}"
         ),
         _value_replaced,
     ),

@@ -126,3 +126,45 @@ def test_an_error_answer_keeps_its_fields_whatever_its_message_says(pieces: list
 def test_a_backslash_neither_hides_a_credential_nor_ends_a_string(text: str, shown: str) -> None:
     """Userinfo with a Windows domain, a key with a backslash, an escaped quote after one."""
     assert redact_text(text) == shown
+
+
+_SECRET = st.text("abcXYZ0189", min_size=12, max_size=16)
+_AROUND = st.sampled_from(["", " ", "\n", "\t", "\r\n", "log: ", "REDACTED", "(", '"'])
+
+
+def _credential(kind: str, secret: str) -> str:
+    """A credential of a shape fanout reads, as a tool's output may hold it."""
+    return {
+        "bearer": f"Bearer {secret}",
+        "header": f"Authorization:\nBearer {secret}",
+        "key": f"sk-{secret}",
+        "json-pair": json.dumps({"x-api-key": secret}),
+        "curl": f'curl -H "X-Api-Key: {secret}" https://api',
+    }[kind]
+
+
+@settings(max_examples=300)
+@given(
+    kind=st.sampled_from(["bearer", "header", "key", "json-pair", "curl"]),
+    secret=_SECRET,
+    before=_AROUND,
+    after=_AROUND,
+    written=st.sampled_from(["raw", "json", "json-in-json"]),
+)
+def test_a_credential_by_shape_is_gone_however_its_text_was_written(
+    kind: str, secret: str, before: str, after: str, written: str
+) -> None:
+    """A credential's shape after a line break, a tab, a quote or a known secret's
+    ``REDACTED``, as text, as a JSON answer writes it (``\\n``, ``\\"``), or as JSON text
+    inside a JSON answer: none of it shows, and the JSON still parses. Read as
+    letters, ``\\nBearer`` and ``\\nsk-`` kept their tokens, and an escaped JSON pair
+    was no header."""
+    text = before + _credential(kind, secret) + after
+    if written == "json":
+        text = json.dumps({"out": text})
+    elif written == "json-in-json":
+        text = json.dumps({"out": json.dumps({"body": text})})
+    redacted = redact_text(text)
+    assert secret not in redacted
+    if written != "raw":
+        json.loads(redacted)
