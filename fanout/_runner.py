@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ._call import CallPlan, CallSettings, CallState
-from ._canonical import SHORTEST_CAP, canonical_arguments
+from ._canonical import SHORTEST_CAP, canonical_arguments, shown
 from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
@@ -183,8 +183,7 @@ class Runner:
         """
         if not isinstance(calls, Iterable) or isinstance(calls, str | bytes | Mapping):
             raise InvalidTurnError(f"a turn takes a list of ToolCall, not {type(calls).__name__}")
-        given = list(calls)
-        _validate(given)
+        given = _validated(list(calls))
         state_for, options = self._turn_parts(run, timeout)
         with collection_paused():  # every state built is kept (fanout._collector)
             states = [state_for(call, i) for i, call in enumerate(given)]
@@ -281,18 +280,37 @@ class Runner:
         )
 
 
-def _validate(calls: Sequence[ToolCall]) -> None:
+def _validated(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls, each with an id of its own and a tool name, or an ``InvalidTurnError``.
+
+    An id or name that is a ``str`` subclass (a proxy, a lazy string) is taken as
+    its plain text: its own ``__hash__``, ``__eq__`` or ``__len__`` ran as the
+    turn compared ids, and one that raised escaped ``run_turn`` as itself.
+    """
     seen: set[str] = set()
+    checked = []
     for call in calls:
         if not isinstance(call, ToolCall):
             raise InvalidTurnError(f"a turn is made of ToolCall values, not {type(call).__name__}")
-        if not isinstance(call.id, str) or not call.id:
-            raise InvalidTurnError(f"call #{call.position} ({call.name!r}) has no id")
-        if call.id in seen:
-            raise InvalidTurnError(f"two calls share the id {call.id!r}; each id needs one answer")
-        seen.add(call.id)
-        if not isinstance(call.name, str) or not call.name:
-            raise InvalidTurnError(f"call {call.id!r} has no tool name")
+        call_id, name = _plain_text(call.id), _plain_text(call.name)
+        if not call_id:
+            raise InvalidTurnError(f"call #{call.position} ({shown(name)}) has no id")
+        if call_id in seen:
+            raise InvalidTurnError(
+                f"two calls share the id {shown(call_id)}; each id needs one answer"
+            )
+        seen.add(call_id)
+        if not name:
+            raise InvalidTurnError(f"call {shown(call_id)} has no tool name")
+        if call_id is not call.id or name is not call.name:
+            call = attrs.evolve(call, id=call_id, name=name)
+        checked.append(call)
+    return checked
+
+
+def _plain_text(value: object) -> str:
+    """``value`` as plain text if it is text (a subclass's own methods never run), else ""."""
+    return str.__str__(value) if isinstance(value, str) else ""
 
 
 def _check_parts(

@@ -881,3 +881,53 @@ def test_any_wait_told_to_a_scope_is_read_as_the_runner_reads_it(
                 assert blocked >= usable
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+class _ProxyText(str):
+    """A ``str`` subclass whose own methods raise (a lazy proxy whose backend went away)."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        raise RuntimeError("proxy gone")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("proxy gone")
+
+    def __len__(self) -> int:
+        raise RuntimeError("proxy gone")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("proxy gone")
+
+
+@given(ids=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=4), proxy=st.data())
+def test_ids_and_names_of_a_str_subclass_are_read_as_their_text(
+    ids: list[str], proxy: st.DataObject
+) -> None:
+    """Ids and names that are ``str`` subclasses with raising methods: the turn reads their
+    plain text, answers each distinct id once under it, and a repeated id is an
+    ``InvalidTurnError``, never the subclass's own exception."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def t() -> str:
+        return "x"
+
+    wrapped = [proxy.draw(st.booleans()) for _ in ids]
+    calls = [
+        fanout.ToolCall(_ProxyText(i) if w else i, _ProxyText("t") if w else "t")
+        for i, w in zip(ids, wrapped, strict=True)
+    ]
+
+    async def main() -> list[fanout.ToolResult]:
+        return list((await fanout.Runner(registry).run_turn(calls)).results)
+
+    if len(set(ids)) < len(ids):
+        with pytest.raises(fanout.InvalidTurnError, match="share the id"):
+            trio.run(main)
+        return
+    results = trio.run(main)
+    assert [(type(r.tool_use_id), r.tool_use_id, r.content) for r in results] == [
+        (str, i, "x") for i in ids
+    ]
