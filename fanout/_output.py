@@ -25,6 +25,7 @@ import attrs
 from ._canonical import canonical_json, truncation_marker
 from ._exceptions import ConfigurationError
 from ._validate import one_of, require_one_of
+from ._validate import text as validate_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,6 +59,8 @@ def _base64(value: bytes | str) -> str:
     """Bytes as base64 text; text is taken as base64 already, and checked."""
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if not isinstance(value, str):
+        raise ConfigurationError(f"data must be bytes or base64 text, not {type(value).__name__}")
     try:
         base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -69,7 +72,7 @@ def _base64(value: bytes | str) -> str:
 class Text:
     """Text the model reads; the only part the output limit may cut."""
 
-    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    text: str = attrs.field(validator=validate_text)
 
 
 @attrs.frozen

@@ -153,6 +153,12 @@ def at_least(least: int) -> Any:
     return _attrs_rule(lambda name, value: require_at_least(name, value, least))
 
 
+def text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A ``str`` (empty or not)."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{attribute.name} must be a str, not {type(value).__name__}")
+
+
 def non_empty_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty ``str``."""
     if not isinstance(value, str) or not value:

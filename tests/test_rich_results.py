@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
+import pytest
 from anthropic.types import MessageParam
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,9 @@ import fanout
 from fanout import Document, Image, Kind, Registry, Run, Runner, Status, Text, ToolCall
 from fanout._answers import success
 from fanout._output import MARKER, parts_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 48  # a 12 kB "image"
 PDF = b"%PDF-1.4 fanout test document"
@@ -171,16 +175,25 @@ def test_a_tool_cannot_forge_blocks_with_text() -> None:
     assert parts_of(success(ToolCall("a", "t"), forged, limit=1000).content) is None
 
 
-def test_bad_parts_are_refused_where_the_tool_builds_them() -> None:
-    """An unsupported media type, non-base64 text or bytes as plain text raise where built."""
-    for build in (lambda: Image(PNG, "image/tiff"), lambda: Image("not base64!"),
-                  lambda: Document(PDF, "application/zip"),
-                  lambda: Document(PDF, "text/plain")):  # fmt: skip
-        try:
-            build()
-        except ValueError:
-            continue
-        raise AssertionError("accepted")
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Image(PNG, "image/tiff"),
+        lambda: Image("not base64!"),
+        lambda: Document(PDF, "application/zip"),
+        lambda: Document(PDF, "text/plain"),
+        lambda: Text(5),
+        lambda: Image(5),
+        lambda: Document(5),
+    ],
+)
+def test_bad_parts_are_refused_where_the_tool_builds_them(build: Callable[[], object]) -> None:
+    """An unsupported media type, non-base64 text, bytes as plain text, or data that is
+    neither bytes nor text raise a ``ConfigurationError`` where built (``Text(5)`` was
+    attrs' ``TypeError``, its message a dump of the field)."""
+    with pytest.raises(fanout.ConfigurationError) as raised:
+        build()
+    assert "Attribute(" not in str(raised.value)
 
 
 def test_stored_blocks_that_do_not_decode_are_shown_as_text() -> None:
