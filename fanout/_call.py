@@ -125,6 +125,9 @@ class CallState:
     # Whether the final answer is the tool's own (a return value or its own
     # error), as opposed to fanout's; only those are kept for replay.
     answered_by_tool: bool = False
+    # An attempt's request broke after it was sent (`CallContext.effect_unknown`): a
+    # write's effect is unknown from then on, whatever later attempts did.
+    effect_unknown: bool = False
     claimed: bool = False  # holds its idempotency key in the run's store
     # Single-flight: the identical later calls of the turn this one answers (None
     # until one comes: most calls have none, and an empty list apiece is garbage
@@ -339,9 +342,11 @@ async def _run_tool(
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         went_fine = went_fine and not context.refused
+        state.effect_unknown |= context.effect_unknown
         return signal
     except Exception as exc:
         wrapped = _signal_within(exc)
+        state.effect_unknown |= context.effect_unknown
         if wrapped is not None:  # an SDK re-raised fanout's signal as its own error
             went_fine = not isinstance(wrapped, RateLimitedError | NotSentError)
             went_fine = went_fine and not context.refused
@@ -351,7 +356,8 @@ async def _run_tool(
         message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
         return failure(
             call, Status.ERROR, message, started=True, kind=spec.kind,
-            hint="the tool raised an error; fix the arguments or try another approach",
+            effect_unknown=state.effect_unknown,
+            hint=_BROKE_OFF if state.effect_unknown else _TOOL_RAISED,
         )  # fmt: skip
     finally:
         scopes = state.plan.scopes
@@ -361,6 +367,14 @@ async def _run_tool(
             reused = warm and context.reused_connection
             for scope in scopes:
                 scope.observe_call(elapsed, ok=went_fine, warm=warm, reused=reused)
+
+
+_TOOL_RAISED = "the tool raised an error; fix the arguments or try another approach"
+# A write whose request broke after it was sent: its server failed, not its arguments.
+_BROKE_OFF = (
+    "the connection broke after the call was sent; check whether it took effect before "
+    "re-issuing it"
+)
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:
@@ -465,8 +479,9 @@ async def _decide(
 
     def answer(status: Status, message: str, **extra: Any) -> ToolResult:
         return failure(
-            call, status, message, started=True, kind=spec.kind, scope=scope_name, **extra
-        )
+            call, status, message, started=True, kind=spec.kind, scope=scope_name,
+            effect_unknown=state.effect_unknown, **extra,
+        )  # fmt: skip
 
     if isinstance(signal, NotSentError):
         return answer(signal.status, describe(signal), retry_after=wait)

@@ -20,6 +20,7 @@ from mcp.types import (
 )
 
 from ._canonical import canonical_json
+from ._exceptions import FanoutError
 from ._output import IMAGE_TYPES, Document, Image, Part, Text
 from ._values import Kind
 
@@ -28,11 +29,17 @@ if TYPE_CHECKING:
 
     from mcp.types import ContentBlock, ToolAnnotations
 
-__all__ = ["McpToolError", "answer_of", "error_text", "kind_of", "retry_safe"]
+__all__ = ["McpSessionError", "McpToolError", "answer_of", "error_text", "kind_of", "retry_safe"]
 
 
 class McpToolError(Exception):
     """The MCP server answered the call with ``isError: true``."""
+
+
+class McpSessionError(FanoutError):
+    """An MCP session could not be opened, or its tools listed: the server's failure,
+    said once, with what failed (never the exception groups the SDK's task groups make
+    of it)."""
 
 
 def kind_of(annotations: ToolAnnotations | None) -> Kind:

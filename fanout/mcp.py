@@ -38,19 +38,31 @@ import hashlib
 import sys
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
-from urllib.parse import urlsplit
 
 import attrs
 import httpx2
+import trio
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, PaginatedRequestParams
+from pydantic import ValidationError
 
+from ._call import describe
+from ._canonical import canonical_json
 from ._context import CallContext, maybe_current_call
-from ._exceptions import ConfigurationError, TransientError
-from ._mcp_tools import McpToolError, answer_of, error_text, kind_of, retry_safe
+from ._exceptions import ConfigurationError, RateLimitedError, TransientError
+from ._library_log import scrub_library_log
+from ._mcp_http import (
+    RETRY_AFTER_FIELD,
+    STATUS_FIELD,
+    AnsweredTransport,
+    address_of,
+    credentials_of,
+)
+from ._mcp_tools import McpSessionError, McpToolError, answer_of, error_text, kind_of, retry_safe
 from ._mcp_wire import Flight, TappedWriteStream, flying, landed
 from ._scope import Scope
+from ._secrets import learn
 from ._validate import positive
 from ._values import Kind
 
@@ -68,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IDEMPOTENCY_KEY_FIELD",
     "McpServer",
+    "McpSessionError",
     "McpToolError",
     "open_http",
     "open_session",
@@ -115,9 +128,12 @@ class McpServer:
         """Call the server's tool ``name``, as part of the fanout call running now (if any).
 
         Returns the answer's content (see ``answer_of``); raises
-        ``McpToolError`` for an ``isError`` result, ``TransientError`` for a
-        lost connection when ``retry_safe``, and ``McpToolError`` for any
-        other protocol error.
+        ``McpToolError`` for an ``isError`` result, ``RateLimitedError`` for a
+        refusal over HTTP (a 429, with the server's wait), ``TransientError``
+        for a lost connection when ``retry_safe``, and ``McpToolError`` for any
+        other protocol error. A write whose connection was lost may have taken
+        effect: its call is marked so (``effect_unknown``), and its answer says
+        it.
         """
         if not self._open:
             raise McpToolError(f"the MCP session of scope {self.scope!r} is closed")
@@ -132,9 +148,17 @@ class McpServer:
                 meta=_meta_for(context),
             )
         except MCPError as exc:
-            if retry_safe and exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
-                raise TransientError(f"MCP error {exc.code}: {exc.error.message}") from exc
-            raise McpToolError(f"MCP error {exc.code}: {exc.error.message}") from exc
+            message = f"MCP error {exc.code}: {exc.error.message}"
+            data = exc.error.data if isinstance(exc.error.data, dict) else {}
+            if data.get(STATUS_FIELD) == 429 or RETRY_AFTER_FIELD in data:
+                wait = _seconds(data.get(RETRY_AFTER_FIELD))
+                raise RateLimitedError(message, retry_after=wait, scope=self.scope) from exc
+            lost = exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+            if lost and context is not None and context.kind is Kind.MUTATING:
+                context.effect_unknown = True
+            if retry_safe and lost:
+                raise TransientError(message) from exc
+            raise McpToolError(message) from exc
         finally:
             landed(token)
         return _answer(result)
@@ -152,9 +176,19 @@ class McpServer:
         self._open = False
 
 
+def _seconds(value: object) -> float | None:
+    """A wait the session's transport read off a refusal over HTTP, if it read one
+    (`fanout._mcp_http.AnsweredTransport`)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _answer(result: CallToolResult) -> str | list[Part]:
+    """A result's content (`answer_of`); its ``structuredContent`` where it carries its
+    data there alone (answered from ``content`` only, such a result was an empty list)."""
     if result.is_error:
         raise McpToolError(error_text(result.content))
+    if not result.content and result.structured_content is not None:
+        return canonical_json(result.structured_content)
     return answer_of(result.content)
 
 
@@ -228,15 +262,21 @@ async def open_stdio(
     """Start ``command args...`` as an MCP server on stdio; stop it on exit.
 
     The server gets the SDK's safe default environment (``PATH``, ``HOME``,
-    ...) plus ``env``, not the rest of this process's environment.
+    ...) plus ``env``, not the rest of this process's environment. What it
+    writes that is not UTF-8 is read with U+FFFD in its place: read strictly,
+    one such byte ended the session's reader, and every call after it waited
+    for its deadline.
     """
     parameters = StdioServerParameters(
-        command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
-    )
+        command=command, args=list(args), env=dict(env) if env else None, cwd=cwd,
+        encoding_error_handler="replace",
+    )  # fmt: skip
     async with (
+        _opening(f"the MCP server {command!r}") as opened,
         stdio_client(parameters, errlog=errlog) as (read_stream, write_stream),
         open_session(read_stream, write_stream, name=name, cancel_grace=cancel_grace) as server,
     ):
+        opened.set()
         yield server
 
 
@@ -250,14 +290,32 @@ async def open_http(
 ) -> AsyncIterator[McpServer]:
     """Connect to a streamable-HTTP MCP server at ``url``.
 
-    The scope is named after the server's address (or ``name``), split by
-    the ``Authorization`` header's credential when there is one.
+    The scope is named after the server's host and port (or ``name``), split
+    by the credential the session carries when it carries one (a fingerprint
+    of it, never the credential itself). That credential (in a credential
+    header, the URL's query or its userinfo) is scrubbed from every answer,
+    event and log from then on, as one fanout saw sent is, and the ``httpx2``
+    and ``mcp`` loggers that log the URL are scrubbed too. A request that
+    fails on the wire, or a refusal over HTTP, fails only its own call
+    (`fanout._mcp_http`).
     """
     headers = dict(headers or {})
-    credential = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
-    async with AsyncExitStack() as stack:
+    found = credentials_of(url, headers)
+    learn(found)
+    for logger in ("httpx2", "mcp.client.streamable_http"):
+        scrub_library_log(logger)
+    authorization = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+    credential = authorization or "\n".join(sorted(secret.reveal() for secret in found))
+    async with (
+        _opening(f"the MCP server at {address_of(url)}") as opened,
+        AsyncExitStack() as stack,
+    ):
         client = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            httpx2.AsyncClient(
+                headers=headers,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                transport=AnsweredTransport(httpx2.AsyncHTTPTransport()),
+            )
         )
         read_stream, write_stream = await stack.enter_async_context(
             streamable_http_client(url, http_client=client)
@@ -266,21 +324,61 @@ async def open_http(
             open_session(
                 read_stream,
                 write_stream,
-                name=name or urlsplit(url).netloc,
+                name=name or address_of(url),
                 credential=credential,
                 cancel_grace=cancel_grace,
             )
         )
+        opened.set()
         yield server
+
+
+@asynccontextmanager
+async def _opening(what: str) -> AsyncIterator[trio.Event]:
+    """Say once, as a ``McpSessionError``, why ``what`` could not be opened; the event
+    is set once it is open (what the session's user raises after is theirs).
+
+    The SDK opens a session inside task groups of its own, so a refused
+    connection or a command that does not exist came out as exception groups
+    nested two deep, of the SDK's or ``httpx2``'s errors. A cancellation (or
+    a ``KeyboardInterrupt``) among them goes on up as it came.
+    """
+    opened = trio.Event()
+    try:
+        yield opened
+    except Exception as exc:
+        if opened.is_set() or _goes_up(exc):
+            raise
+        leaf = _first_leaf(exc)
+        raise McpSessionError(f"{what} could not be opened: {describe(leaf)}") from exc
+
+
+def _goes_up(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or holds, a cancellation or an interrupt."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_goes_up(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first exception in ``exc`` that is no group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def _list_tools(session: ClientSession) -> list[Tool]:
     tools: list[Tool] = []
     cursor: str | None = None
     while True:
-        page = await session.list_tools(
-            params=PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
+        try:
+            page = await session.list_tools(
+                params=PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+        except (MCPError, ValidationError) as exc:  # a tool list the SDK could not read
+            raise McpSessionError(
+                f"the server's tools could not be listed: {describe(exc)}"
+            ) from exc
         tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:
@@ -306,6 +404,12 @@ async def register_tools(
     already has, is a ``ConfigurationError``, raised before any tool is added.
     """
     tools = await _list_tools(server.session)
+    listed = [tool.name for tool in tools]
+    twice = sorted({name for name in listed if listed.count(name) > 1})
+    if twice:
+        # Which of the two the server runs is unknown: registered as the first, a tool
+        # the server listed as a read and as destructive ran as a read.
+        raise ConfigurationError(f"the server lists tools more than once: {twice}")
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - {tool.name for tool in tools})
     if unknown:

@@ -15,6 +15,7 @@ prove the server heard fanout and stopped the work.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import TYPE_CHECKING, Any
@@ -123,6 +124,21 @@ def build() -> MCPServer:
     return server
 
 
+def add_process_tools(server: MCPServer) -> None:
+    """Tools only a server in a process of its own has: one ends that process."""
+
+    @server.tool(annotations=READ)
+    async def whoami(ctx: Context) -> str:
+        """The request's headers, as a server that quotes what it was sent."""
+        return json.dumps(dict(ctx.headers or {}))
+
+    @server.tool(annotations=DESTROY)
+    async def vanish(pause: float) -> str:
+        """Wait ``pause`` seconds, then end this server's process mid-call."""
+        await anyio.sleep(pause)
+        os._exit(3)
+
+
 async def ask_seen(client: McpServer) -> dict[str, Any]:
     """Ask a running test server (through fanout's client) what it saw."""
     text = await client.call("seen", {})
@@ -147,6 +163,7 @@ async def _serve_http(server: MCPServer) -> None:
 
 def main() -> None:
     server = build()
+    add_process_tools(server)
     if sys.argv[1:] == ["stdio"]:
         server.run("stdio")
     elif sys.argv[1:] == ["http"]:

@@ -18,11 +18,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import MCPError
 from mcp.client._memory import InMemoryTransport
-from mcp.types import CONNECTION_CLOSED, JSONRPCNotification, ToolAnnotations
+from mcp.types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    CallToolResult,
+    JSONRPCNotification,
+    ListToolsResult,
+    Tool,
+    ToolAnnotations,
+)
 
 import fanout
 import fanout.mcp
 from fanout import EventKind, Kind, Registry, Run, Runner, Status, ToolCall
+from fanout._mcp_http import RETRY_AFTER_FIELD, STATUS_FIELD
 from fanout._mcp_tools import kind_of, retry_safe
 from fanout._mcp_wire import Flight, TappedWriteStream
 from fanout.idempotency import canonical_json, idempotency_key
@@ -333,6 +342,10 @@ async def test_only_retry_safe_tools_are_retried_when_the_connection_drops(
     assert (put.status, delete.status) == (Status.ERROR, Status.ERROR)
     assert "gave up after 3 attempts" in body(put)["message"]
     assert "Connection closed" in body(delete)["message"]
+    # Both writes may have reached the server: neither blames its arguments.
+    for write in (put, delete):
+        assert body(write)["effect"].startswith("unknown")
+        assert "fix the arguments" not in body(write).get("hint", "")
 
 
 def test_the_cancel_notice_deadline() -> None:
@@ -456,3 +469,60 @@ def test_a_cancel_grace_that_cannot_work_is_refused(grace: Any) -> None:
     """cancel_grace is a positive, finite number of seconds, or a ConfigurationError."""
     with pytest.raises(fanout.ConfigurationError, match="cancel_grace must be a positive number"):
         McpServer(_LostConnection(), "mcp:lost", wire=TappedWriteStream(None), cancel_grace=grace)
+
+
+class _Refused:
+    """A session whose every call is refused over HTTP with a wait, as the session's
+    transport answers a 429 (`fanout._mcp_http.AnsweredTransport`)."""
+
+    async def call_tool(self, name: str, arguments: Any, **_: Any) -> Any:
+        data = {STATUS_FIELD: 429, RETRY_AFTER_FIELD: 2.0}
+        raise MCPError(INTERNAL_ERROR, "the MCP server answered HTTP 429", data)
+
+
+async def test_a_refusal_over_http_is_rate_limited_with_the_server_s_wait(
+    autojump_clock: Any,
+) -> None:
+    """A 429 with ``Retry-After: 2`` is answered ``rate_limited`` with the wait, not an
+    error blaming the arguments (the SDK alone keeps "Server returned an error
+    response")."""
+    server = McpServer(_Refused(), "mcp:refusing", wire=TappedWriteStream(None))
+    registry = Registry()
+    registry.add(server.tool("lookup", retry_safe=True), name="lookup", kind=Kind.READS)
+    runner = Runner(registry, turn_timeout=1)
+    [result] = (await runner.run_turn([ToolCall("a", "lookup", {})])).results
+    assert result.status is Status.RATE_LIMITED
+    assert result.retry_after_ms == 2000
+
+
+class _Listing:
+    """A session that lists the tools it was given."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.tools = tools
+
+    async def list_tools(self, **_: Any) -> Any:
+        return ListToolsResult(tools=self.tools)
+
+
+async def test_a_tool_listed_twice_registers_nothing(autojump_clock: Any) -> None:
+    """Listed as a read and as destructive, which of the two runs is unknown: refused
+    before any tool is added (registered as the first, the destructive one ran as a
+    read)."""
+    schema = {"type": "object"}
+    tools = [
+        Tool(name="lookup", input_schema=schema, annotations=ToolAnnotations(read_only_hint=True)),
+        Tool(name="wipe", input_schema=schema, annotations=ToolAnnotations(read_only_hint=True)),
+        Tool(name="wipe", input_schema=schema, annotations=ToolAnnotations(destructive_hint=True)),
+    ]
+    server = McpServer(_Listing(tools), "mcp:twice", wire=TappedWriteStream(None))
+    registry = Registry()
+    with pytest.raises(fanout.ConfigurationError, match="more than once"):
+        await fanout.mcp.register_tools(registry, server)
+    assert registry.names() == []
+
+
+def test_a_result_whose_data_is_structured_only_is_answered_with_it() -> None:
+    """``content`` empty and ``structuredContent`` given: the data, as JSON text."""
+    result = CallToolResult(content=[], structured_content={"temp_c": 21.5})
+    assert fanout.mcp._answer(result) == '{"temp_c":21.5}'

@@ -131,3 +131,55 @@ async def test_each_credential_has_its_own_scope(url: str) -> None:
     host = url.removeprefix("http://").removesuffix("/mcp")
     assert all(scope.startswith(f"mcp:{host}#") for scope in scopes)
     assert not any("secret" in scope for scope in scopes)
+
+
+async def test_a_server_that_dies_mid_call_fails_that_call_not_the_turn(url: str) -> None:
+    """The server's process ends while a destructive call is out: that call is answered
+    ``error`` with its effect unknown, its sibling ``ok``, and nothing escapes the
+    session. (The SDK raised the dropped connection inside the session's task group,
+    which cancelled the turn: no answer came back, and an exception group of
+    ``httpx2`` errors left ``open_http``.)"""
+    async with fanout.mcp.open_http(url) as server:
+        registry = Registry()
+        await fanout.mcp.register_tools(registry, server)
+        runner = Runner(registry, scopes=[server.limits()], turn_timeout=20)
+        calls = [ToolCall("a", "lookup", {"key": "k"}), ToolCall("b", "vanish", {"pause": 0.3})]
+        turn = await runner.run_turn(calls)
+    looked, vanished = turn.results
+    assert (looked.status, looked.content) == (Status.OK, "value of k")
+    assert vanished.status is Status.ERROR
+    assert body(vanished)["effect"].startswith("unknown")
+    assert "fix the arguments" not in body(vanished)["hint"]
+
+
+async def test_a_session_that_cannot_open_says_so_once() -> None:
+    """Nothing listens at the port: a ``McpSessionError`` naming the failure, not the
+    exception groups the SDK's task groups made of it."""
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(fanout.mcp.McpSessionError, match="could not be opened: MCPError"):
+        async with fanout.mcp.open_http(f"http://127.0.0.1:{port}/mcp"):
+            raise AssertionError("opened")
+
+
+async def test_the_credentials_a_session_carries_never_reach_an_answer(url: str) -> None:
+    """A server that quotes the request's headers back, a key in the URL's query, a
+    password in its userinfo: none of them is in an answer, a trace event or the scope,
+    though none was sent through fanout's own HTTP layer."""
+    token, key = "tok-4f9a1c2e7b", "qk-8d3e5a9f1b"
+    keyed = url.replace("http://", "http://alice:pw-5c7e9a2d4f@") + f"?api_key={key}"
+    headers = {"Authorization": f"Bearer {token}"}
+    async with fanout.mcp.open_http(keyed, headers=headers) as server:
+        registry = Registry()
+        await fanout.mcp.register_tools(registry, server)
+        runner = Runner(registry, scopes=[server.limits()], turn_timeout=20)
+        turn = await runner.run_turn([ToolCall("w", "whoami", {})])
+    [answer] = turn.results
+    assert answer.status is Status.OK
+    assert "authorization" in answer.content.lower()  # the server did quote it
+    shown = [answer.content, server.scope, *(repr(event) for event in turn.trace)]
+    for secret in (token, key, "pw-5c7e9a2d4f"):
+        assert not any(secret in text for text in shown), secret
+    assert server.scope.startswith("mcp:127.0.0.1:")
+    assert "alice" not in server.scope

@@ -124,3 +124,48 @@ async def test_a_session_closes_in_its_task_when_that_task_is_cancelled(
     assert s.cancels_sent == ()
     turn_after = await Runner(registry).run_turn([ToolCall("a", "lookup", {"key": "k"})])
     assert "closed" in body(turn_after.results[0])["message"]
+
+
+# A stdio MCP server written by hand: its tool "bad" answers with a byte that is not
+# UTF-8 (Latin-1's "é"), its tool "ok" with plain text.
+_LATIN1_SERVER = r"""
+import json, sys
+out = sys.stdout.buffer
+def send(line):
+    out.write(line + b"\n"); out.flush()
+for raw in sys.stdin.buffer:
+    msg = json.loads(raw)
+    mid, method = msg.get("id"), msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities":
+                  {"tools": {}}, "serverInfo": {"name": "latin1", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": name, "inputSchema": {"type": "object"},
+                             "annotations": {"readOnlyHint": True}} for name in ("bad", "ok")]}
+    elif method == "tools/call" and msg["params"]["name"] == "bad":
+        text = b'{"type":"text","text":"caf\xe9"}'
+        send(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[%s]}}' % (mid, text))
+        continue
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "fine"}]}
+    else:
+        continue
+    send(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode())
+"""
+
+
+async def test_a_byte_that_is_not_utf8_is_read_as_a_replacement_character(
+    patient_clock: trio.testing.MockClock,
+) -> None:
+    """Read strictly, one such byte ended the session's reader: the call waited out its
+    deadline, and so did every later call. Read with U+FFFD in its place, both answer."""
+    async with fanout.mcp.open_stdio(sys.executable, "-c", _LATIN1_SERVER) as server:
+        registry = Registry()
+        await fanout.mcp.register_tools(registry, server)
+        runner = Runner(registry, scopes=[server.limits()], turn_timeout=10)
+        first = await runner.run_turn([ToolCall("a", "bad", {})])
+        second = await runner.run_turn([ToolCall("b", "ok", {})])
+    assert [(r.status, r.content) for r in (*first.results, *second.results)] == [
+        (Status.OK, "caf\ufffd"),
+        (Status.OK, "fine"),
+    ]
