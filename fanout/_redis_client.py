@@ -61,6 +61,12 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
         raise ConfigurationError(f"cluster must be True or False, not {cluster!r}")
     what = "a Redis Cluster URL" if cluster else "a Redis URL"
     shown = _without_password(url)
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    if any(char in userinfo for char in "/?#"):
+        raise ConfigurationError(
+            f"{what} has a user or password holding '/', '?' or '#', which must be "
+            f"percent-encoded ('%2F', '%3F', '%23'): {shown!r}"
+        )
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -106,7 +112,17 @@ def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:
 
 def _without_password(url: str) -> str:
     """``url`` fit for an error message: the password, if any, becomes ``***``, in the
-    userinfo or in the query (``?password=``, which coredis reads too)."""
+    userinfo or in the query (``?password=``, which coredis reads too).
+
+    The userinfo runs to the URL's last ``@``: a password holding an unencoded
+    ``/``, ``?`` or ``#`` (base64 holds ``/``) ends what ``urlsplit`` takes
+    for the host part early, so it found no password to hide, and the message
+    refusing such a URL quoted it whole.
+    """
+    scheme, separator, rest = url.partition("://")
+    userinfo, at, after = rest.rpartition("@")
+    if separator and at and ":" in userinfo:
+        url = f"{scheme}://{userinfo.partition(':')[0]}:***@{after}"
     try:
         parts = urlsplit(url)
     except ValueError:

@@ -99,6 +99,28 @@ def test_a_refused_url_never_shows_its_password(cluster: bool) -> None:
     assert "redis://app:***@127.0.0.1:port" in str(refused.value)
 
 
+@given(
+    password=st.text(st.characters(codec="ascii", exclude_characters="@"), min_size=6),
+    user=st.sampled_from(["", "app"]),
+    rest=st.sampled_from(["127.0.0.1:6379/0", "127.0.0.1:port", "h:1/x?db=a", "", "h/0"]),
+    scheme=st.sampled_from(["redis", "rediss", "http"]),
+    cluster=st.booleans(),
+)
+def test_no_refused_url_shows_its_password_whatever_it_holds(
+    password: str, user: str, rest: str, scheme: str, cluster: bool
+) -> None:
+    """A password holding an unencoded '/', '?' or '#' ended the part ``urlsplit``
+    takes for the host early: it found no password to hide, and the message refusing
+    the URL quoted it whole. Whatever the password holds, it is never shown."""
+    url = f"{scheme}://{user}:{password}@{rest}"
+    message = ""
+    try:
+        client_from_url(url, cluster=cluster)
+    except ConfigurationError as refused:
+        message = str(refused)
+    assert password not in message
+
+
 @pytest.mark.parametrize(
     ("query", "checks_the_name"),
     [("", True), ("?ssl_check_hostname=false", False), ("?ssl_cert_reqs=none", False)],
