@@ -46,6 +46,14 @@ STARTS_KEPT = 60  # seconds a shared bucket logs each start (as a scope remember
 
 _PRELUDE = """
 local function num(x) return string.format('%.17g', x) end
+-- A number read from the shared state, or ``default`` where it holds none: another
+-- writer (or anyone with the key) may have left 'nan' or '-inf', which tonumber reads,
+-- and which made every comparison after it pass: the limiter let every call go.
+local function finite(x, default)
+  x = tonumber(x)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return default end
+  return x
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 """
@@ -119,14 +127,14 @@ BUCKET = (
 local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
                          'opened', 'laid', 'proven')
-local full = tonumber(state[1]) or 0
-local blocked = tonumber(state[2]) or 0
-local epoch = tonumber(state[3]) or math.floor(now * 1000000)
-local applied = tonumber(state[4]) or 0
-local shift = tonumber(state[5]) or 0
-local opened = tonumber(state[6]) or 0
-local laid = tonumber(state[7]) or 0  -- the rate ``full`` was laid at: its last writer's
-local proven = tonumber(state[8]) or 0  -- the fastest refill any process proved (``prove``)
+local full = finite(state[1], 0)
+local blocked = finite(state[2], 0)
+local epoch = finite(state[3], math.floor(now * 1000000))
+local applied = finite(state[4], 0)
+local shift = finite(state[5], 0)
+local opened = finite(state[6], 0)
+local laid = finite(state[7], 0)  -- the rate ``full`` was laid at: its last writer's
+local proven = finite(state[8], 0)  -- the fastest refill any process proved (``prove``)
 -- Rates only: read as one, a "1e999" another writer left stretched the schedule forever.
 if not (laid > 0 and laid < math.huge) then laid = 0 end
 if not (proven > 0 and proven < math.huge) then proven = 0 end
@@ -205,7 +213,7 @@ elseif op == 'block' then
       -- again after the block (as the local bucket's block gives them back).
       local ahead = 0
       for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. num(now), '+inf')) do
-        ahead = ahead + (tonumber(string.match(member, '(%S+)$')) or 0)
+        ahead = ahead + finite(string.match(member, '(%S+)$'), 0)
       end
       full = math.max(now, full - ahead / rate)
     end
@@ -250,7 +258,7 @@ elseif op == 'adopt' then
                             '+inf', 'WITHSCORES')
   for i = 1, #logged, 2 do
     if string.sub(logged[i], 1, #me + 1) ~= me .. ' ' then
-      local c = tonumber(string.match(logged[i], '(%S+)$')) or 0
+      local c = finite(string.match(logged[i], '(%S+)$'), 0)
       if tonumber(logged[i + 1]) <= now then started = started + c else ahead = ahead + c end
     end
   end
@@ -347,10 +355,10 @@ WINDOW = (
 local limit, window, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
 local span = window + slack
 local state = redis.call('HMGET', KEYS[2], 'blocked', 'epoch', 'longest')
-local blocked = tonumber(state[1]) or 0
-local epoch = tonumber(state[2]) or math.floor(now * 1000000)
+local blocked = finite(state[1], 0)
+local epoch = finite(state[2], math.floor(now * 1000000))
 local fresh = not state[2]  -- a new epoch is kept, or each call would make another
-local keep = window + (tonumber(state[3]) or 0)
+local keep = window + math.max(0, finite(state[3], 0))  -- a time a log is kept: never less
 if op == 'answered' and tonumber(ARGV[9]) + window > keep then
   keep = tonumber(ARGV[9]) + window
   redis.call('HSET', KEYS[2], 'longest', num(keep - window))
@@ -361,14 +369,14 @@ local function read()
   local raw = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   for i = 1, #raw, 2 do
     local member, start = raw[i], tonumber(raw[i + 1])
-    local held = tonumber(string.match(member, '^=[^|]+|([^|]+)|'))  -- answered
-    local ends_at = tonumber(string.match(member, '^%-[^|]+|([^|]+)|'))
+    local held = finite(string.match(member, '^=[^|]+|([^|]+)|'), nil)  -- answered
+    local ends_at = finite(string.match(member, '^%-[^|]+|([^|]+)|'), nil)
                     or math.max(start + span, held or 0)
     if ends_at + keep <= now then
       redis.call('ZREM', KEYS[1], member)
     else
       members[#members + 1] = member
-      costs[#costs + 1] = tonumber(string.match(member, '^[~=!%-]?([^|]+)'))
+      costs[#costs + 1] = finite(string.match(member, '^[~=!%-]?([^|]+)'), 1)
       starts[#starts + 1] = start
       ends[#ends + 1] = ends_at
       helds[#ends] = held

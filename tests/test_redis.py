@@ -1513,3 +1513,25 @@ async def test_a_window_falls_back_to_a_local_log_of_its_share(
         await scope.refund(third)
         await scope.refund(second)
         assert await scope.wait_for(1) == 0.0  # the second's token is back at once
+
+
+_GARBAGE = ["nan", "-inf", "inf", "1e999", "-1e308", "abc"]
+_BUCKET_FIELDS = ["full", "blocked", "epoch", "slack", "shift", "opened", "laid", "proven"]
+
+
+@pytest.mark.parametrize("value", _GARBAGE)
+@pytest.mark.parametrize("field", _BUCKET_FIELDS)
+async def test_a_bucket_whose_shared_state_holds_garbage_never_admits_faster_than_allowed(
+    redis_url: str, prefix: str, client: coredis.Redis[str], field: str, value: str
+) -> None:
+    """Anyone with the key (or a stray write) left a field of the shared bucket reading
+    ``nan`` or an infinity, which Lua's ``tonumber`` reads: every comparison after it
+    passed, and a bucket of 2 at 10/s admitted 20 calls at once, turn after turn. Read
+    as no state, it paces: the n-th booking waits at least ``(n - burst) / rate``."""
+    await client.hset(f"{prefix}{{api}}:bucket", {field: value})
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix, rate=10, burst=2) as scope:
+        bookings = [await scope.reserve(1, 60.0) for _ in range(6)]
+    waits = sorted(b.wait for b in bookings if b is not None)
+    assert len(waits) == 6
+    for n, wait in enumerate(waits, start=1):
+        assert wait >= (n - 2) / 10 - 0.02, (n, waits)

@@ -418,3 +418,20 @@ async def test_a_redis_scope_probes_a_window_that_states_nothing_once_it_is_shut
     assert all(r.status is fanout.Status.OK for r in turn.results)
     starts = sorted(server.starts())
     assert starts[-1] - starts[0] <= 2 * 6.0
+
+
+@pytest.mark.parametrize("value", ["nan", "-inf", "inf", "-1e308", "abc"])
+@pytest.mark.parametrize("field", ["blocked", "epoch", "longest"])
+async def test_a_window_whose_shared_state_holds_garbage_never_admits_faster_than_allowed(
+    redis_url: str, prefix: str, field: str, value: str
+) -> None:
+    """A field of the shared log's state reading ``-inf`` made it forget every entry at
+    once (six over the limit in a run); read as no state, the log holds: the
+    (i + limit)-th booking waits a window after the i-th."""
+    async with RedisScope.from_url(redis_url, name="api", prefix=prefix, limit=3, per=0.5) as scope:
+        client = scope.client
+        await client.hset(f"{prefix}{{api}}:window-state", {field: value})
+        found = waits([await scope.reserve(1, 60.0) for _ in range(6)])
+    found.sort()
+    for i in range(3):
+        assert found[i + 3] >= found[i] + 0.5 - SLACK, found
