@@ -79,10 +79,18 @@ class Budget:
 
     @classmethod
     def starting_now(
-        cls, timeout: float | None, *, turn_deadline: float, inline_wait: float | None = None
+        cls,
+        timeout: float | None,
+        *,
+        turn_deadline: float,
+        inline_wait: float | None = None,
+        since: float | None = None,
     ) -> Budget:
-        """A budget for a call that starts now, capped by its turn's deadline."""
-        own = math.inf if timeout is None else trio.current_time() + timeout
+        """A budget for a call that starts now (or started at ``since``, if before now),
+        capped by its turn's deadline."""
+        now = trio.current_time()
+        start = now if since is None else min(now, since)
+        own = math.inf if timeout is None else start + timeout
         return cls(min(own, turn_deadline), inline_wait)
 
     def fits(self, wait: float) -> bool:

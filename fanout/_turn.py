@@ -404,19 +404,25 @@ class Turn:
                 in_line = cancel_siblings or any(state.plan.scopes for state in ready)
                 if not in_line:
                     for state in ready:
-                        self._start_soon(state, nursery, run_one)
+                        self._start_soon(state, nursery, run_one, now)
             if in_line:
+                # Each waits for its place behind the calls before it, counted in its
+                # own time from now (`_run_one`).
                 for state in ready:
                     if not (state.plan.scopes or cancel_siblings):
-                        self._start_soon(state, nursery, run_one)
+                        self._start_soon(state, nursery, run_one, now)
                     elif self._starting(state):
-                        await nursery.start(run_one, state)
+                        await nursery.start(run_one, state, now)
 
     def _start_soon(
-        self, state: CallState, nursery: trio.Nursery, run_one: Callable[..., Awaitable[None]]
+        self,
+        state: CallState,
+        nursery: trio.Nursery,
+        run_one: Callable[..., Awaitable[None]],
+        since: float,
     ) -> None:
         if self._starting(state):
-            nursery.start_soon(run_one, state)
+            nursery.start_soon(run_one, state, since)
 
     def _starting(self, state: CallState) -> bool:
         """Whether ``state`` is still to start (a sibling's failure or the deadline may
@@ -428,11 +434,14 @@ class Turn:
         return True
 
     async def _run_hosted(
-        self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        state: CallState,
+        since: float | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """A call in the runner's nursery: whatever happens, it must not crash that nursery."""
         try:
-            await self._run_one(state, task_status)
+            await self._run_one(state, since, task_status)
         except (trio.Cancelled, KeyboardInterrupt):
             raise
         except BaseException:
@@ -453,15 +462,28 @@ class Turn:
                     await self._run_one(state)
 
     async def _run_one(
-        self, state: CallState, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        state: CallState,
+        since: float | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Run one call to its answer, its own timeout counted from ``since`` (when its
+        batch was started, default now).
+
+        A call waits for its place in line until the call before it has queued
+        or begun: instant on a local scope, a round trip to Redis on a shared
+        one. Counted from when it got its place, a Redis that stopped answering
+        held each call its predecessor's whole wait before its own began: four
+        reads with a timeout of 0.1 s were answered 0.1, 0.2, 0.3 and 0.4 s on.
+        """
         assert state.plan.spec is not None
         timeout = state.plan.spec.timeout
         budget = self._turn_budget
         if timeout is not None:
             budget = Budget.starting_now(
-                timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait
-            )
+                timeout, turn_deadline=self._deadline, inline_wait=self._settings.inline_wait,
+                since=since,
+            )  # fmt: skip
         give_up = _no_place  # a call started with start_soon holds no place in line
         if task_status is not trio.TASK_STATUS_IGNORED:
             give_up = _Place(task_status).give_up

@@ -1106,6 +1106,37 @@ async def test_frozen_redis_fails_closed_at_op_timeout_never_past_deadline(
             private_redis.thaw()
 
 
+async def test_calls_queued_behind_a_frozen_redis_keep_their_own_timeouts(
+    private_redis: RedisServer,
+) -> None:
+    """Four reads with a timeout of 0.1 s on a shared bucket, Redis frozen: each is
+    answered ``timed_out`` by its own deadline, counted from when the turn started it.
+    (Each waited for its place behind the one before, whose wait on Redis ran to its
+    deadline, and its own timeout began only then: answered 0.1, 0.2, 0.3, 0.4 s on.)"""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=0.1)
+    async def read(i: int) -> str:
+        return f"read {i}"
+
+    options: dict[str, Any] = {
+        "name": "api", "prefix": unique_prefix(), "rate": 20, "burst": 3, "op_timeout": 0.25,
+    }  # fmt: skip
+    async with RedisScope.from_url(private_redis.url, **options) as scope:
+        await scope.wait_for(1)  # connected before the freeze
+        private_redis.freeze()
+        try:
+            began = trio.current_time()
+            turn = await fanout.Runner(registry, scopes=[scope]).run_turn(calls(4, "read"))
+            took = trio.current_time() - began
+        finally:
+            private_redis.thaw()
+    assert [r.status for r in turn.results] == [fanout.Status.TIMED_OUT] * 4
+    answered = [e.time - began for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
+    assert max(answered) < 0.1 + 0.05, answered
+    assert took < 0.1 + 0.05
+
+
 async def test_bookings_confirmed_as_a_frozen_redis_wakes_do_not_start_together(
     private_redis: RedisServer,
 ) -> None:
