@@ -46,6 +46,13 @@ STARTS_KEPT = 60  # seconds a shared bucket logs each start (as a scope remember
 
 _PRELUDE = """
 local function num(x) return string.format('%.17g', x) end
+-- Keep ``key`` ``seconds`` more, and a second: at most FOREVER (1e12 s), in whole ms
+-- written as an integer (a rate of 1e-15 made the wait 1e18 ms, which '%.17g' writes
+-- as '1e+18', and PEXPIRE refused it: every call was refused as if Redis were down).
+local function expire(key, seconds)
+  local ms = math.min(math.ceil(seconds * 1000) + 1000, 1e15)
+  redis.call('PEXPIRE', key, string.format('%d', ms))
+end
 -- A number read from the shared state, or ``default`` where it holds none: another
 -- writer (or anyone with the key) may have left 'nan' or '-inf', which tonumber reads,
 -- and which made every comparison after it pass: the limiter let every call go.
@@ -284,7 +291,7 @@ if write then
              'epoch', string.format('%d', epoch), 'slack', num(applied), 'shift', num(shift),
              'opened', num(opened), 'laid', num(laid), 'proven', num(proven))
   local idle = math.max(0, blocked - now, full - now)
-  redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000))
+  expire(KEYS[1], idle)
 end
 if void then redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. num(now), '+inf') end
 if entry ~= '' then
@@ -572,8 +579,8 @@ end
 read()
 local idle = math.max(0, blocked - now)
 for i = 1, #ends do idle = math.max(idle, ends[i] + keep - now) end
-if #members > 0 then redis.call('PEXPIRE', KEYS[1], num(math.ceil(idle * 1000) + 1000)) end
-redis.call('PEXPIRE', KEYS[2], num(math.ceil(idle * 1000) + 1000))
+if #members > 0 then expire(KEYS[1], idle) end
+expire(KEYS[2], idle)
 local tokens = limit - load(now)
 return {granted, num(wait), num(tokens), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[3]), string.format('%d', epoch)}

@@ -10,6 +10,7 @@ Start stamps come from the server's ``TIME``, one clock for every process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -1566,3 +1567,27 @@ async def test_a_bucket_whose_shared_state_holds_garbage_never_admits_faster_tha
     assert len(waits) == 6
     for n, wait in enumerate(waits, start=1):
         assert wait >= (n - 2) / 10 - 0.02, (n, waits)
+
+
+@pytest.mark.parametrize("rate", [1e-15, 1e-300])
+async def test_a_tiny_rate_answers_on_redis_as_it_does_locally(redis_url: str, rate: float) -> None:
+    """A rate of 1e-15 made the shared bucket's idle time 1e18 ms, written '1e+18', which
+    PEXPIRE refused: every call was refused as if Redis were down, and an outage logged.
+    The first call goes, the rest are ``rate_limited``, as on a local ``Scope``."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS, scopes=["api"], timeout=2)
+    async def read(i: int) -> str:
+        return f"read {i}"
+
+    answers = []
+    for scope in (
+        RedisScope.from_url(redis_url, name="api", prefix=unique_prefix(), rate=rate, burst=1),
+        fanout.Scope("api", rate=rate, burst=1),
+    ):
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(scope, RedisScope):
+                await stack.enter_async_context(scope)
+            turn = await fanout.Runner(registry, scopes=[scope]).run_turn(calls(3, "read"))
+            answers.append([r.status for r in turn.results])
+    assert answers[0] == answers[1] == [fanout.Status.OK, *[fanout.Status.RATE_LIMITED] * 2]
