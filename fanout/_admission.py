@@ -213,11 +213,16 @@ async def take_tokens(
             doomed = _ends_late_however_quick(scopes, budget)
             if doomed is not None:
                 return doomed
+            # How late the process woke the call, before any confirmation's own time: a
+            # shared schedule's confirmation waits where the schedule moved, and counted
+            # as waking late, that wait widened the slack, which moved the schedule
+            # further (a shared bucket of one at 30/s took 2.9 times the minimum).
+            woke_late = trio.current_time() - woken_for
             confirmed = True
             for scope, booking in booked:
                 confirmed = confirmed and await scope.confirm(booking)
                 if confirmed and booking.took_full:  # a late wake cost a full server its refill
-                    scope.observe_wake_lag(trio.current_time() - woken_for)
+                    scope.observe_wake_lag(woke_late)
         finally:
             if not confirmed:
                 for scope, booking in booked:

@@ -463,16 +463,20 @@ class ScopeFront:
         start remembered for counting what started since a response's
         request is when it is confirmed, not when it was booked for.
         """
-        held = await self._backend.confirm(booking)
+        starts = await self._backend.confirm(booking)
+        if starts is None:
+            return False
         now = trio.current_time()
-        start = booking.starts  # as its holder slept for it (``retimed``)
-        if held:
-            self._outgoing.moved(start, now, booking.cost)
-        if held and booking.took_full:
+        self._outgoing.moved(booking.starts, now, booking.cost)  # as its holder slept for it
+        if booking.took_full:
             while self._took_full and self._took_full[0][0] < now - _TOOK_FULL_FOR:
                 self._took_full.popleft()  # their calls never sent (or no trace told)
-            self._took_full.append((now, start, booking.cost, booking.pause))
-        return held
+            # Late only past when it starts, as a shared schedule that moved it held it
+            # (`RedisBackend.confirm`). Taken from where it was first booked, a shared
+            # bucket of one owed a whole token for every request, and moved its
+            # schedule a token later each time (2.9 times the minimum at 30/s).
+            self._took_full.append((now, starts, booking.cost, booking.pause))
+        return True
 
     def headers_left(self, admitted_at: float) -> None:
         """The first request of a call admitted at ``admitted_at`` is leaving now.

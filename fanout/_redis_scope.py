@@ -443,11 +443,11 @@ class RedisBackend:
                 if self._fallback_bucket is not None:
                     self._fallback_bucket.refund(booking)
 
-    async def confirm(self, booking: Booking) -> bool:
-        """Still valid: same epoch, and not answered too late to start
-        (``_answered_too_late``); a booking without a wait needs no trip. A
-        block holds a booking of its epoch (made with the block known) until it
-        ends.
+    async def confirm(self, booking: Booking) -> float | None:
+        """When the booking starts, or None if it is void. It holds if of the same
+        epoch and not answered too late to start (``_answered_too_late``); a
+        booking without a wait needs no trip. A block holds a booking of its
+        epoch (made with the block known) until it ends.
 
         A schedule moved since the booking was made holds it at its new
         time: later by what a wider slack added (``widen``), sooner by a
@@ -460,7 +460,7 @@ class RedisBackend:
         """
         if booking.wait <= 0:
             await trio.lowlevel.checkpoint()
-            return True
+            return booking.starts
         logged = self.window is not None and isinstance(booking.before, str)
         while True:
             try:
@@ -476,9 +476,9 @@ class RedisBackend:
             except LimiterUnavailableError:
                 if self._fallback_bucket is None:
                     raise
-                return self._fallback_bucket.confirm(booking)
+                return booking.starts if self._fallback_bucket.confirm(booking) else None
             if reply.epoch != booking.epoch or (logged and not reply.granted):
-                return False
+                return None
             now = trio.current_time()
             start = self._retimed(booking) + max(0.0, reply.shift - booking.shift)
             if reply.blocked_for > 0:
@@ -488,9 +488,9 @@ class RedisBackend:
                 start = max(start, now + reply.blocked_for)
             if start <= now:
                 if not logged and self._answered_too_late(start, now):
-                    return False
+                    return None
                 self._commit(booking.start, booking.cost)
-                return True
+                return start
             woken = self.voided()
             with trio.move_on_at(start):
                 if woken is None:

@@ -220,9 +220,9 @@ class LocalBackend:
         self.tokens.refund(booking)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
-    async def confirm(self, booking: Booking) -> bool:
+    async def confirm(self, booking: Booking) -> float | None:
         await trio.lowlevel.checkpoint()
-        return self.tokens.confirm(booking)
+        return booking.starts if self.tokens.confirm(booking) else None
 
     async def wait_for(self, cost: float) -> float:
         await trio.lowlevel.checkpoint()
