@@ -20,14 +20,16 @@ mistake; fanout refuses a URL it cannot use with ``ConfigurationError`` here.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import coredis
 from coredis.connection import TCPLocation
 
-from ._credentials import CREDENTIAL_PARAMS
+from ._credentials import CREDENTIAL_PARAMS, CredentialNames, credentials_in
 from ._exceptions import ConfigurationError
+from ._secrets import learn
 
 if TYPE_CHECKING:
     import attrs
@@ -75,18 +77,25 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
         schemes = ", ".join(f"{scheme}://" for scheme in _SCHEMES[cluster])
         raise ConfigurationError(f"{what} must start with {schemes}; got {shown!r}")
     try:
-        port = parts.port or 6379
+        port = 6379 if parts.port is None else parts.port
     except ValueError as exc:
         raise ConfigurationError(f"{what} has a port that is not a number: {shown!r}") from exc
+    if not 0 < port < 65536:  # port 0 was read as no port, and 6379 used
+        raise ConfigurationError(f"{what} has no usable port: {shown!r}")
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigurationError(f"{what} must name a host: {shown!r}")
     query = parse_qs(parts.query)
+    _check_numbers(what, query, shown)
     # A unix URL's path is its socket; its database comes in the query alone.
     databases = {"" if parts.scheme == "unix" else parts.path.strip("/"), *query.get("db", [])}
     if not all(db.isdigit() for db in databases - {""}):
         raise ConfigurationError(f"{what} names a database that is not a number: {shown!r}")
     if cluster and databases - {"", "0"}:
         raise ConfigurationError(f"a Redis Cluster has only database 0; got {shown!r}")
+    # Its password (in the userinfo, or ``?password=``) is a credential like any other: a
+    # tool that quotes it (a connection string in an error) has it scrubbed from its
+    # answer, and from the answer the idempotency store keeps.
+    learn(credentials_in((), url, CredentialNames()))
     if parts.scheme == "rediss" and "ssl_check_hostname" not in query:
         url = _checking_hostname(url, query)
     try:
@@ -96,8 +105,33 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
             node = TCPLocation(parts.hostname or "", port)
             return coredis.RedisCluster.from_url(url, decode_responses=True, startup_nodes=[node])
         return coredis.Redis.from_url(url, decode_responses=True)
-    except (KeyError, ValueError, OSError) as exc:  # TLS options: unknown values, missing files
-        raise ConfigurationError(f"{what} has TLS options that cannot be used: {shown!r}") from exc
+    except (KeyError, ValueError, OSError) as exc:  # unknown values, missing TLS files
+        raise ConfigurationError(f"{what} has options that cannot be used: {shown!r}") from exc
+
+
+# Query options whose values are numbers: coredis took 'abc' for one and failed only on
+# the first operation, or kept a protocol version it cannot speak.
+_NUMBERS = ("socket_timeout", "socket_connect_timeout", "max_connections", "max_idle_time")
+_PROTOCOLS = ("2", "3")
+
+
+def _check_numbers(what: str, query: dict[str, list[str]], shown: str) -> None:
+    """A ``ConfigurationError`` for a numeric option that is no positive number."""
+    for name in _NUMBERS:
+        for value in query.get(name, []):
+            try:
+                usable = 0 < float(value) < math.inf
+            except ValueError:
+                usable = False
+            if not usable:
+                raise ConfigurationError(
+                    f"{what} has {name}={value!r}, not a positive number: {shown!r}"
+                )
+    for value in query.get("protocol_version", []):
+        if value not in _PROTOCOLS:
+            raise ConfigurationError(
+                f"{what} has protocol_version={value!r}, not 2 or 3: {shown!r}"
+            )
 
 
 def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:

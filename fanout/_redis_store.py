@@ -108,7 +108,10 @@ class RedisIdempotencyStore:
             return Claim(ClaimState.RUNNING)
         try:
             stored = json.loads(text)
-            answer = StoredAnswer(Status(stored["status"]), str(stored["content"]))
+            content = stored["content"]
+            if not isinstance(content, str):  # fanout writes text; replayed by its repr, not
+                raise TypeError(f"stored content is {type(content).__name__}, not text")
+            answer = StoredAnswer(Status(stored["status"]), content)
         except (ValueError, TypeError, KeyError) as exc:
             raise LimiterUnavailableError(
                 "the idempotency store holds an answer fanout cannot read"

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import ConfigurationError
+from fanout._redact import redact_text
 from fanout._redis_client import client_from_url
 from fanout._redis_keys import scope_key_base
 from fanout.redis import RedisIdempotencyStore, RedisScope
@@ -78,8 +79,13 @@ def test_each_connection_form_makes_its_client(url: str, cluster: bool, kind: ty
         ("unix:///run/redis.sock", True, "must start with redis://, rediss://;"),
         ("redis://127.0.0.1:7000/1", True, "only database 0"),
         ("redis://127.0.0.1:7000?db=2", True, "only database 0"),
-        ("rediss://127.0.0.1:6380/0?ssl_ca_certs=/no/such/ca.pem", False, "TLS options"),
-        ("rediss://127.0.0.1:6380/0?ssl_cert_reqs=sometimes", True, "TLS options"),
+        ("rediss://127.0.0.1:6380/0?ssl_ca_certs=/no/such/ca.pem", False, "options that cannot"),
+        ("rediss://127.0.0.1:6380/0?ssl_cert_reqs=sometimes", True, "options that cannot"),
+        # Port 0 was read as no port, and 6379 used; numbers were taken for 'abc'.
+        ("redis://127.0.0.1:0/0", False, "no usable port"),
+        ("redis://127.0.0.1:6379/0?socket_timeout=abc", False, "socket_timeout='abc', not a"),
+        ("redis://127.0.0.1:6379/0?max_connections=-1", True, "max_connections='-1', not a"),
+        ("redis://127.0.0.1:6379/0?protocol_version=9", False, "protocol_version='9', not 2"),
     ],
 )
 def test_a_url_fanout_cannot_use_is_refused_at_once(url: str, cluster: bool, words: str) -> None:
@@ -134,3 +140,13 @@ def test_rediss_checks_the_certificate_name_unless_told_not_to(
     context = client.connection_pool.connection_kwargs["ssl_context"]
     assert context is not None
     assert context.check_hostname is checks_the_name
+
+
+def test_a_redis_password_is_scrubbed_wherever_it_is_quoted() -> None:
+    """The password a scope or store connects with is a credential fanout was given: a
+    tool's answer that quotes it bare (a connection string in its error) shows none of
+    it, as one the HTTP layer saw sent shows none."""
+    client_from_url("redis://app:pw-7d2c9e4a1f@127.0.0.1:6379/0")
+    client_from_url("redis://127.0.0.1:6379/0?password=pw-3b8f1a6c0e")
+    for password in ("pw-7d2c9e4a1f", "pw-3b8f1a6c0e"):
+        assert password not in redact_text(f"could not log in with {password}")

@@ -62,7 +62,10 @@ async def test_an_answer_the_store_cannot_read_refuses_the_claim(redis_url: str)
     prefix = unique_prefix()
     async with coredis.Redis.from_url(redis_url, decode_responses=True) as client:
         async with RedisIdempotencyStore(client, prefix=prefix) as store:
-            for garbage in ("not json", '{"status": "sideways", "content": ""}', '{"content": 1}'):
+            for garbage in (
+                "not json", '{"status": "sideways", "content": ""}', '{"content": 1}',
+                '{"status": "ok", "content": ["x"]}', '{"status": "ok", "content": null}',
+            ):  # fmt: skip
                 await client.set(f"{prefix}idem:k", garbage)
                 with pytest.raises(fanout.LimiterUnavailableError, match="cannot read"):
                     await store.claim("k", lease=5)
