@@ -142,11 +142,14 @@ class SentAround:
     these say which of ours the count can hold. Counted by `fanout._outgoing.Outgoing`.
     """
 
-    # Every request of ours booked to start by the request's sending (a running total),
-    # itself included.
+    # Running totals by the request's sending: every request of ours booked to start
+    # by then, itself included; and where the HTTP layer tells, the requests that left
+    # by then (``left_with`` of them just before it).
     started: float = 0.0
-    # Of those, how many were sent with it, itself aside: the server may have counted
-    # them after it, so a refill bound leaves them out.
+    left: float | None = None
+    left_with: float = 0.0
+    # Of ``started``, how many were sent with it, itself aside: the server may have
+    # counted them after it, so a refill bound leaves them out.
     alongside: float = 0.0
     # Of ``alongside``, those sent within ``TOGETHER`` of it, at the same instant, in
     # whatever order the server took them.
@@ -159,10 +162,6 @@ class SentAround:
     # Of ``after``, how many were sent with it (as soon after it as ``alongside``
     # before): they may have reached the server first.
     after_with: float = 0.0
-    # Where the HTTP layer tells, the running total of requests that left by its
-    # sending, ``left_with`` of them just before it.
-    left: float | None = None
-    left_with: float = 0.0
 
 
 def whole_seconds(seconds: float) -> bool:

@@ -436,7 +436,7 @@ class Turn:
     async def _run_hosted(
         self,
         state: CallState,
-        since: float | None = None,
+        since: float,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """A call in the runner's nursery: whatever happens, it must not crash that nursery."""
