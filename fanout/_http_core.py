@@ -57,7 +57,7 @@ from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, Tra
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
 from ._pools import PoolLoads, PoolUse
-from ._redact import REDACTED, redact_text, redact_url
+from ._redact import REDACTED, read_as_credentials, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
 from ._scope import ScopeLike, quota_horizon, scopes_named
 from ._secrets import learn
@@ -306,9 +306,10 @@ class TransportBase(Generic[RequestT, ResponseT]):
                 trust_env=pool_options.get("trust_env", True),
             )
             transports = tuple(self.seam.pool(**pool_options) for _ in range(pools))
+        credentials = CredentialNames.adding(secret_headers, secret_params)
+        read_as_credentials(credentials.headers, credentials.params)  # in every text, by shape
         self._core = HttpCore(
-            self.seam, transports, wall_clock=wall_clock,
-            credentials=CredentialNames.adding(secret_headers, secret_params),
+            self.seam, transports, wall_clock=wall_clock, credentials=credentials,
             more=None if transport is not None else lambda: self.seam.pool(**pool_options),
         )  # fmt: skip
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from ._values import ToolResult
 
-__all__ = ["REDACTED", "redact_text", "redact_url", "scrubbed"]
+__all__ = ["REDACTED", "read_as_credentials", "redact_text", "redact_url", "scrubbed"]
 
 
 def _names(names: Iterable[str]) -> str:
@@ -71,33 +71,81 @@ _SPACE = r"(?:\s|\\+[nrt])"
 _QUOTE = r"(?:\\*[\"'])"
 _PARAM_VALUE = r"(?:[^&\s\"'<>\\]|\\[^\s\"'])+"
 _HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
-_SHAPES = (
-    (re.compile(rf"(?i)({_START}bearer{_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}"), rf"\1{REDACTED}"),
-    (
-        re.compile(rf"{_START}(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{{8,}}"),
-        REDACTED,
-    ),
-    (re.compile(rf"(?i)([?&;](?:{_names(CREDENTIAL_PARAMS)})=){_PARAM_VALUE}"), _value_replaced),
-    # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
-    # looking for "://", and a 20,000-character message took most of a second.
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
-    (
-        re.compile(
-            rf"(?i)({_START}(?:{_names(CREDENTIAL_HEADERS)})"
-            rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_QUOTE}|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*{_QUOTE}?)"
-            rf"(?:(?:bearer|basic|token){_SPACE}+)?)"
-            rf"(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:){_HEADER_VALUE}"
+
+
+# A shape, and what a match of it becomes.
+_Shape = tuple[re.Pattern[str], Any]
+
+
+def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]:
+    """The shapes, with ``headers`` and ``params`` as the credential names."""
+    return (
+        (re.compile(rf"(?i)({_START}bearer{_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}"), rf"\1{REDACTED}"),
+        (
+            re.compile(rf"{_START}(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{{8,}}"),
+            REDACTED,
         ),
-        _value_replaced,
-    ),
-)
+        (re.compile(rf"(?i)([?&;](?:{_names(params)})=){_PARAM_VALUE}"), _value_replaced),
+        # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
+        # looking for "://", and a 20,000-character message took most of a second.
+        (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+        (
+            re.compile(
+                rf"(?i)({_START}(?:{_names(headers)})"
+                rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_QUOTE}|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*{_QUOTE}?)"
+                rf"(?:(?:bearer|basic|token){_SPACE}+)?)"
+                rf"(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:){_HEADER_VALUE}"
+            ),
+            _value_replaced,
+        ),
+    )
 
 
-# What some shape needs in a text of ASCII, lower-cased: a bearer token or a credential
-# header by name, a query parameter ("="), userinfo ("@"); a vendor key's prefix, as
-# written. A text with none of them is left as it is without trying each shape.
-_SHAPE_WORDS = re.compile(rf"bearer|{_names(CREDENTIAL_HEADERS)}|[=@]")
+def _shape_words(headers: Iterable[str]) -> re.Pattern[str]:
+    """What some shape needs in a text of ASCII, lower-cased: a bearer token or a
+    credential header by name, a query parameter ("="), userinfo ("@"). A text with
+    none of them (nor a vendor key's prefix) is left as it is without trying each shape."""
+    return re.compile(rf"bearer|{_names(headers)}|[=@]")
+
+
+@attrs.frozen
+class _Names:
+    """The credential names the shapes know: the defaults, and those any transport was
+    told (`read_as_credentials`), with the shapes and the prefilter made of them."""
+
+    headers: frozenset[str]
+    params: frozenset[str]
+    shapes: tuple[_Shape, ...]
+    words: re.Pattern[str]
+
+    @classmethod
+    def of(cls, headers: frozenset[str], params: frozenset[str]) -> _Names:
+        return cls(headers, params, _shapes(headers, params), _shape_words(headers))
+
+
+_known_names = _Names.of(CREDENTIAL_HEADERS, CREDENTIAL_PARAMS)
 _VENDOR_PREFIX = re.compile(r"(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_]")
+
+
+def read_as_credentials(headers: Iterable[str] = (), params: Iterable[str] = ()) -> None:
+    """Header and query parameter names a transport was told carry credentials
+    (``secret_headers=``, ``secret_params=``): from now on their values are redacted
+    by shape too, wherever they stand.
+
+    A key sent under such a name is known as a secret while the process-wide
+    registry keeps it (`fanout._secrets`, the 256 latest); past that, only its
+    shape hides it, and the shapes knew the default names alone: a call still out
+    when 300 others sent keys of their own had its ``tenant_sig=`` written in
+    clear in httpx's log line for it.
+    """
+    global _known_names
+    names = _known_names
+    more_headers = names.headers | {name.lower() for name in headers}
+    more_params = names.params | {name.lower() for name in params}
+    if (more_headers, more_params) == (names.headers, names.params):
+        return
+    _known_names = _Names.of(more_headers, more_params)
+    _redact_shapes.cache_clear()
 
 
 def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
@@ -109,7 +157,7 @@ def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
         return redact_text(str(url), secrets)
     query = parts.query and urlencode(
         [
-            (name, REDACTED if name.lower() in CREDENTIAL_PARAMS else value)
+            (name, REDACTED if name.lower() in _known_names.params else value)
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
         ],
         safe="/:",
@@ -140,12 +188,12 @@ def _may_show_a_shape(text: str) -> bool:
     text is tried."""
     if not text.isascii():
         return True
-    return bool(_SHAPE_WORDS.search(text.lower()) or _VENDOR_PREFIX.search(text))
+    return bool(_known_names.words.search(text.lower()) or _VENDOR_PREFIX.search(text))
 
 
 def _replace_shapes(text: str) -> str:
     """``text`` with every shape tried and replaced."""
-    for shape, replacement in _SHAPES:
+    for shape, replacement in _known_names.shapes:
         text = shape.sub(replacement, text)
     return text
 
