@@ -347,6 +347,11 @@ async def _wait_for_a_rise(
     last = min(budget.deadline - (scope.expected_latency() or 0.0), patience)
     if rose is None or trio.current_time() >= last:
         return False
+    if scope.statistics().bucket.blocked_until >= last:
+        # Shut by the server (its ``Retry-After``) past that moment: no rise brings a
+        # token sooner. Waited for all the same, a call on a learning scope that a
+        # 429 had shut for 30 s was answered ``timed_out`` at its 10 s timeout.
+        return False
     on_wait(shortfall.needed, scope.name)
     voided = scope.voided()
     with trio.move_on_at(last):

@@ -1366,12 +1366,15 @@ async def test_requests_that_leave_after_their_booking_are_counted_when_they_lef
 
 
 async def test_a_call_waits_for_a_rise_no_longer_than_it_waits_inline(autojump_clock: Any) -> None:
-    """A learning scope blocked until 5 s (a server's wait), a call with a 4 s deadline
-    and a runner that sleeps at most 1 s without telling the model: the wait is past
-    the deadline, and the call waits for the rate to rise only as long as it may wait
-    inline, not up to its deadline (it waited 4 s), then is answered, never sent."""
+    """A learning scope that guessed 2/s and booked ten tokens ahead, a call with a 4 s
+    deadline and a runner that sleeps at most 1 s without telling the model: its token
+    is past the deadline at the guess, and it waits for the rate to rise only as long
+    as it may wait inline, not up to its deadline (it waited 4 s), then is answered,
+    never sent."""
     scope = Scope("key")
-    await scope.block_until(5.0)
+    await scope.observe_headers(RateLimitInfo(limit=2, remaining=1, reset_after=1.0))
+    for _ in range(10):
+        assert await scope.reserve(1.0, math.inf) is not None
     budget = Budget(4.0, inline_wait=1.0)
     shortfall = await take_tokens(
         [scope], 1.0, budget=budget, patience=budget.patience(), on_wait=lambda *_: None
@@ -1379,6 +1382,22 @@ async def test_a_call_waits_for_a_rise_no_longer_than_it_waits_inline(autojump_c
     assert shortfall is not None
     assert shortfall.verdict is Verdict.PAST_DEADLINE
     assert trio.current_time() == 1.0
+
+
+async def test_a_call_on_a_scope_the_server_shut_past_its_deadline_waits_for_no_rise(
+    autojump_clock: Any,
+) -> None:
+    """A learning scope blocked until 5 s (a server's wait), a call with a 4 s deadline:
+    no rise of the learned rate brings a token before 5 s, so it is answered at once."""
+    scope = Scope("key")
+    await scope.block_until(5.0)
+    budget = Budget(4.0, inline_wait=None)
+    shortfall = await take_tokens(
+        [scope], 1.0, budget=budget, patience=budget.patience(), on_wait=lambda *_: None
+    )
+    assert shortfall is not None
+    assert shortfall.verdict is Verdict.PAST_DEADLINE
+    assert trio.current_time() == 0.0
 
 
 def test_only_a_rate_still_being_learned_can_rise() -> None:

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fanout
-from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout import EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._learning import RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
 
@@ -359,3 +359,33 @@ def test_a_probe_that_left_late_does_not_double_the_next_wait() -> None:
     assert learner.closed_until == pytest.approx(1.05)
     learner.on_throttled(1.0, now=1.125, wait=0.0, sent_at=1.104, started=8.0)
     assert learner.closed_until == pytest.approx(2.1)
+
+
+async def test_a_call_on_a_learning_scope_shut_past_its_deadline_is_answered_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Every answer a 429 with ``Retry-After: 30``: the probe's two calls are refused, and
+    the third, queued behind them with a 10 s timeout, cannot start before the server's
+    wait ends. It is answered ``rate_limited`` at once with that wait: no rise of a
+    learned rate brings a token sooner. (Waited for a rise, it was answered
+    ``timed_out`` at its timeout.)"""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "30"})
+
+    registry = Registry()
+    async with fanout.http_client(httpx.MockTransport(refuse), base_url="http://api") as client:
+
+        @registry.tool(kind=Kind.READS, scopes=["api"], timeout=10)
+        async def get(i: int) -> str:
+            return (await client.get(f"/x/{i}")).text
+
+        began = trio.current_time()
+        turn = await Runner(registry, inline_wait=None).run_turn(
+            [ToolCall(f"c{i}", "get", {"i": i}) for i in range(3)]
+        )
+    answered = {e.call_id: e.time - began for e in turn.trace if e.kind is EventKind.ANSWERED}
+    assert [r.status for r in turn.results] == [Status.RATE_LIMITED] * 3
+    assert answered["c2"] < 0.1
+    assert turn.results[2].retry_after_ms is not None
+    assert turn.results[2].retry_after_ms >= 29_000
