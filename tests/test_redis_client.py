@@ -106,7 +106,11 @@ def test_a_refused_url_never_shows_its_password(cluster: bool) -> None:
 
 
 @given(
-    password=st.text(st.characters(codec="ascii", exclude_characters="@"), min_size=6),
+    # Distinctive: a URL fanout accepts teaches it the password as a secret for the rest
+    # of the process, and "000000" would then be scrubbed from every later test's text.
+    password=st.text(st.characters(codec="ascii", exclude_characters="@"), min_size=4).map(
+        lambda rest: f"pw-q7Zx{rest}"
+    ),
     user=st.sampled_from(["", "app"]),
     rest=st.sampled_from(["127.0.0.1:6379/0", "127.0.0.1:port", "h:1/x?db=a", "", "h/0"]),
     scheme=st.sampled_from(["redis", "rediss", "http"]),
