@@ -29,6 +29,7 @@ from ._reading import (
     mapping_of,
     plain,
     refuse_other_shapes,
+    refusing_malformed,
     shown,
     tool_name,
 )
@@ -64,6 +65,7 @@ _ANTHROPIC = "an Anthropic assistant message (a Message, its to_param() or a dic
 _OPENAI = "an OpenAI assistant message (completion.choices[0].message, or its dict)"
 
 
+@refusing_malformed("an Anthropic message")
 def calls_from_anthropic(message: Any) -> list[ToolCall]:
     """The ``tool_use`` blocks of an Anthropic assistant message, as calls, in order."""
     data = mapping_of(message, "an Anthropic message", _ANTHROPIC)
@@ -88,6 +90,7 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
     return calls
 
 
+@refusing_malformed("an Anthropic message")
 def anthropic_tool_results(results: Any, message: Any = None) -> UserMessageParam:
     """The one user message that answers every ``tool_use`` block.
 
@@ -135,6 +138,7 @@ def _anthropic_document(part: Document) -> DocumentBlockParam:
     return block
 
 
+@refusing_malformed("a Chat Completions message")
 def calls_from_openai(message: Any) -> list[ToolCall]:
     """The ``tool_calls`` of an OpenAI assistant message, as calls, in order.
 
@@ -166,6 +170,7 @@ def calls_from_openai(message: Any) -> list[ToolCall]:
     return calls
 
 
+@refusing_malformed("a Chat Completions message")
 def openai_tool_messages(results: Any, message: Any = None) -> list[ChatCompletionToolMessageParam]:
     """One ``role: "tool"`` message per call, in the model's order (``message``: the
     assistant message they answer, where a streamed turn may not have read all of it)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._canonical import canonical_json
 from ._exceptions import InvalidTurnError
+from ._reading import refusing_malformed
 from ._values import Status
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def cancelled_text(tool: str) -> str:
     )
 
 
+@refusing_malformed("an Anthropic history")
 def repair_anthropic_history(messages: Iterable[Any]) -> list[MessageParam]:
     """Messages API history: each ``tool_use`` answered first thing in the next user message."""
     source = [_anthropic_message(message) for message in messages]
@@ -77,6 +79,7 @@ def repair_anthropic_history(messages: Iterable[Any]) -> list[MessageParam]:
     return repaired
 
 
+@refusing_malformed("a Chat Completions history")
 def repair_openai_history(messages: Iterable[Any]) -> list[ChatCompletionMessageParam]:
     """Chat Completions history: each ``tool_calls`` message followed by one tool message per id."""
     repaired: list[Any] = []
@@ -105,6 +108,7 @@ def repair_openai_history(messages: Iterable[Any]) -> list[ChatCompletionMessage
     return repaired
 
 
+@refusing_malformed("a Responses input")
 def repair_responses_input(items: Iterable[Any]) -> list[ResponseInputItemParam]:
     """Responses API input: each ``function_call`` with one ``function_call_output`` after it.
 

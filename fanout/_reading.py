@@ -12,11 +12,12 @@ a bad name or bad arguments is still a call, answered ``refused`` or
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
 
-from ._canonical import MAX_DEPTH, shown
+from ._canonical import MAX_DEPTH, safe_text, shown
 from ._exceptions import InvalidTurnError
 
 __all__ = [
@@ -26,9 +27,38 @@ __all__ = [
     "mapping_of",
     "plain",
     "refuse_other_shapes",
+    "refusing_malformed",
     "shown",
     "tool_name",
 ]
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def refusing_malformed(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """An adapter or history repair whose input no SDK writes (a block without its id, a
+    list where a type or an id goes, a string where a call goes) raises an
+    ``InvalidTurnError`` saying so, never the ``KeyError``, ``TypeError`` or
+    ``AttributeError`` its reading met: every exception fanout raises is a
+    ``FanoutError``. The checks the readers make themselves say more, and come first.
+    """
+
+    def wrap(read: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(read)
+        def reading(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return read(*args, **kwargs)
+            except (KeyError, TypeError, AttributeError) as exc:
+                detail = safe_text(exc)[:200]
+                raise InvalidTurnError(
+                    f"{what} holds something no SDK writes ({type(exc).__name__}: {detail})"
+                ) from exc
+
+        return reading
+
+    return wrap
 
 
 def plain(value: Any) -> Any:

@@ -21,6 +21,7 @@ from ._reading import (
     items_of,
     plain,
     refuse_other_shapes,
+    refusing_malformed,
     shown,
     tool_name,
 )
@@ -37,6 +38,7 @@ __all__ = ["calls_from_responses", "responses_tool_outputs"]
 _EXPECTED = "an OpenAI Response, or its output list (SDK items or dicts)"
 
 
+@refusing_malformed("a Responses response")
 def calls_from_responses(response: Any) -> list[ToolCall]:
     """The ``function_call`` items of a Response (or of its ``output`` list), as calls.
 
@@ -63,6 +65,7 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
     return calls
 
 
+@refusing_malformed("a Responses response")
 def responses_tool_outputs(results: Any, response: Any = None) -> list[FunctionCallOutput]:
     """One ``function_call_output`` item per call, in the model's order (``response``:
     the Response they answer, where a streamed turn may not have read all of it)."""

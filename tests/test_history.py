@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from typing import Any
@@ -195,3 +196,37 @@ def test_unreadable_histories_are_invalid_turns(repair: Any, history: list[Any])
     """A history item that is no message raises InvalidTurnError naming what it got."""
     with pytest.raises(fanout.InvalidTurnError):
         repair(history)
+
+
+_HOSTILE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6)
+    | st.sampled_from(["tool_use", "tool_result", "function_call", "function_call_output",
+                       "assistant", "user", "tool", "id", "call_id", "type", "function"]),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(
+        st.sampled_from(["type", "id", "call_id", "role", "content", "tool_calls", "function",
+                         "name", "input", "arguments", "output", "tool_use_id", "tool_call_id"]),
+        inner, max_size=5,
+    ),
+    max_leaves=20,
+)  # fmt: skip
+_READERS = [
+    fanout.repair_anthropic_history, fanout.repair_openai_history, fanout.repair_responses_input,
+    fanout.calls_from_anthropic, fanout.calls_from_openai, fanout.calls_from_responses,
+    lambda message: fanout.anthropic_tool_results([], message),
+    lambda message: fanout.openai_tool_messages([], message),
+    lambda message: fanout.responses_tool_outputs([], message),
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_HOSTILE, reader=st.sampled_from(_READERS))
+def test_any_message_or_history_is_read_or_refused_with_a_fanout_error(
+    value: Any, reader: Any
+) -> None:
+    """Blocks without ids, lists where a type goes, strings where a call goes: every
+    adapter and history repair reads its input or raises a ``FanoutError``, never the
+    ``KeyError``, ``TypeError`` or ``AttributeError`` its reading met (ten such were
+    found: a ``tool_use`` block without ``id``, ``"tool_calls": 5``, ``{"type": []}``)."""
+    with contextlib.suppress(fanout.FanoutError):
+        reader(value)
