@@ -90,7 +90,6 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
     return calls
 
 
-@refusing_malformed("an Anthropic message")
 def anthropic_tool_results(results: Any, message: Any = None) -> UserMessageParam:
     """The one user message that answers every ``tool_use`` block.
 
@@ -170,7 +169,6 @@ def calls_from_openai(message: Any) -> list[ToolCall]:
     return calls
 
 
-@refusing_malformed("a Chat Completions message")
 def openai_tool_messages(results: Any, message: Any = None) -> list[ChatCompletionToolMessageParam]:
     """One ``role: "tool"`` message per call, in the model's order (``message``: the
     assistant message they answer, where a streamed turn may not have read all of it)."""

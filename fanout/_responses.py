@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._adapters import answering, call_id_of
+from ._canonical import shown
 from ._exceptions import InvalidTurnError
 from ._output import Image, Part, Text, render
 from ._reading import (
@@ -22,7 +23,6 @@ from ._reading import (
     plain,
     refuse_other_shapes,
     refusing_malformed,
-    shown,
     tool_name,
 )
 from ._values import ToolCall
@@ -65,7 +65,6 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
     return calls
 
 
-@refusing_malformed("a Responses response")
 def responses_tool_outputs(results: Any, response: Any = None) -> list[FunctionCallOutput]:
     """One ``function_call_output`` item per call, in the model's order (``response``:
     the Response they answer, where a streamed turn may not have read all of it)."""
