@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypedDict
 import attrs
 import trio
 
+from ._redact import redact_text
 from ._values import Status
 
 __all__ = ["Event", "EventDetail", "EventKind", "Instrument"]
@@ -188,8 +189,8 @@ class Recorder:
             self._noted += (kind, now, call_id, tool, scope, attempt, status, wait, reason, detail)
             return
         event = Event(
-            kind, now, self.turn_id, call_id, tool, scope, attempt, status, wait, reason,
-            EventDetail() if detail is None else detail,
+            kind, now, self.turn_id, _scrubbed(call_id), _scrubbed(tool), scope, attempt,
+            status, wait, _scrubbed(reason), EventDetail() if detail is None else detail,
         )  # fmt: skip
         if self.trace is not None:
             self.trace.append(event)
@@ -215,9 +216,18 @@ class Recorder:
             ]
             kept.append(
                 Event(
-                    kind, time, self.turn_id, call_id, tool, scope, attempt, status, wait,
-                    reason, EventDetail() if detail is None else detail,
+                    kind, time, self.turn_id, _scrubbed(call_id), _scrubbed(tool), scope,
+                    attempt, status, wait, _scrubbed(reason),
+                    EventDetail() if detail is None else detail,
                 )
             )  # fmt: skip
         noted.clear()
         return tuple(kept)
+
+
+def _scrubbed(text: str | None) -> str | None:
+    """What the model sent (a call's id, a tool's name) and what fanout wrote of it (a
+    refusal's reason), with no credential: an answer is scrubbed of a key the model
+    put in an unknown tool's name, and so is the event, as it is built. (Left raw,
+    ``turn.trace`` and every custom instrument had it, where the answer did not.)"""
+    return None if text is None else redact_text(text)

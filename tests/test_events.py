@@ -375,3 +375,31 @@ async def test_every_detail_key_is_a_documented_key_of_its_kind(autojump_clock: 
     assert keys[E.REQUEST_SENT] == {"method", "url"}
     assert keys[E.RESPONSE] == {"status", "retry_after"}
     assert keys[E.QUEUED] == keys[E.ANSWERED] == set()
+
+
+async def test_no_event_holds_a_secret_the_model_put_in_a_tool_s_name(autojump_clock: Any) -> None:
+    """A registered secret in the name of a tool the model asked for (no such tool): the
+    answer shows the name scrubbed, and so do the trace and what an instrument is
+    handed. (They had the name raw, in ``tool`` and in the refusal's ``reason``.)"""
+    secret = "Rg7registeredPW9-events"
+    fanout.register_secret(secret)
+    seen: list[fanout.Event] = []
+
+    class Keep:
+        def on_event(self, event: fanout.Event) -> None:
+            seen.append(event)
+
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def known() -> str:
+        return "ok"
+
+    for instruments in ([], [Keep()]):
+        turn = await fanout.Runner(registry, instruments=instruments).run_turn(
+            [fanout.ToolCall(f"id-{secret}", f"tool-{secret}"), fanout.ToolCall("k", "known")]
+        )
+        assert secret not in turn.results[0].content
+        assert all(secret not in repr(event) for event in turn.trace)
+    assert seen
+    assert all(secret not in repr(event) for event in seen)
