@@ -16,6 +16,7 @@ import trio
 
 from ._call import describe
 from ._exceptions import InvalidTurnError, UsageError
+from ._going_up import goes_up
 from ._turn import Turn
 from ._values import ToolCall
 
@@ -89,7 +90,13 @@ class StreamingTurn(Turn):
             except StopAsyncIteration:
                 return self._end("the message ended before this call's arguments were complete")
             except BaseException as exc:
-                _raise_if_going_up(exc)
+                # A cancellation or a KeyboardInterrupt is the caller's; anything else, a
+                # SystemExit or a library's own BaseException as much as a dropped
+                # connection, is the stream's error. Raised on, a stream's SystemExit was
+                # taken for fanout failing: every call was answered "a failure of the
+                # runtime" (reads running fine among them) and the error was lost.
+                if goes_up(exc):
+                    raise
                 self._stream_error = exc
                 return self._end(
                     f"the stream broke off ({describe(exc)}) before this call's arguments "
@@ -107,7 +114,8 @@ class StreamingTurn(Turn):
         try:
             return self._decoder.feed(event)
         except BaseException as exc:
-            _raise_if_going_up(exc)
+            if goes_up(exc):  # the caller's, as above
+                raise
             self._stream_error = exc
             return []
 
@@ -154,20 +162,3 @@ class StreamingTurn(Turn):
                 "the message broke off before it was complete; a write from an incomplete "
                 "message is not run. Re-request it if still needed",
             )
-
-
-def _raise_if_going_up(exc: BaseException) -> None:
-    """Raise ``exc`` on where it is a cancellation or a ``KeyboardInterrupt`` (or holds
-    one): those are the caller's, not the stream's.
-
-    Anything else the stream raises is the stream's own error, a ``SystemExit``
-    or a library's ``BaseException`` as much as a dropped connection: raised
-    on from here, it was taken for fanout failing, every call was answered
-    "a failure of the runtime" (reads that were running fine among them) and
-    the error itself was lost.
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        if exc.split((trio.Cancelled, KeyboardInterrupt))[0] is not None:
-            raise exc
-    elif isinstance(exc, trio.Cancelled | KeyboardInterrupt):
-        raise exc

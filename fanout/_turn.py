@@ -36,6 +36,7 @@ from ._collector import collection_paused
 from ._deadlines import Deadlines
 from ._events import Event, EventDetail, EventKind, Recorder
 from ._exceptions import UsageError
+from ._going_up import keyboard_interrupt_in, only_going_up, split_going_up
 from ._redact import scrubbed
 from ._repeats import (
     cached_answer,
@@ -261,8 +262,8 @@ class Turn:
             raise
 
     def _note_crash(self, exc: BaseException) -> None:
-        self._keyboard_interrupt |= _keyboard_interrupt_in(exc) is not None
-        if not _only_cancelled(exc) and not self._internal:
+        self._keyboard_interrupt |= keyboard_interrupt_in(exc) is not None
+        if not only_going_up(exc) and not self._internal:
             self._internal = describe(exc)
 
     def _fail_internally(self, exc: BaseException) -> None:
@@ -274,12 +275,12 @@ class Turn:
         around the turn catches it (a level-triggered cancellation is raised
         again at the caller's next checkpoint).
         """
-        cancelled, failed = _split_cancelled(exc)
+        cancelled, failed = split_going_up(exc)
         if failed is not None:
             _log.error("fanout: a turn failed", exc_info=failed)
             self._internal = self._internal or describe(failed)
         if cancelled is not None:
-            interrupt = _keyboard_interrupt_in(cancelled)
+            interrupt = keyboard_interrupt_in(cancelled)
             if interrupt is not None:
                 raise interrupt from None
             raise cancelled
@@ -542,8 +543,8 @@ class Turn:
             # of its own (``SystemExit``): this call's failure, as an ``Exception`` is.
             # Raised on, it took every sibling with it, and under an open runner it
             # crashed the runner's nursery into the caller's code.
-            cancelled, failed = _split_cancelled(exc)
-            self._keyboard_interrupt |= _keyboard_interrupt_in(exc) is not None
+            cancelled, failed = split_going_up(exc)
+            self._keyboard_interrupt |= keyboard_interrupt_in(exc) is not None
             if failed is None:
                 raise
             _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=failed)
@@ -727,35 +728,6 @@ async def _cancel_soon(scopes: list[trio.CancelScope]) -> None:
     """Cancel ``scopes`` from a task of its own, once whoever asked has moved on."""
     await trio.lowlevel.checkpoint()
     _cancel_all(scopes)
-
-
-def _split_cancelled(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
-    """``exc`` as the cancellations (and ``KeyboardInterrupt``) that must go on up, and
-    the failure that is fanout's to answer; either may be None."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split((trio.Cancelled, KeyboardInterrupt))
-    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
-        return exc, None
-    return None, exc
-
-
-def _keyboard_interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
-    """The ``KeyboardInterrupt`` in ``exc``, itself or anywhere in its groups, if any."""
-    if isinstance(exc, KeyboardInterrupt):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _keyboard_interrupt_in(inner)
-            if found is not None:
-                return found
-    return None
-
-
-def _only_cancelled(exc: BaseException) -> bool:
-    """Whether ``exc`` is a cancellation (or a group of nothing else): no crash."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_only_cancelled(inner) for inner in exc.exceptions)
-    return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
 
 
 def _tally(results: Sequence[ToolResult]) -> EventDetail:

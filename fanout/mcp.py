@@ -51,6 +51,7 @@ from ._call import describe
 from ._canonical import canonical_json
 from ._context import CallContext, maybe_current_call
 from ._exceptions import ConfigurationError, RateLimitedError, TransientError
+from ._going_up import goes_up
 from ._library_log import scrub_library_log
 from ._mcp_http import (
     RETRY_AFTER_FIELD,
@@ -347,17 +348,10 @@ async def _opening(what: str) -> AsyncIterator[trio.Event]:
     try:
         yield opened
     except Exception as exc:
-        if opened.is_set() or _goes_up(exc):
+        if opened.is_set() or goes_up(exc):
             raise
         leaf = _first_leaf(exc)
         raise McpSessionError(f"{what} could not be opened: {describe(leaf)}") from exc
-
-
-def _goes_up(exc: BaseException) -> bool:
-    """Whether ``exc`` is, or holds, a cancellation or an interrupt."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_goes_up(inner) for inner in exc.exceptions)
-    return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
