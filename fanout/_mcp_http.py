@@ -33,7 +33,7 @@ from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR
 from ._canonical import safe_text
 from ._credentials import CredentialNames, credentials_in
 from ._headers import parse_rate_limit_headers
-from ._redact import redact_text
+from ._redact import address, redact_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -110,11 +110,8 @@ def credentials_of(url: str, headers: Mapping[str, str]) -> set[Secret]:
 def address_of(url: str) -> str:
     """Where ``url`` points, host and port, without its userinfo (a password, there)."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
     try:
         port = parts.port
     except ValueError:
         port = None
-    return host if port is None else f"{host}:{port}"
+    return address(parts.hostname, port)

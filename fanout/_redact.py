@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from ._values import ToolResult
 
-__all__ = ["REDACTED", "read_as_credentials", "redact_text", "redact_url", "scrubbed"]
+__all__ = ["REDACTED", "address", "read_as_credentials", "redact_text", "redact_url", "scrubbed"]
 
 
 def _names(names: Iterable[str]) -> str:
@@ -162,12 +162,18 @@ def redact_url(url: object, secrets: Iterable[str | Secret] = ()) -> str:
         ],
         safe="/:",
     )
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port is not None else host
+    netloc = address(parts.hostname, port)
     cleaned = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     return redact_text(cleaned, secrets)
+
+
+def address(host: str | None, port: int | None) -> str:
+    """A URL's host and port, without its userinfo (a password, there); an IPv6 literal
+    keeps its brackets."""
+    host = host or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return host if port is None else f"{host}:{port}"
 
 
 def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
