@@ -10,8 +10,8 @@ turn can start it while the rest of the message is still being written:
   ``content_block_stop`` (the SDK's ``messages.stream()`` helper events work
   too: they carry the raw ones);
 * ``ChatCompletionsStream``: Chat Completions chunks, ``tool_calls`` deltas
-  gathered by index; a call is complete when the next one begins or the
-  choice finishes;
+  gathered by index; a call is complete when a later one has begun and its
+  arguments are a whole JSON object, or when the choice finishes;
 * ``ResponsesStream``: Responses events, a ``function_call`` item from
   ``response.output_item.added`` to ``response.output_item.done``.
 
@@ -188,48 +188,57 @@ class AnthropicStream:
 
 @attrs.define
 class ChatCompletionsStream:
-    """Chat Completions chunks in; a call out when the next begins or the choice ends.
+    """Chat Completions chunks in; a call out once a later one has begun (or the choice
+    ended) and its own arguments are whole.
 
-    A call begins with a new ``index``, or with a new ``id`` at the same (or
-    no) index: some OpenAI-compatible servers send every call at index 0, or
-    none, and each of those calls still needs its own answer.
+    Deltas are gathered by index, as the SDK gathers them. A call begins
+    with a new ``index``, or with a new ``id`` at an index already in use:
+    some OpenAI-compatible servers send every call at index 0, or none, and
+    each of those calls still needs its own answer. Chat Completions has no
+    end-of-call event, so a call is complete when a later one has begun and
+    its arguments parse as a JSON object (whose closing brace no piece can
+    follow), or when the choice finishes. The second condition is for
+    servers that interleave the deltas of several calls: taken complete as
+    soon as the next began, a call ran with the arguments it had so far
+    (two calls opened, then their arguments by index: both ran with ``{}``).
+    Calls come out in the order they began, as reads start in the model's.
     """
 
     _calls: _Calls = attrs.field(factory=_Calls, init=False)
-    _current: int | None = attrs.field(default=None, init=False)  # the streaming call's key
-    _index: Any = attrs.field(default=None, init=False)  # and the index it came with
+    # The key in ``_calls`` of the call streaming under each index, and the next key.
+    _at_index: dict[Any, int] = attrs.field(factory=dict, init=False)
+    _begun: int = attrs.field(default=0, init=False)
+    _handed: int = attrs.field(default=0, init=False)  # calls handed out so far, in order
 
     def feed(self, event: Any) -> list[ToolCall]:
         if _field(event, "type") == "chunk":  # the SDK's stream() helper wraps chunks
             event = _field(event, "chunk")
-        completed: list[ToolCall] = []
+        finished = False
         for choice in _field(event, "choices") or ():
             if _field(choice, "index") not in (0, None):
                 continue  # n > 1: the first choice is the message fanout answers
             delta = _field(choice, "delta")
             for item in _field(delta, "tool_calls") or ():
-                index, call_id = _field(item, "index"), _field(item, "id")
+                index, call_id = _key(_field(item, "index")), _field(item, "id")
                 function = _field(item, "function")
                 if self._begins_a_call(index, call_id):
-                    completed += self._calls.complete(self._current)
-                    self._current = 0 if self._current is None else self._current + 1
-                    self._index = index
-                    self._calls.begin(self._current, call_id, _field(function, "name"))
-                self._calls.add(self._current, _field(function, "arguments"))
-            if _field(choice, "finish_reason") is not None:
-                completed += self._calls.complete(self._current)
-        return completed
+                    self._at_index[index] = self._begun
+                    self._calls.begin(self._begun, call_id, _field(function, "name"))
+                    self._begun += 1
+                self._calls.add(self._at_index[index], _field(function, "arguments"))
+            finished |= _field(choice, "finish_reason") is not None
+        return self._complete(every=finished)
 
     def _begins_a_call(self, index: Any, call_id: Any) -> bool:
-        """Whether a ``tool_calls`` delta begins a call: a new index, or a new id at the
-        same index. An empty id is none: some servers send ``"id": ""`` on every
+        """Whether a ``tool_calls`` delta begins a call: a new index, or a new id at an
+        index in use. An empty id is none: some servers send ``"id": ""`` on every
         chunk after a call's first, and the SDK's accumulator joins the ids, so it
         is the same call (read as a new one, the call ran with half its arguments,
         and a second call with no id was answered). A call that began with an empty
         id takes the first it is given, as the joined ids would."""
-        if self._current is None or index != self._index:
+        if index not in self._at_index:
             return True
-        streaming = self._calls.streaming(self._current)
+        streaming = self._calls.streaming(self._at_index[index])
         if not isinstance(call_id, str) or not call_id:
             return False
         if streaming is not None and not streaming.id:
@@ -237,8 +246,29 @@ class ChatCompletionsStream:
             return False
         return streaming is None or call_id != streaming.id
 
+    def _complete(self, *, every: bool) -> list[ToolCall]:
+        """The calls, in the order they began, that are complete now: all of them once the
+        choice has finished (``every``)."""
+        completed: list[ToolCall] = []
+        while self._handed < self._begun:
+            pending = self._calls.streaming(self._handed)
+            followed = self._handed + 1 < self._begun
+            if pending is not None and not every and not (followed and _whole(pending)):
+                break
+            completed += self._calls.complete(self._handed)
+            self._handed += 1
+        return completed
+
     def unfinished(self) -> list[Unfinished]:
         return self._calls.unfinished()
+
+
+def _whole(pending: _Pending) -> bool:
+    """Whether a call's arguments so far parse as a JSON object: nothing can follow it.
+    (Parsed only once they end in a brace: a call whose pieces keep coming is not
+    parsed again for each.)"""
+    text = "".join(pending.pieces).rstrip()
+    return text.endswith("}") and isinstance(decode_arguments(text), Mapping)
 
 
 @attrs.define

@@ -655,16 +655,11 @@ async def test_a_reused_block_key_begins_a_call_of_its_own(api: str) -> None:
     assert server.rejections == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="limitation: Chat Completions has no end-of-call event, so a call is complete "
-    "when the next begins (README, Streaming turns); deltas interleaved across calls "
-    "(OpenAI does not send them) run a call before its arguments are all in",
-)
-async def test_interleaved_chat_deltas_run_calls_before_their_arguments_arrive() -> None:
+async def test_interleaved_chat_deltas_run_each_call_with_all_its_arguments() -> None:
     """Chat Completions: two calls opened, then their arguments by index, interleaved. The
-    OpenAI SDK accumulates by index (n=5 and n=7); fanout started both calls with empty
-    arguments and single-flight merged them."""
+    OpenAI SDK accumulates by index (n=5 and n=7); fanout, which took a call complete
+    when the next began, started both with empty arguments and single-flight merged
+    them. Each now runs with what the SDK gathered."""
     calls = [
         Call("call_0", "count", '{"tag": "t0", "n": 5}'),
         Call("call_1", "count", '{"tag": "t1", "n": 7}'),

@@ -121,3 +121,59 @@ def test_an_anthropic_call_s_input_is_its_start_s_unless_deltas_follow(
     assert [(c.id, c.arguments) for c in decoded] == [
         ("toolu_1", start if streamed is None else streamed)
     ]
+
+
+@given(
+    spec=calls_strategy,
+    size=st.integers(1, 8),
+    order=st.randoms(use_true_random=False),
+)
+def test_interleaved_chat_deltas_hand_each_call_back_only_whole(
+    spec: list[tuple[str, dict[str, Any]]], size: int, order: Any
+) -> None:
+    """A server that interleaves the pieces of several calls (each call's in its own
+    order, by index; calls begin in index order): every call comes back with all its
+    arguments, in the order the calls began, and none before its last piece came."""
+    calls = [(f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(spec)]
+    per_call = [chunk_deltas(chunks([call], "sequential", "first", size, False)) for call in calls]
+    for position, deltas in enumerate(per_call):
+        for delta in deltas:
+            delta[0]["index"] = position
+    queues = [list(deltas) for deltas in per_call]
+    stream, last_piece_at = [], {}
+    while any(queues):
+        # Any call's next piece, but calls begin in the order of their indexes.
+        begun = [i for i, q in enumerate(queues) if len(q) < len(per_call[i])]
+        ready = [i for i, q in enumerate(queues) if q and i <= len(begun)]
+        position = order.choice(ready)
+        stream.append({"choices": [{"index": 0, "delta": {"tool_calls": queues[position].pop(0)}}]})
+        if not queues[position]:
+            last_piece_at[f"call_{position}"] = len(stream) - 1
+    stream.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    decoder = fanout.ChatCompletionsStream()
+    decoded = []
+    for at, chunk in enumerate(stream):
+        for call in decoder.feed(chunk):
+            assert at >= last_piece_at[call.id], f"{call.id} handed back before its last piece"
+            decoded.append(call)
+    assert [(c.id, c.name, c.arguments) for c in decoded] == calls
+    assert decoder.unfinished() == []
+
+
+@given(spec=calls_strategy, size=st.integers(1, 8))
+def test_a_chat_call_comes_back_the_moment_the_next_one_begins(
+    spec: list[tuple[str, dict[str, Any]]], size: int
+) -> None:
+    """Calls streamed one after another, as OpenAI sends them: each is handed back with
+    the first piece of the next, not later (the last with the choice's end)."""
+    calls = [(f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(spec)]
+    stream = chunks(calls, "sequential", "first", size, False)
+    firsts = [i for i, chunk in enumerate(stream[:-1]) if "id" in chunk_deltas([chunk])[0][0]]
+    decoder = fanout.ChatCompletionsStream()
+    handed = {call.id: at for at, chunk in enumerate(stream) for call in decoder.feed(chunk)}
+    assert [handed[call_id] for call_id, _, _ in calls] == [*firsts[1:], len(stream) - 1]
+
+
+def chunk_deltas(stream: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Each chunk's ``tool_calls`` deltas (none for the last, which only finishes)."""
+    return [c["choices"][0]["delta"]["tool_calls"] for c in stream if c["choices"][0]["delta"]]
