@@ -17,6 +17,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ._redact import redact_text
+
 __all__ = [
     "SHORTEST_CAP",
     "canonical_arguments",
@@ -54,9 +56,10 @@ def safe_text(value: object) -> str:
 
 
 def shown(value: object) -> str:
-    """A short, safe rendering of a hostile value for an error message."""
+    """A short, safe rendering of a hostile value for an error message: no credential in
+    it (a model's call id that was a key went into `InvalidTurnError` whole)."""
     try:
-        text = repr(value)
+        text = redact_text(repr(value))
     except Exception:  # a __repr__ that raises, or nesting too deep to render
         return f"a {type(value).__name__}"
     return text if len(text) <= 80 else text[:77] + "..."

@@ -20,7 +20,13 @@ import attrs
 from ._exceptions import ConfigurationError
 from ._secrets import MIN_LENGTH, Secret
 
-__all__ = ["CREDENTIAL_HEADERS", "CREDENTIAL_PARAMS", "CredentialNames", "credentials_in"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "CREDENTIAL_PARAMS",
+    "CredentialNames",
+    "cookies_set",
+    "credentials_in",
+]
 
 CREDENTIAL_HEADERS = frozenset(
     {
@@ -147,6 +153,18 @@ def _after_scheme(value: str) -> set[str]:
     if scheme.lower() == "basic":
         return {credential, *_basic_parts(credential)}
     return {credential}
+
+
+def cookies_set(lines: Iterable[str]) -> set[Secret]:
+    """The cookies a response's ``Set-Cookie`` lines set, long enough to be a session: a
+    server's session cookie is as much a credential as the key that got it (a tool that
+    returned ``dict(response.cookies)`` showed the model the session). Only each line's
+    first pair is the cookie; the attributes after it (an ``Expires`` date) are not."""
+    values = set()
+    for line in lines:
+        _, _, value = line.split(";", 1)[0].partition("=")
+        values.add(value.strip().strip('"'))
+    return {Secret(value) for value in values if len(value) >= max(_MIN_COOKIE, MIN_LENGTH)}
 
 
 def _cookie_values(header: str) -> set[str]:

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ._redact import redact_text
+from ._secrets import secrets_learned
 from ._values import Status
 
 __all__ = ["Event", "EventDetail", "EventKind", "Instrument"]
@@ -162,6 +163,8 @@ class Recorder:
     turn_id: str | None = None
     # Events noted and not yet built: kind, time and the _FIELDS fields, then the next.
     _noted: list[Any] = attrs.field(factory=list, init=False)
+    # How many secrets the process had learned when the trace's events were scrubbed.
+    _scrubbed_with: int = attrs.field(factory=secrets_learned, init=False)
 
     @property
     def active(self) -> bool:
@@ -205,10 +208,18 @@ class Recorder:
                 _log.exception("fanout instrument %r failed on %s", instrument, kind.value)
 
     def events(self) -> tuple[Event, ...]:
-        """The trace so far, as events (each built once, on the first read that needs it)."""
+        """The trace so far, as events (each built once, on the first read that needs it).
+
+        Scrubbed of every secret learned by the time it is read: a tool may report
+        progress quoting a key a moment before its request sends it, and only then is
+        the key known. (The trace kept it where the call's answer had it scrubbed.)
+        """
         kept = self.trace
         if kept is None:
             return ()
+        if self._scrubbed_with != secrets_learned():
+            self._scrubbed_with = secrets_learned()
+            kept[:] = [_rescrubbed(event) for event in kept]
         noted = self._noted
         for i in range(0, len(noted), 2 + _FIELDS):
             kind, time, call_id, tool, scope, attempt, status, wait, reason, detail = noted[
@@ -217,12 +228,32 @@ class Recorder:
             kept.append(
                 Event(
                     kind, time, self.turn_id, _scrubbed(call_id), _scrubbed(tool), scope,
-                    attempt, status, wait, _scrubbed(reason),
-                    EventDetail() if detail is None else detail,
+                    attempt, status, wait, _scrubbed(reason), _scrubbed_detail(detail),
                 )
             )  # fmt: skip
         noted.clear()
         return tuple(kept)
+
+
+def _scrubbed_detail(detail: EventDetail | None) -> EventDetail:
+    """An event's detail with its message (a tool's progress) scrubbed again."""
+    if detail is None:
+        return EventDetail()
+    message = detail.get("message")
+    if message is None or (scrubbed := redact_text(message)) == message:
+        return detail
+    again = detail.copy()
+    again["message"] = scrubbed
+    return again
+
+
+def _rescrubbed(event: Event) -> Event:
+    """``event`` scrubbed of secrets learned since it was built."""
+    call_id, tool = _scrubbed(event.call_id), _scrubbed(event.tool)
+    reason, detail = _scrubbed(event.reason), _scrubbed_detail(event.detail)
+    if (call_id, tool, reason, detail) == (event.call_id, event.tool, event.reason, event.detail):
+        return event
+    return attrs.evolve(event, call_id=call_id, tool=tool, reason=reason, detail=detail)
 
 
 def _scrubbed(text: str | None) -> str | None:

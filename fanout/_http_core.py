@@ -51,7 +51,7 @@ import trio
 from ._admission import take_tokens
 from ._budget import MAX_WAIT, Verdict, usable_wait
 from ._context import maybe_current_call
-from ._credentials import CredentialNames, credentials_in
+from ._credentials import CredentialNames, cookies_set, credentials_in
 from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import http_date, parse_rate_limit_headers
@@ -109,6 +109,16 @@ class _Response(Protocol):
     @property
     def headers(self) -> MutableMapping[str, str]: ...
     async def aclose(self) -> None: ...
+
+
+def _set_cookie_lines(headers: MutableMapping[str, str]) -> list[str]:
+    """A response's ``Set-Cookie`` lines, each apart: read as one header, they are joined
+    with commas, which a cookie's ``Expires`` date holds too."""
+    each = getattr(headers, "multi_items", None)  # httpx's and httpx2's headers
+    if each is None:
+        line = headers.get("set-cookie")
+        return [] if line is None else [line]
+    return [value for name, value in each() if name.lower() == "set-cookie"]
 
 
 RequestT = TypeVar("RequestT", bound=_Request)
@@ -401,6 +411,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
             if not answered:
                 place.give_back()
         sent_at += context.held - held_before  # it left once its hold was over
+        session = cookies_set(_set_cookie_lines(response.headers))
+        if session:
+            learn(session)
+            context.secrets.update(secret.reveal() for secret in session)
         info = parse_rate_limit_headers(
             response.headers, now=self._wall_clock(),
             server_now=self._server_now(request, response.headers.get("date"), sent_at),

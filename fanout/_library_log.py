@@ -23,7 +23,14 @@ __all__ = ["scrub_library_log"]
 
 
 class _Scrubbed(logging.Filter):
-    """Rewrites a record whose message holds a credential; lets every record through."""
+    """Rewrites a record whose message, traceback or stack holds a credential; lets every
+    record through.
+
+    A traceback is written out here, scrubbed, as the record's text, and its exception
+    dropped: the MCP client logs a failed stream with its traceback, whose
+    ``HTTPStatusError`` names the URL, ``?api_key=`` and all, and a handler writes a
+    traceback from the exception itself.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -33,7 +40,20 @@ class _Scrubbed(logging.Filter):
         scrubbed = redact_text(message)
         if scrubbed != message:
             record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            try:
+                record.exc_text = _FORMATTER.formatException(record.exc_info)
+            except Exception:  # an exception whose traceback cannot be written
+                record.exc_text = "(a traceback that could not be written)"
+        record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
         return True
+
+
+_FORMATTER = logging.Formatter()
 
 
 _FILTER = _Scrubbed()

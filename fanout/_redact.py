@@ -71,6 +71,21 @@ _SPACE = r"(?:\s|\\+[nrt])"
 _QUOTE = r"(?:\\*[\"'])"
 _PARAM_VALUE = r"(?:[^&\s\"'<>\\]|\\[^\s\"'])+"
 _HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
+# A cookie header's value runs to the end of its line or string: every pair in it
+# ("theme=dark; session=<value>") may be the one that matters.
+_COOKIES_VALUE = r"(?:[^\r\n\"'\\]|\\[^\s\"'nrt])+"
+# Between a header's name and its value: '": "' (JSON), '": ["' (a list of values),
+# ": " (text), or "', b'" (httpcore's DEBUG line, ``(b'name', b'value')`` pairs).
+_BYTES_QUOTE = rf"(?:(?-i:b)?{_QUOTE})"
+_BETWEEN = (
+    rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_BYTES_QUOTE}"
+    rf"|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*(?:\[{_SPACE}*)?{_BYTES_QUOTE}?)"
+)
+# An authorization scheme fanout shows, or any other word before the credential
+# ("SSWS <token>", "Bot <token>"): such a word and the credential are replaced together.
+_KNOWN_SCHEME = rf"(?:(?:bearer|basic|token){_SPACE}+)"
+_OTHER_SCHEME = rf"(?:[A-Za-z][A-Za-z0-9_.-]{{0,31}}{_SPACE}+(?!{_QUOTE}|{_SPACE}))"
+_COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
 
 
 # A shape, and what a match of it becomes.
@@ -91,10 +106,17 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
         (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
         (
             re.compile(
-                rf"(?i)({_START}(?:{_names(headers)})"
-                rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_QUOTE}|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*{_QUOTE}?)"
-                rf"(?:(?:bearer|basic|token){_SPACE}+)?)"
-                rf"(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:){_HEADER_VALUE}"
+                rf"(?i)({_START}(?:{_names(_COOKIE_HEADERS)}){_BETWEEN})"
+                rf"(?!{_COOKIES_VALUE}{_QUOTE}{_SPACE}*:){_COOKIES_VALUE}"
+            ),
+            _value_replaced,
+        ),
+        (
+            re.compile(
+                rf"(?i)({_START}(?:{_names(set(headers) - _COOKIE_HEADERS)}){_BETWEEN}"
+                rf"{_KNOWN_SCHEME}?)(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:)"
+                rf"(?:{_OTHER_SCHEME}(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:)(?={_HEADER_VALUE}))?"
+                rf"{_HEADER_VALUE}"
             ),
             _value_replaced,
         ),

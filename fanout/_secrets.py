@@ -97,16 +97,42 @@ def _spellings(char: str) -> str:
     units = char.encode("utf-16-be")
     unicode = "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
     alternatives = {
-        re.escape(char), f"(?i:{re.escape(percent)})", re.escape(escaped),
-        f"(?i:{re.escape(unicode)})",
+        re.escape(char), f"(?i:{re.escape(percent)})", *_nested(char, escaped),
+        *(f"(?i:{form})" for form in _nested(char, unicode, depths=_DEPTHS[:2])),
     }  # fmt: skip
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
 
 
+_DEPTHS = (1, 2, 3)  # levels of JSON written into JSON: a server's body in a tool's answer
+
+
+def _nested(char: str, escaped: str, depths: tuple[int, ...] = _DEPTHS) -> set[str]:
+    """``char``'s JSON escape (``escaped``) as written ``depths`` levels of JSON deep.
+
+    Each level doubles a backslash and escapes a quote again: ``\\`` is two backslashes
+    one level down and four two levels down, ``"`` is ``\\"`` and then three and a
+    quote, ``\\u003d`` keeps its one backslash and then has two. Only one level was
+    known, and a password echoed in a server's JSON, returned inside a tool's JSON
+    answer, reached the model whole. Counted exactly, never as a run of backslashes,
+    which would take the ones escaping a quote after it and end the string there.
+    (Any character's ``\\uXXXX`` is taken two levels deep, not three: every character
+    has one, and each level more costs each secret's pattern a third of its compile.)
+    """
+    if not escaped.startswith("\\"):
+        return {re.escape(escaped)}
+    if char == "\\":
+        counts = [(2**depth, "") for depth in depths]
+    elif char == '"':
+        counts = [(2**depth - 1, '"') for depth in depths]
+    else:
+        counts = [(2 ** (depth - 1), escaped[1:]) for depth in depths]
+    return {re.escape("\\" * count + rest) for count, rest in counts}
+
+
 # "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space, and a space
 # encoded as "+" (``urlencode``, httpx's own query: "abc def" was sent as "abc+def").
-_EXTRA_SPELLINGS = {"/": {re.escape("\\/")}, "+": {" "}, " ": {re.escape("+")}}
+_EXTRA_SPELLINGS = {"/": _nested("/", "\\/"), "+": {" "}, " ": {re.escape("+")}}
 
 
 class SecretRegistry:

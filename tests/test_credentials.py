@@ -554,3 +554,131 @@ async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -
 def test_credentials_by_shape_are_redacted_and_prose_is_not(text: str, expected: str) -> None:
     """Text shaped like a credential fanout never saw is redacted; ordinary words are kept."""
     assert redact_text(text) == expected
+
+
+# --- credentials in places found since: nested JSON, cookies set, late keys, logs ---
+
+_ESCAPED = st.text(ALPHABET + '\\"/', min_size=10, max_size=24).map(lambda tail: "zQ\\" + tail)
+
+
+@given(key=_ESCAPED, depth=st.integers(1, 3))
+def test_a_learned_secret_is_scrubbed_from_json_at_any_depth(key: str, depth: int) -> None:
+    """A password holding a backslash or a quote, echoed in a server's JSON body that a
+    tool returns inside its own JSON answer: each level doubles the escapes, and one
+    level was all the spellings knew (the model decoded ``Tr0ub4dor\\&"3-horse`` back)."""
+    text = key
+    for level in range(depth):
+        text = json.dumps({f"level{level}": text})
+    scrubbed = scrub_secrets(text, [key])
+    for _ in range(depth):
+        scrubbed = next(iter(json.loads(scrubbed).values()))
+    assert scrubbed == "REDACTED"
+
+
+@pytest.mark.parametrize("lib_name", sorted(LIBRARIES))
+async def test_a_session_cookie_the_server_sets_is_a_credential(
+    lib_name: str, autojump_clock: Any
+) -> None:
+    """A tool that returns the cookies its login set (``dict(response.cookies)``, or the
+    ``Set-Cookie`` line) showed the model the session; the cookie's attributes (an
+    ``Expires`` date) are not secrets."""
+    lib, session = LIBRARIES[lib_name], "sess-7f3a9c2e5b1d8f4a6c0e"
+    expires = "Wed, 21 Oct 2026 07:28:00 GMT"
+
+    def handler(request: Any) -> Any:
+        cookie = f"session={session}; Path=/; Expires={expires}; HttpOnly"
+        return lib.module.Response(200, headers=[("Set-Cookie", cookie), ("Set-Cookie", "t=1")])
+
+    client = lib.mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def login() -> dict[str, Any]:
+        response = await client.post("http://api.test/login")
+        return {"cookies": dict(response.cookies), "line": response.headers["set-cookie"]}
+
+    turn = await Runner(reg).run_turn([ToolCall("c", "login", {})])
+    (result,) = turn.results
+    assert result.status is fanout.Status.OK
+    assert session not in result.content
+    assert expires in result.content
+
+
+async def test_a_progress_message_quoting_a_key_sent_later_is_scrubbed_in_the_trace(
+    autojump_clock: Any,
+) -> None:
+    """A tool reports progress quoting its key, then sends it: the key is known only from
+    then, and the trace, read after the turn, had it where the answer did not (with an
+    instrument too, whose events are built as they happen)."""
+    key = "tenantKey-5e6f7a8b9c0d1e2f"
+    seen: list[fanout.Event] = []
+
+    def handler(request: Any) -> Any:
+        return LIBRARIES["httpx"].module.Response(200)
+
+    client = LIBRARIES["httpx"].mock(handler)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def sync_tenant() -> str:
+        fanout.current_call().report_progress(0, 1, f"syncing with key {key}")
+        await client.get("http://api.test/sync", headers={"X-Api-Key": key})
+        return f"synced with key {key}"
+
+    for instruments in ([], [_Collect(seen)]):
+        runner = Runner(reg, instruments=instruments)
+        turn = await runner.run_turn([ToolCall("c", "sync_tenant", {})])
+        assert key not in turn.results[0].content
+        (progress,) = [e for e in turn.trace if e.kind is fanout.EventKind.PROGRESS]
+        assert progress.detail["message"] == "syncing with key REDACTED"
+
+
+@attrs.define
+class _Collect:
+    """An instrument that keeps what it is handed."""
+
+    events: list[fanout.Event]
+
+    def on_event(self, event: fanout.Event) -> None:
+        self.events.append(event)
+
+
+def test_a_library_log_record_s_traceback_is_scrubbed() -> None:
+    """The MCP client logs a failed stream with its traceback, whose error names the URL
+    with ``?api_key=``: the message was scrubbed, the traceback written in clear."""
+    from fanout._library_log import scrub_library_log
+
+    key = "mcpq-6b1d9e3f7a2c5e8d"
+    fanout.register_secret(key)
+    logger = logging.getLogger("fanout-test.library-with-tracebacks")
+    scrub_library_log(logger.name)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    try:
+        try:
+            raise RuntimeError(f"Client error '405' for url 'http://h/mcp?api_key={key}'")
+        except RuntimeError:
+            logger.error("GET stream error", exc_info=True, stack_info=True)
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue()
+    assert "GET stream error" in written
+    assert "RuntimeError: Client error '405'" in written
+    assert key not in written
+
+
+def test_a_duplicate_call_id_holding_a_key_is_not_quoted_in_the_error() -> None:
+    """The model's call id is quoted in `InvalidTurnError`; a key-shaped one was whole."""
+    call_id = "sk-proj-Ab3dEf6hIj9kLm2nOp5q"
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def noop() -> str:
+        return "ok"
+
+    calls = [ToolCall(call_id, "noop", {}), ToolCall(call_id, "noop", {})]
+    with pytest.raises(fanout.InvalidTurnError) as raised:
+        trio.run(Runner(reg).run_turn, calls)
+    assert "two calls share the id" in str(raised.value)
+    assert call_id not in str(raised.value)

@@ -141,12 +141,30 @@ def _credential(kind: str, secret: str) -> str:
         "key": f"sk-{secret}",
         "json-pair": json.dumps({"x-api-key": secret}),
         "curl": f'curl -H "X-Api-Key: {secret}" https://api',
+        # Schemes other than the three fanout shows: Okta's, Discord's, Kerberos's.
+        "ssws": f"Authorization: SSWS {secret}",
+        "bot": f"authorization: Bot {secret} refused",
+        "negotiate": json.dumps({"Proxy-Authorization": f"Negotiate {secret}"}),
+        # Each cookie of a line, not only the first; a cookie the server set.
+        "cookies": f"Cookie: theme=dark; session={secret}",
+        "set-cookie": json.dumps({"set-cookie": f"lang=en; sid={secret}; Path=/"}),
+        # httpcore's DEBUG line: every header as a pair of bytes.
+        "httpcore": f"[(b'Host', b'api'), (b'X-Api-Key', b'{secret}'), (b'Accept', b'*/*')]",
+        "httpcore-cookie": f"[(b'Set-Cookie', b'session={secret}; HttpOnly')]",
+        # A header whose value is a list of them.
+        "json-list": json.dumps({"Authorization": [f"Bearer {secret}"], "n": 1}),
     }[kind]
 
 
-@settings(max_examples=300)
+_KINDS = [
+    "bearer", "header", "key", "json-pair", "curl", "ssws", "bot", "negotiate", "cookies",
+    "set-cookie", "httpcore", "httpcore-cookie", "json-list",
+]  # fmt: skip
+
+
+@settings(max_examples=500)
 @given(
-    kind=st.sampled_from(["bearer", "header", "key", "json-pair", "curl"]),
+    kind=st.sampled_from(_KINDS),
     secret=_SECRET,
     before=_AROUND,
     after=_AROUND,
@@ -159,7 +177,9 @@ def test_a_credential_by_shape_is_gone_however_its_text_was_written(
     ``REDACTED``, as text, as a JSON answer writes it (``\\n``, ``\\"``), or as JSON text
     inside a JSON answer: none of it shows, and the JSON still parses. Read as
     letters, ``\\nBearer`` and ``\\nsk-`` kept their tokens, and an escaped JSON pair
-    was no header."""
+    was no header; ``SSWS <token>`` lost its scheme and kept the token, a cookie line
+    its first cookie only, httpcore's ``(b'X-Api-Key', b'<key>')`` nothing at all, and
+    ``{"Authorization": ["Bearer ..."]}`` lost its bracket and broke the JSON."""
     text = before + _credential(kind, secret) + after
     if written == "json":
         text = json.dumps({"out": text})
