@@ -35,7 +35,9 @@ from ._exceptions import (
     ToolSignal,
     TransientError,
 )
+from ._going_up import split_going_up
 from ._idle import IdleTimeoutError, IdleWatch
+from ._logs import log_failure
 from ._redact import redact_text
 from ._registry import ToolSpec
 from ._retry import RetryPolicy
@@ -122,9 +124,11 @@ class CallState:
     result: ToolResult | None = None
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, repr=False)
-    # Whether the final answer is the tool's own (a return value or its own
-    # error), as opposed to fanout's; only those are kept for replay.
-    answered_by_tool: bool = False
+    # The tool's own answer (its return value or its own error), as opposed to fanout's:
+    # only that is kept for replay, even where the turn answered first (a write that
+    # returned after its timeout was answered ``timed_out``; its own answer is the truth
+    # a re-issue is given, and the timed_out one was kept for a day instead).
+    own_answer: ToolResult | None = attrs.field(default=None, repr=False)
     # An attempt's request broke after it was sent (`CallContext.effect_unknown`): a
     # write's effect is unknown from then on, whatever later attempts did.
     effect_unknown: bool = False
@@ -234,6 +238,12 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         # No body runs once the call is cancelled: a call admitted without a
         # wait (no scope) has not checkpointed yet, so check here.
         await trio.lowlevel.checkpoint_if_cancelled()
+        if state.result is not None:
+            # Answered while it waited (a sibling failed, under cancel_siblings): its
+            # answer says it never started, so it never does. (In the runner's nursery,
+            # a slot the failed call gave back woke it before its cancellation came, and
+            # a write answered "cancelled, not started" charged the card.)
+            return state.result
         state.started = True
         for scope in plan.scopes:
             scope.retry_budget.record_request()
@@ -274,8 +284,8 @@ async def _release(scope: ScopeLike, holder: _SlotHolder) -> None:
     try:
         with trio.move_on_after(_RELEASE_GRACE) as bounded:
             await scope.release_slot(holder)
-    except Exception:
-        _log.exception("fanout: scope %s failed to give a slot back", scope.name)
+    except Exception as exc:
+        log_failure(_log, "fanout: scope %s failed to give a slot back", scope.name, exc=exc)
         return
     if bounded.cancelled_caught:
         _log.error(
@@ -301,11 +311,18 @@ async def _admit(
     except LimiterUnavailableError as exc:
         # Fail closed: a limiter we cannot reach cannot say the call may go.
         return Denial(Status.REFUSED, f"{describe(exc)}; the call was not sent", _UNAVAILABLE)
-    except Exception as exc:
-        _log.exception("fanout: admitting call %s (%s) failed", call.id, call.name)
+    except BaseException as exc:
+        # Whatever a scope plugged in raises (a ``SystemExit``, a ``Cancelled`` it kept)
+        # is this call's limiter failing, never its siblings' (`split_going_up`).
+        cancelled, failed = split_going_up(exc)
+        if failed is None:
+            raise
+        log_failure(_log, "fanout: admitting call %s (%s) failed", call.id, call.name, exc=failed)
+        if cancelled is not None:
+            raise cancelled from None
         return Denial(
             Status.REFUSED,
-            f"the limiter of this call failed ({describe(exc)}); the call was not sent",
+            f"the limiter of this call failed ({describe(failed)}); the call was not sent",
             _UNAVAILABLE,
         )
 
@@ -333,10 +350,11 @@ async def _run_tool(
     try:
         value = await _invoke(spec, state.bound, context, settings.threads)
         went_fine = True
+        result = success(call, value, limit=settings.max_output_chars, secrets=state.secrets)
         # A write whose request broke mid-answer has an unknown effect, even
         # when the tool swallowed the error: its answer is not kept for replay.
-        state.answered_by_tool = not context.effect_unknown
-        return success(call, value, limit=settings.max_output_chars, secrets=state.secrets)
+        state.own_answer = None if context.effect_unknown else result
+        return result
     except IdleTimeoutError as idle:
         return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
     except ToolSignal as signal:
@@ -352,13 +370,14 @@ async def _run_tool(
             went_fine = went_fine and not context.refused
             return wrapped
         went_fine = True
-        state.answered_by_tool = not context.effect_unknown
         message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
-        return failure(
+        result = failure(
             call, Status.ERROR, message, started=True, kind=spec.kind,
             effect_unknown=state.effect_unknown,
             hint=_BROKE_OFF if state.effect_unknown else _TOOL_RAISED,
         )  # fmt: skip
+        state.own_answer = None if context.effect_unknown else result
+        return result
     finally:
         scopes = state.plan.scopes
         if scopes:  # only a scope learns from how long the attempt took
@@ -416,25 +435,19 @@ async def _invoke(
         raise IdleTimeoutError(spec.idle_timeout)
     except Exception:
         raise
-    except BaseExceptionGroup as group:
-        passing, rest = group.split((trio.Cancelled, KeyboardInterrupt))
+    except BaseException as exc:  # ``SystemExit``, ``GeneratorExit``, its own kinds, groups
+        # A ``Cancelled`` the tool kept (a retry helper re-raising its last error) when
+        # nothing around it was cancelled is its error too (`split_going_up`): let
+        # through, alone or in a group, it read as the caller cancelling the turn.
+        passing, rest = split_going_up(exc)
         if passing is not None:
             raise passing from None
-        assert rest is not None  # a group is never empty
+        assert rest is not None
+        if isinstance(rest, trio.Cancelled):
+            raise _ToolRaised(
+                "Cancelled: the tool raised a cancellation when nothing had cancelled it"
+            ) from None
         raise _ToolRaised(describe(rest)) from None
-    except trio.Cancelled:
-        if trio.current_effective_deadline() == -math.inf:
-            raise  # a scope around the call was cancelled: the cancellation is trio's
-        # Nothing around it was cancelled: the tool raised a ``Cancelled`` it had kept
-        # (a retry helper re-raising its last error). Let through, it read as the caller
-        # cancelling the turn, for every call.
-        raise _ToolRaised(
-            "Cancelled: the tool raised a cancellation when nothing had cancelled it"
-        ) from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # ``SystemExit``, ``GeneratorExit``, its own kinds
-        raise _ToolRaised(describe(exc)) from None
     finally:
         reset_current_call(token)
 

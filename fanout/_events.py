@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypedDict
 import attrs
 import trio
 
+from ._logs import log_failure
 from ._redact import redact_text
 from ._secrets import secrets_learned
 from ._values import Status
@@ -202,10 +203,12 @@ class Recorder:
                 instrument.on_event(event)
             except KeyboardInterrupt:
                 raise
-            except BaseException:
+            except BaseException as exc:
                 # An instrument must never cost a call its answer, not even by
                 # raising ``SystemExit``: raised on, it left calls unanswered.
-                _log.exception("fanout instrument %r failed on %s", instrument, kind.value)
+                log_failure(
+                    _log, "fanout instrument %r failed on %s", instrument, kind.value, exc=exc
+                )
 
     def events(self) -> tuple[Event, ...]:
         """The trace so far, as events (each built once, on the first read that needs it).

@@ -30,7 +30,9 @@ from ._answers import failure
 from ._budget import Verdict
 from ._call import describe, let_the_deadline_answer
 from ._events import EventDetail, EventKind
+from ._going_up import split_going_up
 from ._idempotency import Claim, ClaimState, StoredAnswer
+from ._logs import log_failure
 from ._redact import scrubbed
 from ._values import Kind, Status, ToolResult
 
@@ -99,13 +101,17 @@ def cached_answer(run: Run, plan: CallPlan, recorder: Recorder) -> ToolResult | 
     return ToolResult(plan.call.id, Status.OK, content)
 
 
-def remember(run: Run, plan: CallPlan, result: ToolResult, secrets: set[str]) -> None:
-    """Cache an ok answer of a cacheable read, scrubbed: a hit has no secrets to scrub with."""
+def remember(
+    run: Run, plan: CallPlan, result: ToolResult, secrets: set[str], *, since: int
+) -> None:
+    """Cache an ok answer of a cacheable read, scrubbed: a hit has no secrets to scrub with;
+    unless a write dropped its tool's answers after ``since`` (`ReadCache.stamp`)."""
     if _cacheable(plan) and result.status is Status.OK:
         assert plan.spec is not None
         assert plan.spec.cache_ttl is not None
         content = scrubbed(result, secrets).content
-        run.cache.put(plan.idempotency_key, plan.spec.name, content, plan.spec.cache_ttl)
+        cache = run.cache
+        cache.put(plan.idempotency_key, plan.spec.name, content, plan.spec.cache_ttl, since=since)
 
 
 def invalidate_for(run: Run, plan: CallPlan) -> None:
@@ -164,10 +170,17 @@ async def _ask_store(run: Run, plan: CallPlan, budget: Budget) -> Claim | ToolRe
     try:
         with trio.move_on_at(budget.deadline):
             return await run.store.claim(plan.idempotency_key, lease=run.claim_lease)
-    except Exception as exc:
+    except BaseException as exc:
+        # Anything the store raises (a ``SystemExit``, a ``Cancelled`` it kept) fails
+        # this write, not its siblings (`split_going_up`).
+        cancelled, failed = split_going_up(exc)
+        if failed is None:
+            raise
+        if cancelled is not None:
+            raise cancelled from None
         return failure(
             call, Status.REFUSED,
-            f"the idempotency store failed ({describe(exc)}); a write whose key cannot be "
+            f"the idempotency store failed ({describe(failed)}); a write whose key cannot be "
             "checked is not run",
             started=False, kind=plan.kind, scope=STORE_SCOPE,
             hint="the write was not run; re-issue it once the store is back",
@@ -209,8 +222,12 @@ async def hold_claim(run: Run, key: str) -> None:
             with trio.move_on_after(run.claim_lease / 3):
                 if not await run.store.renew(key, lease=run.claim_lease):
                     _log.warning("fanout: the claim on a write's key lapsed while it ran")
-        except Exception:
-            _log.warning("fanout: renewing a write's claim failed", exc_info=True)
+        except BaseException as exc:
+            # A store's own ``BaseException`` (a ``Cancelled`` it kept) must not cut off
+            # the write it renews for: that write ran on, answered as fanout's failure.
+            if split_going_up(exc)[0] is not None:
+                raise
+            log_failure(_log, "fanout: renewing a write's claim failed", exc=exc)
 
 
 async def settle(run: Run, state: CallState, budget: Budget) -> None:
@@ -223,16 +240,22 @@ async def settle(run: Run, state: CallState, budget: Budget) -> None:
     lease, and a re-issue runs again with the same key downstream. A store
     that fails is logged, never raised.
     """
-    result = state.result
+    own = state.own_answer
     key = state.plan.idempotency_key
     with trio.CancelScope(shield=True, deadline=budget.bound(_STORE_TIMEOUT)) as bounded:
         try:
-            if result is not None and state.answered_by_tool:
-                answer = StoredAnswer(result.status, result.content)
+            if own is not None:
+                own = scrubbed(own, state.secrets)
+                answer = StoredAnswer(own.status, own.content)
                 await run.store.finish(key, answer, ttl=run.idempotency_ttl)
             else:
                 await run.store.abandon(key)
-        except Exception:
-            _log.warning("fanout: the idempotency store failed to settle a write", exc_info=True)
+        except BaseException as exc:
+            # A store that raises anything (a ``SystemExit``, a ``Cancelled`` it kept)
+            # fails this write's settling, never a sibling (raised on, it crashed the
+            # turn's nursery, and a sibling write was answered "the caller cancelled").
+            if split_going_up(exc)[0] is not None:
+                raise
+            log_failure(_log, "fanout: the idempotency store failed to settle a write", exc=exc)
     if bounded.cancelled_caught:
         _log.warning("fanout: the idempotency store did not settle a write before its deadline")

@@ -34,9 +34,17 @@ class _Entry:
 
 @attrs.define
 class ReadCache:
-    """Answers of cacheable reads, by call key, with an expiry on trio's clock."""
+    """Answers of cacheable reads, by call key, with an expiry on trio's clock.
+
+    A read's answer is kept only if no write dropped its tool's answers while it
+    ran (``since``, a `stamp` taken as it began): a read that began before a write
+    and ended after it, a read timed out and still unwinding, may hold what the
+    write changed, and the next turn's read was answered from before the write.
+    """
 
     _entries: dict[str, _Entry] = attrs.field(init=False, factory=dict)
+    _drops: int = attrs.field(init=False, default=0)  # writes that dropped answers so far
+    _dropped: dict[str | None, int] = attrs.field(init=False, factory=dict)  # by tool (None: all)
 
     def get(self, key: str) -> str | None:
         """A fresh cached answer for ``key``, or None (an expired one is dropped)."""
@@ -48,11 +56,23 @@ class ReadCache:
             return None
         return entry.content
 
-    def put(self, key: str, tool: str, content: str, ttl: float) -> None:
+    def stamp(self) -> int:
+        """What a read about to run passes to `put` as ``since``."""
+        return self._drops
+
+    def put(self, key: str, tool: str, content: str, ttl: float, *, since: int = -1) -> None:
+        """Keep ``content`` for ``ttl`` s, unless a write dropped ``tool``'s answers after
+        the `stamp` ``since`` (-1: keep it whatever was dropped)."""
+        if since >= 0 and max(self._dropped.get(tool, -1), self._dropped.get(None, -1)) >= since:
+            return
         self._entries[key] = _Entry(trio.current_time() + ttl, tool, content)
 
     def invalidate(self, tools: Iterable[str] | None) -> int:
         """Drop the entries of ``tools`` (None: all of them); return how many went."""
+        drop = self._drops
+        self._drops += 1
+        for tool in [None] if tools is None else tools:
+            self._dropped[tool] = drop
         if tools is None:
             dropped = len(self._entries)
             self._entries.clear()

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._call import describe
-from ._exceptions import InvalidTurnError, UsageError
+from ._canonical import shown
+from ._exceptions import FanoutError, InvalidTurnError, UsageError
 from ._going_up import goes_up
+from ._logs import log_failure
 from ._turn import Turn
 from ._values import ToolCall
 
@@ -111,19 +113,38 @@ class StreamingTurn(Turn):
                 return arrived
 
     def _decoded(self, event: Any) -> list[ToolCall]:
+        """The calls ``event`` completes. A decoder that fails on it (an event no SDK
+        writes: ``"tool_calls": 7``) spoils the stream with an `InvalidTurnError`, as
+        `run_turn` refuses such a message; raised as itself, a bare ``TypeError`` came out
+        of ``run_stream``."""
         try:
             return self._decoder.feed(event)
         except BaseException as exc:
             if goes_up(exc):  # the caller's, as above
                 raise
-            self._stream_error = exc
+            error = exc
+            if not isinstance(exc, FanoutError):
+                error = InvalidTurnError(
+                    f"the stream held an event that cannot be read ({describe(exc)})"
+                )
+                error.__cause__ = exc
+            self._stream_error = error
             return []
 
     def _add(self, call: ToolCall, problem: str | None = None) -> CallState | None:
-        """A call that arrived, as the turn's next state; a repeated id spoils the stream."""
+        """A call that arrived, as the turn's next state; a repeated id, or none, spoils
+        the stream, as it makes `run_turn` refuse the whole message. (A ``tool_use`` block
+        with ``"id": ""`` ran, a write among them, answered with an empty id that no API
+        takes back.)"""
+        if not call.id:
+            self._stream_error = self._stream_error or InvalidTurnError(
+                f"a call in the stream ({shown(call.name)}) has no id; each call needs one "
+                "to be answered"
+            )
+            return None
         if any(state.call.id == call.id for state in self._states):
             self._stream_error = InvalidTurnError(
-                f"two calls in the stream share the id {call.id!r}; each id needs one answer"
+                f"two calls in the stream share the id {shown(call.id)}; each id needs one answer"
             )
             return None
         state = self._state_for(call, len(self._states))
@@ -140,8 +161,10 @@ class StreamingTurn(Turn):
     def _unfinished(self) -> list[ToolCall]:
         try:
             begun = self._decoder.unfinished()
-        except Exception:
-            _log.exception("fanout: a stream decoder failed to list its unfinished calls")
+        except Exception as exc:
+            log_failure(
+                _log, "fanout: a stream decoder failed to list its unfinished calls", exc=exc
+            )
             return []
         return [ToolCall(u.id, u.name or "<no tool name>", u.received or "") for u in begun]
 

@@ -37,6 +37,7 @@ from ._deadlines import Deadlines
 from ._events import Event, EventDetail, EventKind, Recorder
 from ._exceptions import UsageError
 from ._going_up import keyboard_interrupt_in, only_going_up, split_going_up
+from ._logs import log_failure
 from ._redact import scrubbed
 from ._repeats import (
     cached_answer,
@@ -130,6 +131,9 @@ class Turn:
         self._turn_budget = Budget(math.inf, settings.inline_wait)
         self._failed: CallState | None = None
         self._deadline_reached = False
+        # The caller cancelled the turn (its deadline watcher was stopped from outside).
+        self._cancelled_from_outside = False
+        self._phases_over = False
         self._stopping = False  # set once the turn has stopped its calls
         self._internal = ""  # what failed, when fanout itself did
         self._keyboard_interrupt = False  # a KeyboardInterrupt went up through the turn
@@ -228,6 +232,7 @@ class Turn:
             with self._noting_crashes(), self._scope:
                 await self._run_together(self._arrivals, register=True)
                 await self._mutating_phase(self._writes)
+            self._phases_over = True
             watching.cancel_scope.cancel()
 
     # -- arrivals -------------------------------------------------------------
@@ -277,7 +282,7 @@ class Turn:
         """
         cancelled, failed = split_going_up(exc)
         if failed is not None:
-            _log.error("fanout: a turn failed", exc_info=failed)
+            log_failure(_log, "fanout: a turn failed", exc=failed)
             self._internal = self._internal or describe(failed)
         if cancelled is not None:
             interrupt = keyboard_interrupt_in(cancelled)
@@ -445,8 +450,10 @@ class Turn:
             await self._run_one(state, since, task_status)
         except (trio.Cancelled, KeyboardInterrupt):
             raise
-        except BaseException:
-            _log.exception("fanout: call %s failed after it was answered", state.call.id)
+        except BaseException as exc:
+            log_failure(
+                _log, "fanout: call %s failed after it was answered", state.call.id, exc=exc
+            )
 
     async def _mutating_phase(self, writes: list[CallState]) -> None:
         if self._mutating == "parallel":
@@ -460,7 +467,31 @@ class Turn:
         else:
             for state in writes:
                 if state.result is None:
-                    await self._run_one(state)
+                    await self._run_alone(state)
+
+    async def _run_alone(self, state: CallState) -> None:
+        """Run one write of a serial phase to its end before the next begins: in the
+        runner's nursery when it is open, so that a write unwinding past the turn's
+        deadline holds the runner, not the turn (awaited here, one that took 100 s to
+        unwind held ``run_turn`` 100 s past its 5 s deadline)."""
+        host = self._host
+        if host is None:
+            await self._run_one(state)
+            return
+        ended = trio.Event()
+
+        async def run_to_its_end() -> None:
+            try:
+                await self._run_hosted(state, trio.current_time())
+            finally:
+                ended.set()
+
+        try:
+            host.start_soon(run_to_its_end)
+        except RuntimeError:  # the runner's nursery is closing: run it here
+            await self._run_one(state)
+            return
+        await ended.wait()
 
     async def _run_one(
         self,
@@ -518,6 +549,7 @@ class Turn:
 
         A failure of fanout's own is answered, not raised.
         """
+        stamp = self._run.cache.stamp()
         try:
             # Any write, repeatable or not, may make reads stale.
             invalidate_for(self._run, state.plan)
@@ -533,10 +565,10 @@ class Turn:
                     holding.cancel_scope.cancel()
             else:
                 result = await self._tool_run(state, budget, queued)
-            remember(self._run, state.plan, result, state.secrets)
+            remember(self._run, state.plan, result, state.secrets, since=stamp)
             self._answer(state, result)
         except Exception as exc:
-            _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=exc)
+            log_failure(_log, "fanout: call %s failed inside fanout", state.call.id, exc=exc)
             self._answer(state, self._broken(state, describe(exc)))
         except BaseException as exc:
             # A part the user plugged in (a scope, a store) raised a ``BaseException``
@@ -547,10 +579,14 @@ class Turn:
             self._keyboard_interrupt |= keyboard_interrupt_in(exc) is not None
             if failed is None:
                 raise
-            _log.error("fanout: call %s failed inside fanout", state.call.id, exc_info=failed)
+            log_failure(_log, "fanout: call %s failed inside fanout", state.call.id, exc=failed)
             self._answer(state, self._broken(state, describe(failed)))
             if cancelled is not None:
                 raise cancelled from None
+        finally:
+            # And again as a write ends, however: a read that ran beside it may hold what
+            # it changed.
+            invalidate_for(self._run, state.plan)
 
     def _tool_run(
         self, state: CallState, budget: Budget, queued: Callable[[], None]
@@ -584,7 +620,15 @@ class Turn:
         """
         with self._noting_crashes():
             self._deadlines.add(self._deadline, self._answer_the_rest)
-            await self._deadlines.watch(self._deadline)
+            try:
+                await self._deadlines.watch(self._deadline)
+            except trio.Cancelled:
+                # Stopped before the deadline, with the calls still running and nothing
+                # crashed: the caller cancelled. Said now, a call that takes until past
+                # the deadline to unwind is not answered "the turn's deadline passed".
+                over = self._phases_over or self._internal or self._keyboard_interrupt
+                self._cancelled_from_outside = not over
+                raise
             self._scope.cancel()
 
     def _answer_the_rest(self) -> None:
@@ -645,7 +689,9 @@ class Turn:
             for other in self._states:
                 if other.result is None:
                     self._answer(other, self._interrupted(other))
-            self._scope.cancel()
+            # The calls in the runner's nursery too: left to the turn's end, one that
+            # waited for the failed call's slot was woken by it and ran.
+            self._stop_calls()
 
     def _refuse(self, state: CallState, message: str) -> None:
         call = state.call
@@ -672,6 +718,8 @@ class Turn:
                 "unfinished were cancelled (on_failure='cancel_siblings')"
             )
             status = Status.CANCELLED
+        elif self._cancelled_from_outside and not self._deadline_reached:
+            why, status = "the caller cancelled the turn", Status.CANCELLED
         elif self._deadline_reached or trio.current_time() >= self._deadline:
             why, status = f"the turn's deadline of {self._timeout:g}s passed", Status.TIMED_OUT
         elif self._internal:

@@ -576,3 +576,157 @@ def test_redis_killed_or_frozen_mid_turn_costs_no_call_its_honest_answer(
                 assert payload["status"] in {"refused", "timed_out", "rate_limited", "error"}
             if payload["started"] is False:
                 assert result.tool_use_id not in finished
+
+
+# --- parts plugged in that raise anything: a kept Cancelled, SystemExit, groups -------
+
+
+async def _a_kept_cancelled() -> BaseException:
+    """A ``Cancelled`` from a scope that was cancelled and is gone: raised again later (a
+    retry helper's last error), nothing around it is cancelled."""
+    with trio.CancelScope() as inner:
+        inner.cancel()
+        try:
+            await trio.sleep(1)
+        except trio.Cancelled as exc:
+            return exc
+    raise AssertionError("the scope was cancelled")
+
+
+class _BoolRaises(Exception):
+    def __bool__(self) -> bool:
+        raise TypeError("no truth in me")
+
+
+async def _raised(kind: str) -> BaseException:
+    """What a misbehaving part raises."""
+    if kind == "kept-cancelled":
+        return await _a_kept_cancelled()
+    if kind == "group-with-kept-cancelled":
+        return BaseExceptionGroup("helpers", [await _a_kept_cancelled(), ValueError("boom")])
+    return {"system-exit": SystemExit(3), "value-error": ValueError("boom"),
+            "bool-raises": _BoolRaises("unloggable")}[kind]  # fmt: skip
+
+
+PART_FAULTS = (
+    "kept-cancelled", "group-with-kept-cancelled", "system-exit", "value-error", "bool-raises"
+)  # fmt: skip
+SEAMS = ("acquire_slot", "reserve", "claim", "finish", "renew", "instrument")
+
+
+@attrs.define
+class _PartFaults:
+    """Which seam fails, with what, and how many times it did."""
+
+    seam: str
+    fault: str
+    raised: int = 0
+
+    async def fail(self, seam: str) -> None:
+        if seam == self.seam:
+            self.raised += 1
+            raise await _raised(self.fault)
+
+
+class _FaultyScope(Scope):
+    """A scope whose ``acquire_slot`` or ``reserve`` raises what the test chose."""
+
+    def __init__(self, name: str, faults: _PartFaults) -> None:
+        super().__init__(name, max_concurrency=2)
+        self._faults = faults
+
+    async def acquire_slot(self, holder: Any, deadline: float) -> bool:
+        await self._faults.fail("acquire_slot")
+        return await super().acquire_slot(holder, deadline)
+
+    async def reserve(self, cost: float, max_wait: float) -> Any:
+        await self._faults.fail("reserve")
+        return await super().reserve(cost, max_wait)
+
+
+class _FaultyStore(MemoryIdempotencyStore):
+    def __init__(self, faults: _PartFaults) -> None:
+        super().__init__()
+        self._faults = faults
+
+    async def claim(self, key: str, *, lease: float) -> Claim:
+        await self._faults.fail("claim")
+        return await super().claim(key, lease=lease)
+
+    async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
+        await self._faults.fail("finish")
+        await super().finish(key, answer, ttl=ttl)
+
+    async def renew(self, key: str, *, lease: float) -> bool:
+        await self._faults.fail("renew")
+        return await super().renew(key, lease=lease)
+
+
+@attrs.define
+class _FaultyInstrument:
+    faults: _PartFaults
+
+    def on_event(self, event: fanout.Event) -> None:
+        if self.faults.seam == "instrument" and event.kind is fanout.EventKind.STARTED:
+            self.faults.raised += 1
+            exc = {"system-exit": SystemExit(3), "value-error": ValueError("boom")}.get(
+                self.faults.fault, _BoolRaises("unloggable")
+            )
+            raise exc
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seam=st.sampled_from(SEAMS),
+    fault=st.sampled_from(PART_FAULTS),
+    hosted=st.booleans(),
+    mutating=st.sampled_from(["one", "serial", "parallel"]),
+)
+def test_a_part_that_raises_anything_fails_its_own_call_never_its_siblings(
+    seam: str, fault: str, hosted: bool, mutating: str
+) -> None:
+    """A scope, a store or an instrument raising a ``Cancelled`` it kept (alone or in a
+    group), a ``SystemExit``, or an exception logging cannot write: every call is answered
+    once, none blamed on the caller, the calls on a healthy scope answered ok, and the
+    turn back by its deadline. A kept ``Cancelled`` went up as the caller's, a store's
+    ``SystemExit`` in ``finish`` crashed the turn's nursery, and an instrument's
+    exception whose ``__bool__`` raised escaped ``run()`` as a ``TypeError``."""
+    faults = _PartFaults(seam, fault)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, scopes=["flaky"])
+    async def flaky_read() -> str:
+        return "read"
+
+    @reg.tool(kind=Kind.READS, scopes=["healthy"])
+    async def healthy_read() -> str:
+        await trio.sleep(1)
+        return "fine"
+
+    @reg.tool(kind=Kind.MUTATING, scopes=["flaky"], timeout=30)
+    async def write(n: int) -> str:
+        await trio.sleep(3 if seam == "renew" else 0)  # past a renewal (every lease / 3)
+        return f"wrote {n}"
+
+    faults_store = fanout.Run(store=_FaultyStore(faults), claim_lease=6.0)
+    calls = [
+        ToolCall("r1", "flaky_read", {}), ToolCall("h1", "healthy_read", {}),
+        ToolCall("w1", "write", {"n": 1}), ToolCall("w2", "write", {"n": 2}),
+    ]  # fmt: skip
+    runner = Runner(
+        reg, scopes=[_FaultyScope("flaky", faults), Scope("healthy")], turn_timeout=60,
+        mutating=mutating, instruments=[_FaultyInstrument(faults)],
+    )  # fmt: skip
+
+    async def main() -> fanout.Turn:
+        if not hosted:
+            return await runner.run_turn(calls, run=faults_store)
+        async with runner:
+            return await runner.run_turn(calls, run=faults_store)
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    started = clock.current_time()
+    turn = trio.run(main, clock=clock)
+    _assert_one_honest_answer_each(calls, turn)
+    assert turn.results[1].status is Status.OK, turn.results[1]
+    assert max(e.time for e in turn.trace) <= started + 60

@@ -332,7 +332,7 @@ async def test_a_failure_inside_fanout_is_answered_not_blamed_on_the_caller(
     """A run whose cache breaks: the call is answered error naming fanout, siblings fine."""
 
     class BrokenCache(ReadCache):
-        def put(self, key: str, tool: str, content: str, ttl: float) -> None:
+        def put(self, key: str, tool: str, content: str, ttl: float, *, since: int = -1) -> None:
             raise OSError("disk full")
 
     reg = Registry()

@@ -464,3 +464,46 @@ def test_decoders_skip_events_they_cannot_read(event: Any) -> None:
         reader = decoder()
         assert reader.feed(event) == []
         assert reader.unfinished() == []
+
+
+async def _events(events: list[Any]) -> Any:
+    for event in events:
+        await trio.lowlevel.checkpoint()
+        yield event
+
+
+async def test_a_streamed_call_without_an_id_spoils_the_stream_and_never_runs() -> None:
+    """A ``tool_use`` block with ``"id": ""``: `run_turn` refuses the finished message, and
+    the stream ran it (a write, answered with an empty id that no API takes back)."""
+    ran: list[str] = []
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def send_email(to: str) -> str:
+        ran.append(to)
+        return "sent"
+
+    block = {"type": "tool_use", "id": "", "name": "send_email", "input": {}}
+    events = [
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": '{"to": "a@b.c"}'}},
+        {"type": "content_block_stop", "index": 0},
+    ]  # fmt: skip
+    with pytest.raises(fanout.InvalidTurnError, match="has no id"):
+        await Runner(reg).run_stream(_events(events), fanout.AnthropicStream())
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"choices": [{"index": 0, "delta": {"tool_calls": 7}}]},
+        {"choices": 5},
+    ],
+)
+async def test_an_event_a_decoder_cannot_read_is_an_invalid_turn(event: Any) -> None:
+    """A chunk no SDK writes (``"tool_calls": 7``): ``run_stream`` raised a bare
+    ``TypeError``; every error fanout raises is a ``FanoutError``."""
+    with pytest.raises(fanout.InvalidTurnError, match="cannot be read"):
+        await Runner(Registry()).run_stream(_events([event]), fanout.ChatCompletionsStream())

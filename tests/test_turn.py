@@ -515,3 +515,177 @@ def test_a_turns_calls_are_built_with_the_collector_paused(registry: Registry) -
     Runner(registry).turn([call("c1", "sleep_for", {"seconds": Spy()})])
     assert seen == [False]
     assert gc.isenabled()
+
+
+# --- found from outside: hosted runners, the caller's cancellation, late results -----
+
+
+async def test_a_call_answered_cancelled_while_it_waited_never_runs(autojump_clock: Any) -> None:
+    """Under cancel_siblings, in an open runner: write a holds the scope's one slot and
+    fails; write b, waiting for the slot, is answered cancelled, not started. The slot a
+    gave back woke b before its cancellation came, and b charged the card."""
+    charged: list[str] = []
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING, scopes=["payments"])
+    async def charge(card: str) -> str:
+        if card == "bad":
+            await trio.sleep(1)
+            raise ValueError("card declined")
+        charged.append(card)
+        return f"charged {card}"
+
+    scope = fanout.Scope("payments", max_concurrency=1)
+    calls = [ToolCall("a", "charge", {"card": "bad"}), ToolCall("b", "charge", {"card": "4242"})]
+    for hosted in (False, True):
+        runner = Runner(reg, scopes=[scope], mutating="parallel", on_failure="cancel_siblings")
+        if hosted:
+            async with runner:
+                turn = await runner.run_turn(calls)
+                await trio.sleep(2)
+        else:
+            turn = await runner.run_turn(calls)
+        b = json.loads(turn.results[1].content)
+        assert (b["status"], b["started"]) == ("cancelled", False)
+        assert charged == []
+
+
+async def test_a_serial_write_unwinding_past_the_deadline_holds_the_runner_not_the_turn(
+    autojump_clock: Any,
+) -> None:
+    """An open runner, writes one at a time: a write that takes 100 s to unwind once
+    cancelled held ``run_turn`` 100 s past its 5 s deadline; reads did not."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def slow_write() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(100)
+        return "never"
+
+    for mutating in ("one", "serial"):
+        async with Runner(reg, turn_timeout=5, mutating=mutating) as runner:
+            began = trio.current_time()
+            turn = await runner.run_turn([ToolCall("w", "slow_write", {})])
+            assert trio.current_time() - began == 5 + 0.0  # at its deadline, exactly
+            assert turn.results[0].status is Status.TIMED_OUT
+
+
+async def test_a_caller_cancelling_is_said_even_when_a_call_unwinds_past_the_deadline(
+    autojump_clock: Any,
+) -> None:
+    """The caller cancels at 0.5 s (deadline 2 s); a call takes 5 s to unwind: its answer
+    said "the turn's deadline of 2s passed"."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def stubborn() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(5)
+        return "never"
+
+    @reg.tool(kind=Kind.READS)
+    async def quick() -> str:
+        await trio.sleep_forever()
+        return "never"
+
+    turn = Runner(reg, turn_timeout=2).turn(
+        [ToolCall("s", "stubborn", {}), ToolCall("q", "quick", {})]
+    )
+    with trio.move_on_after(0.5):
+        await turn.run()
+    for result in turn.results:
+        body = json.loads(result.content)
+        assert (body["status"], body["message"]) == ("cancelled", "the caller cancelled the turn")
+
+
+async def test_a_read_that_ran_beside_a_write_is_not_cached(autojump_clock: Any) -> None:
+    """A cached read times out and its tool returns later, after a write in the same turn
+    changed what it read: its late result went into the cache, and the next turn's read
+    was answered from before the write."""
+    balance = {"value": 100}
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60, timeout=1)
+    async def get_balance() -> str:
+        seen = balance["value"]
+        with trio.CancelScope(shield=True):
+            await trio.sleep(3)
+        return f"balance {seen}"
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def withdraw(amount: int) -> str:
+        balance["value"] -= amount
+        return f"withdrew {amount}"
+
+    run = fanout.Run()
+    async with Runner(reg, turn_timeout=30) as runner:
+        await runner.run_turn(
+            [ToolCall("r1", "get_balance", {}), ToolCall("w1", "withdraw", {"amount": 70})],
+            run=run,
+        )
+        await trio.sleep(5)
+        assert len(run.cache) == 0
+        turn = await runner.run_turn([ToolCall("r2", "get_balance", {})], run=run)
+    assert fanout.EventKind.CACHE_HIT not in [e.kind for e in turn.trace]
+
+
+async def test_a_write_that_returns_after_its_timeout_is_replayed_with_its_own_answer(
+    autojump_clock: Any,
+) -> None:
+    """A write passes its timeout (answered timed_out) and then returns from a shielded
+    commit: the timed_out answer was stored as the tool's and replayed for a day; a
+    re-issue is now answered with what the write really did, and does not run again."""
+    charged: list[int] = []
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING, timeout=1)
+    async def charge(amount: int) -> str:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(2)
+            charged.append(amount)
+        return f"charged {amount}"
+
+    run = fanout.Run()
+    async with Runner(reg) as runner:
+        first = await runner.run_turn([ToolCall("c1", "charge", {"amount": 5})], run=run)
+        assert first.results[0].status is Status.TIMED_OUT
+        await trio.sleep(5)
+        again = await runner.run_turn([ToolCall("c2", "charge", {"amount": 5})], run=run)
+    assert (again.results[0].status, again.results[0].content) == (Status.OK, "charged 5")
+    assert charged == [5]
+
+
+async def test_a_tool_raising_a_group_with_a_kept_cancellation_is_its_own_error(
+    autojump_clock: Any,
+) -> None:
+    """A tool raises ``BaseExceptionGroup([a Cancelled it kept, ValueError])``: that call's
+    error; the sibling's answer is its own (both were "the caller cancelled the turn")."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def helper_pool() -> str:
+        with trio.CancelScope() as inner:
+            inner.cancel()
+            try:
+                await trio.sleep(1)
+            except trio.Cancelled as exc:
+                kept = exc
+        raise BaseExceptionGroup("pool", [kept, ValueError("boom")])
+
+    @reg.tool(kind=Kind.READS)
+    async def healthy() -> str:
+        await trio.sleep(1)
+        return "fine"
+
+    turn = await Runner(reg).run_turn(
+        [ToolCall("h", "helper_pool", {}), ToolCall("ok", "healthy", {})]
+    )
+    assert [r.status for r in turn.results] == [Status.ERROR, Status.OK]
+    assert "caller" not in turn.results[0].content

@@ -1,0 +1,35 @@
+"""Logging a failure, without the logging failing in turn.
+
+fanout logs what it answers for a tool, an instrument or a part plugged in
+that failed, with the traceback. Writing a traceback calls into the failed
+objects (an exception's ``__str__``, its ``__cause__``'s, its ``__bool__``),
+and logging, finding those raise, prints the error to stderr and can raise
+it again: an instrument's exception whose ``__bool__`` raised went out of
+``run()`` as a ``TypeError``, every call answered "the caller cancelled".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
+
+__all__ = ["log_failure"]
+
+
+def log_failure(logger: logging.Logger, message: str, *args: object, exc: BaseException) -> None:
+    """Log ``message`` at ERROR with ``exc``'s traceback; without it if that cannot be
+    written; and nothing at all if not even that can (only a ``KeyboardInterrupt`` goes
+    on up)."""
+    try:
+        logger.error(message, *args, exc_info=exc)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        try:
+            logger.error(message + " (its traceback could not be written)", *args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            return
