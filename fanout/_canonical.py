@@ -50,7 +50,9 @@ def safe_text(value: object) -> str:
     for render in (str, repr):
         try:
             return clean_text(render(value))
-        except Exception:
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # a ``SystemExit`` from a ``__str__`` is its failure to print
             continue
     return f"<unprintable {type(value).__name__}>"
 
@@ -60,7 +62,9 @@ def shown(value: object) -> str:
     it (a model's call id that was a key went into `InvalidTurnError` whole)."""
     try:
         text = redact_text(repr(value))
-    except Exception:  # a __repr__ that raises, or nesting too deep to render
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # a __repr__ that raises, or nesting too deep to render
         return f"a {type(value).__name__}"
     return text if len(text) <= 80 else text[:77] + "..."
 

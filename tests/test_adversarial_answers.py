@@ -367,6 +367,17 @@ class UnprintableError(Exception):
         raise ValueError("__str__ exploded")
 
 
+class ExitsWhenPrintedError(Exception):
+    """An exception whose ``__str__`` and ``__repr__`` raise ``SystemExit``: it was answered
+    as fanout failing ("a failure of the runtime"), not as the tool's error."""
+
+    def __str__(self) -> str:
+        raise SystemExit("printing me exits")
+
+    def __repr__(self) -> str:
+        raise SystemExit("printing me exits")
+
+
 class SurrogateError(Exception):
     def __str__(self) -> str:
         return "bad \ud800 text"
@@ -400,6 +411,7 @@ def _nested_group() -> BaseException:
 raised = st.one_of(
     st.builds(ValueError, st.text(max_size=20)),
     st.builds(UnprintableError),
+    st.builds(ExitsWhenPrintedError),
     st.builds(SurrogateError),
     st.builds(HugeMessageError),
     st.builds(StrReturnsNonTextError),
