@@ -9,6 +9,7 @@ idempotency key, so transport failures of such a tool are retried.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from mcp.types import (
@@ -20,7 +21,7 @@ from mcp.types import (
 )
 
 from ._canonical import canonical_json
-from ._exceptions import FanoutError
+from ._exceptions import ConfigurationError, FanoutError
 from ._output import IMAGE_TYPES, Document, Image, Part, Text
 from ._values import Kind
 
@@ -62,12 +63,14 @@ def _part(block: ContentBlock) -> Part:
     Text is text and an image of a type the model APIs take is an image;
     an embedded PDF or text resource is a document. Anything else (audio, a
     resource link, an image of another type) is its block as the protocol
-    spells it, written as JSON text: nothing is dropped or renamed.
+    spells it, written as JSON text: nothing is dropped or renamed (an image
+    whose bytes are not of the type it says is one of those).
     """
     if isinstance(block, TextContent):
         return Text(block.text)
     if isinstance(block, ImageContent) and block.mime_type in IMAGE_TYPES:
-        return Image(block.data, block.mime_type)
+        with contextlib.suppress(ConfigurationError):  # bytes not of the type it says
+            return Image(block.data, block.mime_type)
     if isinstance(block, EmbeddedResource):
         resource = block.resource
         if isinstance(resource, BlobResourceContents) and resource.mime_type == "application/pdf":

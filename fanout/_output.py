@@ -24,7 +24,7 @@ import attrs
 
 from ._canonical import canonical_json, truncation_marker
 from ._exceptions import ConfigurationError
-from ._validate import one_of, require_one_of
+from ._validate import require_one_of
 from ._validate import text as validate_text
 
 if TYPE_CHECKING:
@@ -75,12 +75,48 @@ class Text:
     text: str = attrs.field(validator=validate_text)
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class Image:
-    """An image (bytes, or base64 text) the model sees; never cut."""
+    """An image (bytes, or base64 text) the model sees; never cut.
 
-    data: str = attrs.field(converter=_base64)
-    media_type: str = attrs.field(default="image/png", validator=one_of(IMAGE_TYPES))
+    Its type is read from its first bytes (``media_type`` None, the default), and one
+    given must be theirs: Anthropic refuses an image whose bytes are not of the type
+    it is sent as, and the refused block stays in the history, so every later request
+    of the conversation is refused too. (A JPEG was sent as the default ``image/png``.)
+    An empty image is refused as well.
+    """
+
+    data: str
+    media_type: str
+
+    def __init__(self, data: bytes | str, media_type: str | None = None) -> None:
+        data = _base64(data)
+        if media_type is not None:
+            require_one_of("media_type", media_type, IMAGE_TYPES)
+        found = _image_type(data)
+        if found is None:
+            raise ConfigurationError(
+                "an image's data must be a JPEG, PNG, GIF or WebP image; these bytes are none"
+            )
+        if media_type is not None and media_type != found:
+            raise ConfigurationError(f"the image is {found}, not {media_type}")
+        self.__attrs_init__(data, found)
+
+
+# How each image type the model APIs take begins (WebP: RIFF, a size, then WEBP).
+_IMAGE_SIGNATURES = (
+    (b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"),
+)  # fmt: skip
+
+
+def _image_type(data: str) -> str | None:
+    """The type of the image whose base64 is ``data``, from its first bytes; None if
+    it is none of those the model APIs take."""
+    head = base64.b64decode(data[:24])
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for signature, kind in _IMAGE_SIGNATURES if head.startswith(signature)), None)
 
 
 @attrs.frozen(init=False)
@@ -133,6 +169,11 @@ def parts_in(value: Any) -> list[Part] | None:
 
 def encode_parts(parts: Sequence[Part], *, limit: int) -> str:
     """The content string for blocks, their text cut to ``limit`` characters in all."""
+    # A text block with nothing but white space in it is refused by Anthropic ("text
+    # content blocks must contain non-whitespace text"), and the history with it: left out.
+    parts = [part for part in parts if not isinstance(part, Text) or part.text.strip()]
+    if not parts:
+        return ""
     total = sum(len(part.text) for part in parts if isinstance(part, Text))
     # Over the limit, the marker counts against the cap: room for text is what
     # is left beside a marker sized for the largest count it could carry.

@@ -16,30 +16,40 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 texts = st.builds(Text, st.text(max_size=50))
+HEADS = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff\xe0"}
 images = st.builds(
-    Image, st.binary(max_size=30), media_type=st.sampled_from(["image/png", "image/jpeg"])
-)
+    lambda kind, tail: Image(HEADS[kind] + tail, kind),
+    st.sampled_from(sorted(HEADS)), st.binary(max_size=30),
+)  # fmt: skip
 parts = st.lists(st.one_of(texts, images), min_size=1, max_size=5)
+
+
+def _shown(blocks: list[Text | Image]) -> list[Text | Image]:
+    """The blocks a model is sent: a text block of white space alone is left out (Anthropic
+    refuses one, and the history with it)."""
+    return [block for block in blocks if not isinstance(block, Text) or block.text.strip()]
 
 
 @given(parts)
 def test_blocks_within_the_limit_come_back_as_they_were(blocks: list[Text | Image]) -> None:
+    """Whole, in order, but for text blocks of white space alone; none at all is no
+    blocks, an empty answer."""
     encoded = encode_parts(blocks, limit=10_000)
-    assert parts_of(encoded) == blocks
+    assert (parts_of(encoded) or []) == _shown(blocks)
+    assert encoded or not _shown(blocks)
 
 
 @given(parts, st.integers(min_value=0, max_value=80))
 def test_text_is_cut_to_the_limit_and_no_other_block_is_lost(
     blocks: list[Text | Image], limit: int
 ) -> None:
-    decoded = parts_of(encode_parts(blocks, limit=limit))
-    assert decoded is not None
+    decoded = parts_of(encode_parts(blocks, limit=limit)) or []
     images_in = [block for block in blocks if isinstance(block, Image)]
     assert [block for block in decoded if isinstance(block, Image)] == images_in
-    total = sum(len(block.text) for block in blocks if isinstance(block, Text))
+    total = sum(len(block.text) for block in _shown(blocks) if isinstance(block, Text))
     shown = sum(len(block.text) for block in decoded if isinstance(block, Text))
     if total <= limit:
-        assert decoded == blocks
+        assert decoded == _shown(blocks)
     else:  # cut, the marker saying so counted in (unless the marker alone is longer)
         assert shown <= max(limit, len(truncation_marker(total)))
 
@@ -67,7 +77,7 @@ def test_cut_json_is_always_json_within_the_limit(value: object, limit: int) -> 
 
 
 def test_what_is_and_is_not_blocks() -> None:
-    image = Image(b"x", media_type="image/png")
+    image = Image(HEADS["image/png"], media_type="image/png")
     assert parts_in(Text("a")) == [Text("a")]
     assert parts_in((Text("a"), image)) == [Text("a"), image]
     assert parts_in([]) is None
