@@ -20,6 +20,7 @@ from openai.types.chat import (
     ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
+    ChatCompletionMessageToolCallUnionParam,
 )
 
 import fanout
@@ -101,17 +102,22 @@ async def responses_loop(
 
 
 def assistant_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
-    """The assistant message as a request param (the SDK has no to_param() for it)."""
+    """The assistant message as a request param (the SDK has no to_param() for it), with
+    every call fanout answers: function calls and custom (free-text) ones alike, or the
+    answer to a call left out is refused."""
     param: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": message.content}
-    calls = [
-        c for c in message.tool_calls or () if isinstance(c, ChatCompletionMessageFunctionToolCall)
-    ]
+    calls: list[ChatCompletionMessageToolCallUnionParam] = []
+    for c in message.tool_calls or ():
+        if isinstance(c, ChatCompletionMessageFunctionToolCall):
+            name, arguments = c.function.name, c.function.arguments
+            calls.append(
+                {"id": c.id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            )
+        else:
+            name, text = c.custom.name, c.custom.input
+            calls.append({"id": c.id, "type": "custom", "custom": {"name": name, "input": text}})
     if calls:
-        param["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in calls
-        ]  # fmt: skip
+        param["tool_calls"] = calls
     return param
 
 

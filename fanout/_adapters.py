@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+import attrs
+
 from ._answers import failure
 from ._exceptions import InvalidTurnError
 from ._output import Document, Part, Text, render, text_of
@@ -77,7 +79,9 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
     if isinstance(content, str):
         return []
     calls: list[ToolCall] = []
+    last = None
     for block in items_of(content, "an Anthropic message's content"):
+        last = block
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise InvalidTurnError(
                 f"an Anthropic content block must be a mapping with a type, got {shown(block)}"
@@ -87,7 +91,16 @@ def calls_from_anthropic(message: Any) -> list[ToolCall]:
         call_id = call_id_of(block.get("id"), "tool_use block")
         name = tool_name(block.get("name"))
         calls.append(ToolCall(call_id, name, arguments_from(block.get("input")), len(calls)))
+    if calls and data.get("stop_reason") == "max_tokens" and last and last["type"] == "tool_use":
+        # Cut off inside its last block: the SDK parses such input leniently ({"seats": 12}
+        # of {"seats": 120}), and a write ran with it. Streamed, its pieces are no JSON
+        # object and it is answered error; so it is here, unrun.
+        calls[-1] = attrs.evolve(calls[-1], arguments=_CUT_OFF)
     return calls
+
+
+# The arguments of a call the message was cut off in: not a JSON object, so not run.
+_CUT_OFF = "(cut off by max_tokens before the call's arguments were complete)"
 
 
 def anthropic_tool_results(results: Any, message: Any = None) -> UserMessageParam:
@@ -205,13 +218,32 @@ def answering(results: Any, calls: list[ToolCall] | None) -> list[ToolResult]:
     API refuses a next request that leaves one unanswered. Each such call is
     answered ``cancelled``, never run. (Results for calls the message does
     not hold follow, as they are.)
+
+    A server that repeats a call's id in every piece (as some OpenAI-compatible
+    ones do) has the SDK join them: the message says ``call_1call_1call_1``
+    where the stream said ``call_1``. That call is ``call_1``'s, answered under
+    the message's id; it was answered "cancelled, not run", and ``call_1``'s own
+    answer, for an id the message does not hold, was refused by the API.
     """
     listed = results_of(results)
     if calls is None:
         return listed
     by_id = {result.tool_use_id: result for result in listed}
-    answered = [by_id.pop(call.id) if call.id in by_id else _never_read(call) for call in calls]
+    answered = []
+    for call in calls:
+        own = by_id.pop(call.id, None) or _repeated(call.id, by_id)
+        answered.append(_never_read(call) if own is None else own)
     return answered + [result for result in listed if result.tool_use_id in by_id]
+
+
+def _repeated(call_id: str, by_id: dict[str, ToolResult]) -> ToolResult | None:
+    """The result whose id ``call_id`` is two or more copies of, taken out of ``by_id``,
+    under ``call_id``; None if there is none."""
+    for result_id in by_id:
+        copies, rest = divmod(len(call_id), len(result_id) or len(call_id) + 1)
+        if copies >= 2 and not rest and result_id * copies == call_id:
+            return attrs.evolve(by_id.pop(result_id), tool_use_id=call_id)
+    return None
 
 
 def _never_read(call: ToolCall) -> ToolResult:
@@ -238,7 +270,9 @@ def results_of(results: Any) -> list[ToolResult]:
 
 
 def _assistant(data: Any, given: Any, expected: str) -> None:
-    role = data.get("role", "assistant")
+    # A role of None is none said: the SDK's accumulated stream has one where no chunk
+    # carried a role, and it is still the assistant's message.
+    role = data.get("role") or "assistant"
     if role != "assistant":
         raise InvalidTurnError(
             f"got a message with role {shown(role)} (a {type(given).__name__}); pass {expected}"

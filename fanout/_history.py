@@ -110,45 +110,55 @@ def repair_openai_history(messages: Iterable[Any]) -> list[ChatCompletionMessage
 
 @refusing_malformed("a Responses input")
 def repair_responses_input(items: Iterable[Any]) -> list[ResponseInputItemParam]:
-    """Responses API input: each ``function_call`` with one ``function_call_output`` after it.
+    """Responses API input: each ``function_call`` with one ``function_call_output`` after it,
+    and each ``custom_tool_call`` with one ``custom_tool_call_output``.
 
     A missing output is placed right after the run of call and output items
-    its call belongs to.
+    its call belongs to. (Custom calls were left unanswered, and their orphan
+    outputs kept: the API refuses both.)
     """
     source = [_plain_item(item) for item in items]
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # call id -> the type of the output that answers it
     answered: set[str] = set()
     kept: list[Any] = []
     for item in source:
         kind = item.get("type")
-        if kind == "function_call":
-            seen.add(item["call_id"])
-        elif kind == "function_call_output":
+        if kind in _OUTPUT_OF:
+            seen[item["call_id"]] = _OUTPUT_OF[kind]
+        elif kind in _OUTPUTS:
             call_id = item.get("call_id")
-            if call_id not in seen or call_id in answered:
+            if not isinstance(call_id, str) or seen.get(call_id) != kind or call_id in answered:
                 continue  # answers no earlier call, or answers one twice
             answered.add(call_id)
         kept.append(item)
     repaired: list[Any] = []
-    block: list[tuple[str, str]] = []  # the calls of the current run of call and output items
+    block: list[tuple[str, str, str]] = []  # the current run's calls: id, name, output type
 
     def close_block() -> None:
         repaired.extend(
-            {"type": "function_call_output", "call_id": call_id, "output": cancelled_text(name)}
-            for call_id, name in block
+            {"type": output, "call_id": call_id, "output": cancelled_text(name)}
+            for call_id, name, output in block
             if call_id not in answered
         )
         block.clear()
 
     for item in kept:
         kind = item.get("type")
-        if kind == "function_call":
-            block.append((item["call_id"], item.get("name", "")))
-        elif kind != "function_call_output":
+        if kind in _OUTPUT_OF:
+            block.append((item["call_id"], item.get("name", ""), _OUTPUT_OF[kind]))
+        elif kind not in _OUTPUTS:
             close_block()
         repaired.append(item)
     close_block()
     return repaired
+
+
+# The call items of the Responses API, and the type of the item that answers each.
+_OUTPUT_OF = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+_OUTPUTS = frozenset(_OUTPUT_OF.values())
 
 
 # -- reading stored messages --------------------------------------------------------------

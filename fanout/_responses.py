@@ -33,9 +33,13 @@ if TYPE_CHECKING:
     )
     from openai.types.responses.response_input_item_param import FunctionCallOutput
 
-__all__ = ["calls_from_responses", "responses_tool_outputs"]
+__all__ = ["CUSTOM_CALLS_REFUSED", "calls_from_responses", "responses_tool_outputs"]
 
 _EXPECTED = "an OpenAI Response, or its output list (SDK items or dicts)"
+CUSTOM_CALLS_REFUSED = (
+    "custom tools are not supported on the Responses API yet; "
+    "declare the tool as a function (registry.responses_tools())"
+)
 
 
 @refusing_malformed("a Responses response")
@@ -53,10 +57,7 @@ def calls_from_responses(response: Any) -> list[ToolCall]:
                 f"a Responses output item must be a mapping with a type, got {shown(item)}"
             )
         if item["type"] == "custom_tool_call":
-            raise InvalidTurnError(
-                "custom tools are not supported on the Responses API yet; "
-                "declare the tool as a function (registry.responses_tools())"
-            )
+            raise InvalidTurnError(CUSTOM_CALLS_REFUSED)
         if item["type"] != "function_call":
             continue
         call_id = call_id_of(item.get("call_id"), "function_call item")

@@ -49,7 +49,17 @@ class StreamingTurn(Turn):
 
     The stream's own error (a dropped connection, two calls with one id) is
     raised from ``run()`` once every call seen is answered.
+
+    A call failing under ``cancel_siblings`` stops the calls, not the reading:
+    the rest of the message is read to its end (each call in it answered
+    ``cancelled``), so that the SDK's stream, whose final message the next
+    request needs, is whole. (Cancelled in the middle of a read, the SDK's
+    stream was closed: Anthropic's final message was cut short, and the
+    Responses helper's ``get_final_response()`` raised.) The deadline still
+    stops both.
     """
+
+    _calls_own_scopes = True
 
     def __init__(
         self,
@@ -173,6 +183,11 @@ class StreamingTurn(Turn):
             self._ended = True
             for call in self._unfinished():
                 self._add(call)
+
+    def _stop_the_calls(self) -> None:
+        """A sibling failed: stop the calls, each under its own scope, and read on."""
+        self._stopping = True
+        self._cancel_running()
 
     async def _mutating_phase(self, writes: list[CallState]) -> None:
         if self._stream_error is None:

@@ -15,10 +15,12 @@ turn can start it while the rest of the message is still being written:
 * ``ResponsesStream``: Responses events, a ``function_call`` item from
   ``response.output_item.added`` to ``response.output_item.done``.
 
-Whatever the stream holds, a decoder never raises: events it does not know
-are skipped, a call whose arguments are not valid JSON is handed back with
-its text (the turn answers it ``error``), and ``unfinished()`` names the
-calls that had begun but never completed (the turn answers those too).
+Whatever the stream holds, a decoder never raises but for what `run_turn`
+refuses of the finished message (a Responses ``custom_tool_call``): events
+it does not know are skipped, a call whose arguments are not valid JSON is
+handed back with its text (the turn answers it ``error``), and
+``unfinished()`` names the calls that had begun but never completed (the
+turn answers those too).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from typing import Any, Protocol
 import attrs
 
 from ._canonical import safe_text
+from ._exceptions import InvalidTurnError
 from ._reading import decode_arguments, plain, tool_name
+from ._responses import CUSTOM_CALLS_REFUSED
 from ._values import ToolCall
 
 __all__ = [
@@ -221,10 +225,13 @@ class ChatCompletionsStream:
             for item in _field(delta, "tool_calls") or ():
                 index, call_id = _key(_field(item, "index")), _field(item, "id")
                 function = _field(item, "function")
+                name = _field(function, "name")
                 if self._begins_a_call(index, call_id):
                     self._at_index[index] = self._begun
-                    self._calls.begin(self._begun, call_id, _field(function, "name"))
+                    self._calls.begin(self._begun, call_id, name)
                     self._begun += 1
+                else:
+                    self._name_goes_on(self._at_index[index], name)
                 self._calls.add(self._at_index[index], _field(function, "arguments"))
             finished |= _field(choice, "finish_reason") is not None
         return self._complete(every=finished)
@@ -245,6 +252,15 @@ class ChatCompletionsStream:
             streaming.id = call_id
             return False
         return streaming is None or call_id != streaming.id
+
+    def _name_goes_on(self, key: int, piece: Any) -> None:
+        """A name in a later piece of a call: the rest of its name, as the SDK joins it
+        (``get_`` then ``weather``: the call ran as ``get_``, unknown), unless it is the
+        whole name again, which servers that repeat every field send (the SDK doubles
+        it, and no tool is called that)."""
+        pending = self._calls.streaming(key)
+        if pending is not None and isinstance(piece, str) and piece and piece != pending.name:
+            pending.name += piece
 
     def _complete(self, *, every: bool) -> list[ToolCall]:
         """The calls, in the order they began, that are complete now: all of them once the
@@ -281,6 +297,10 @@ class ResponsesStream:
         kind = _field(event, "type")
         if kind == "response.output_item.added":
             item = _field(event, "item")
+            if _field(item, "type") == "custom_tool_call":
+                # Refused as `calls_from_responses` refuses the finished message: skipped,
+                # the writes beside it ran, and no answer to the response could be built.
+                raise InvalidTurnError(CUSTOM_CALLS_REFUSED)
             if _field(item, "type") == "function_call":
                 key = _field(item, "id") or _field(event, "output_index")
                 self._calls.begin(key, _field(item, "call_id"), _field(item, "name"))

@@ -98,6 +98,10 @@ class _Stage(enum.Enum):
 class Turn:
     """One turn's calls and their answers. Create it with ``Runner.turn``."""
 
+    # Whether each call runs under a cancel scope of its own, even in the turn's own
+    # nursery with no deadline of its own; a streaming turn's do (`_stop_the_calls`).
+    _calls_own_scopes = False
+
     def __init__(
         self,
         states: Sequence[CallState],
@@ -520,7 +524,8 @@ class Turn:
         if task_status is not trio.TASK_STATUS_IGNORED:
             give_up = _Place(task_status).give_up
         try:
-            if self._host is None and budget.deadline >= self._deadline:
+            own_scope = self._calls_own_scopes or self._host is not None
+            if not own_scope and budget.deadline >= self._deadline:
                 # Under the turn's own scope, with no deadline of its own: the
                 # turn's scope and watcher are all this call needs.
                 await self._execute(state, budget, give_up)
@@ -638,6 +643,10 @@ class Turn:
             if state.result is None:
                 self._answer(state, self._interrupted(state))
 
+    def _stop_the_calls(self) -> None:
+        """A sibling failed under ``cancel_siblings``: stop every call (`_stop_calls`)."""
+        self._stop_calls()
+
     def _stop_calls(self) -> None:
         """Cancel every call still running, wherever its task lives.
 
@@ -649,6 +658,10 @@ class Turn:
         """
         self._stopping = True
         self._scope.cancel()
+        self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        """Cancel the calls running under scopes of their own (`_stop_calls`)."""
         running = list(self._running.values())
         if not running:
             return
@@ -691,7 +704,7 @@ class Turn:
                     self._answer(other, self._interrupted(other))
             # The calls in the runner's nursery too: left to the turn's end, one that
             # waited for the failed call's slot was woken by it and ran.
-            self._stop_calls()
+            self._stop_the_calls()
 
     def _refuse(self, state: CallState, message: str) -> None:
         call = state.call

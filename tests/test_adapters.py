@@ -418,3 +418,47 @@ async def test_deep_input_inside_an_sdk_block_is_that_calls_error(runner: Runner
     turn = await runner.run_turn(calls)
     assert [r.status for r in turn.results] == [Status.ERROR, Status.OK]
     assert calls[0].arguments == "<an object nested deeper than 200 levels>"
+
+
+# --- what a real SDK loop hands the adapters (found by one run against strict fakes) ---
+
+
+def test_a_tool_use_cut_off_by_max_tokens_is_not_run_with_what_the_sdk_made_of_it() -> None:
+    """``stop_reason: "max_tokens"`` inside the last ``tool_use``: the SDK's lenient parse
+    gave ``{"seats": 12}`` of ``{"seats": 120}``, and the write ran with it. Streamed, the
+    pieces are no JSON object and the call is answered error; so it is here, not run."""
+    message = {
+        "role": "assistant", "stop_reason": "max_tokens",
+        "content": [
+            {"type": "tool_use", "id": "toolu_0", "name": "lookup", "input": {"q": "x"}},
+            {"type": "tool_use", "id": "toolu_1", "name": "book", "input": {"seats": 12}},
+        ],
+    }  # fmt: skip
+    first, cut = fanout.calls_from_anthropic(message)
+    assert (first.arguments, first.arguments_valid) == ({"q": "x"}, True)
+    assert not cut.arguments_valid
+    whole = {**message, "stop_reason": "tool_use"}
+    assert fanout.calls_from_anthropic(whole)[1].arguments == {"seats": 12}
+
+
+def test_a_message_whose_role_is_none_is_the_assistant_s() -> None:
+    """The SDK's accumulated stream has ``role: None`` where no chunk carried one: it was
+    refused as another role's message, after its calls had run."""
+    message = {"role": None, "content": None,
+               "tool_calls": [{"id": "call_1", "type": "function",
+                               "function": {"name": "weather", "arguments": "{}"}}]}  # fmt: skip
+    assert [c.id for c in fanout.calls_from_openai(message)] == ["call_1"]
+
+
+def test_a_call_id_the_sdk_joined_from_repeated_pieces_is_answered_under_it() -> None:
+    """A server that repeats a call's id in every piece: the SDK's final message says
+    ``call_1call_1call_1``; fanout ran ``call_1``. Its answer goes under the message's id
+    (it was answered "cancelled, not run", and ``call_1``'s own answer followed for an id
+    the message did not hold: the API refused it)."""
+    joined = "call_1" * 3
+    message = {"role": "assistant", "content": None,
+               "tool_calls": [{"id": joined, "type": "function",
+                               "function": {"name": "weather", "arguments": "{}"}}]}  # fmt: skip
+    result = fanout.ToolResult("call_1", Status.OK, "clear")
+    (answer,) = fanout.openai_tool_messages([result], message)
+    assert (answer["tool_call_id"], answer["content"]) == (joined, "clear")

@@ -230,3 +230,19 @@ def test_any_message_or_history_is_read_or_refused_with_a_fanout_error(
     found: a ``tool_use`` block without ``id``, ``"tool_calls": 5``, ``{"type": []}``)."""
     with contextlib.suppress(fanout.FanoutError):
         reader(value)
+
+
+def test_a_responses_history_s_custom_tool_calls_are_answered_and_orphans_dropped() -> None:
+    """A dangling ``custom_tool_call`` was left unanswered and an orphan
+    ``custom_tool_call_output`` kept: the Responses API refuses both. Each is answered
+    by its own output type; an output of the wrong type answers nothing."""
+    stored = [
+        {"role": "user", "content": "find TODOs and the weather"},
+        {"type": "function_call", "call_id": "call_f", "name": "weather", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "call_c", "name": "grep", "input": "TODO"},
+        {"type": "custom_tool_call_output", "call_id": "call_gone", "output": "stale"},
+        {"type": "function_call_output", "call_id": "call_c", "output": "wrong type"},
+    ]
+    repaired = [dict(item) for item in fanout.repair_responses_input(stored)]
+    outputs = [(i["type"], i["call_id"]) for i in repaired if i.get("type", "").endswith("output")]
+    assert outputs == [("function_call_output", "call_f"), ("custom_tool_call_output", "call_c")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -177,3 +178,38 @@ def test_a_chat_call_comes_back_the_moment_the_next_one_begins(
 def chunk_deltas(stream: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Each chunk's ``tool_calls`` deltas (none for the last, which only finishes)."""
     return [c["choices"][0]["delta"]["tool_calls"] for c in stream if c["choices"][0]["delta"]]
+
+
+def _chat(*deltas: dict[str, Any]) -> list[dict[str, Any]]:
+    stream = [{"choices": [{"index": 0, "delta": {"tool_calls": [d]}}]} for d in deltas]
+    return [*stream, {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+
+
+def test_a_chat_call_s_name_in_pieces_is_joined_and_a_repeated_one_is_not() -> None:
+    """A server that streams a function's name in pieces (``get_`` then ``weather``): the
+    SDK joins them, and fanout ran ``get_``, an unknown tool. One that repeats every field
+    in every piece has the name whole each time: it is not doubled."""
+    pieces = _chat(
+        {"index": 0, "id": "call_1", "function": {"name": "get_", "arguments": ""}},
+        {"index": 0, "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}},
+    )
+    repeated = _chat(
+        {"index": 0, "id": "call_1", "function": {"name": "weather", "arguments": '{"city"'}},
+        {"index": 0, "id": "call_1", "function": {"name": "weather", "arguments": ': "Oslo"}'}},
+    )
+    for stream, name in ((pieces, "get_weather"), (repeated, "weather")):
+        decoder = fanout.ChatCompletionsStream()
+        decoded = [call for chunk in stream for call in decoder.feed(chunk)]
+        assert [(c.id, c.name, c.arguments) for c in decoded] == [
+            ("call_1", name, {"city": "Oslo"})
+        ]
+
+
+def test_a_responses_custom_tool_call_spoils_the_stream_as_it_spoils_the_message() -> None:
+    """`calls_from_responses` refuses a message with a ``custom_tool_call``; streamed, it
+    was skipped, the write beside it ran, and no answer to the response could be built."""
+    item = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_c", "name": "n",
+            "input": "x"}  # fmt: skip
+    decoder = fanout.ResponsesStream()
+    with pytest.raises(fanout.InvalidTurnError, match="custom tools are not supported"):
+        decoder.feed({"type": "response.output_item.added", "output_index": 0, "item": item})
