@@ -662,3 +662,48 @@ def test_parse_retry_after_never_raises(value: str, now: float, date: str | None
     """parse_retry_after returns None or a finite, non-negative number of seconds."""
     result = parse_retry_after(value, now=now, date=date)
     assert result is None or (math.isfinite(result) and result >= 0)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # express-rate-limit's draft-7: a dictionary, and a policy item that is its quota.
+        (
+            {"RateLimit": "limit=10, remaining=3, reset=1", "RateLimit-Policy": "10;w=1"},
+            (10.0, 3.0, 1.0, 1.0),
+        ),
+        ({"RateLimit": "limit=10, remaining=3, reset=1"}, (10.0, 3.0, 1.0, None)),
+        # Of two policies, the one the state's limit is.
+        (
+            {"RateLimit": "limit=10, remaining=3, reset=1", "RateLimit-Policy": "100;w=60, 10;w=1"},
+            (10.0, 3.0, 1.0, 1.0),
+        ),
+        # Draft 6's policy beside the older draft's fields: its window.
+        (
+            {"RateLimit-Policy": "10;w=1", "RateLimit-Limit": "10", "RateLimit-Remaining": "4"},
+            (10.0, 4.0, None, 1.0),
+        ),
+        # Envoy's global rate limit: the limit a list with its window and name.
+        (
+            {"X-RateLimit-Limit": '10, 10;w=1;name="per-key"', "X-RateLimit-Remaining": "3",
+             "X-RateLimit-Reset": "1"},
+            (10.0, 3.0, 1.0, 1.0),
+        ),
+        # X (Twitter): x-rate-limit-*, the reset an epoch.
+        (
+            {"x-rate-limit-limit": "900", "x-rate-limit-remaining": "0",
+             "x-rate-limit-reset": "1700000600", "date": "Tue, 14 Nov 2023 22:13:20 GMT"},
+            (900.0, 0.0, 600.0, None),
+        ),
+        # A dictionary that is not a rate limit's says nothing.
+        ({"RateLimit": "garbage==", "RateLimit-Policy": "10;w=1"}, (10.0, None, None, 1.0)),
+    ],
+)  # fmt: skip
+def test_the_dialects_an_outside_server_spoke(
+    headers: dict[str, str], expected: tuple[float | None, ...]
+) -> None:
+    """draft-7's ``RateLimit`` dictionary and bare-quota policy, Envoy's list-form
+    ``X-RateLimit-Limit`` and X's ``x-rate-limit-*`` were each read as nothing: a learning
+    scope met those servers as if they stated nothing (1.27x, 1.59x, five 429s)."""
+    info = parse_rate_limit_headers(headers, now=1_700_000_000.0)
+    assert (info.limit, info.remaining, info.reset_after, info.window) == expected
