@@ -10,25 +10,28 @@ it again: an instrument's exception whose ``__bool__`` raised went out of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import logging
+import logging
 
 __all__ = ["log_failure"]
 
 
-def log_failure(logger: logging.Logger, message: str, *args: object, exc: BaseException) -> None:
-    """Log ``message`` at ERROR with ``exc``'s traceback; without it if that cannot be
+def log_failure(
+    logger: logging.Logger,
+    message: str,
+    *args: object,
+    exc: BaseException,
+    level: int = logging.ERROR,
+) -> None:
+    """Log ``message`` at ``level`` with ``exc``'s traceback; without it if that cannot be
     written; and nothing at all if not even that can (only a ``KeyboardInterrupt`` goes
     on up)."""
     try:
-        logger.error(message, *args, exc_info=exc)
+        logger.log(level, message, *args, exc_info=exc)
     except KeyboardInterrupt:
         raise
     except BaseException:
         try:
-            logger.error(message + " (its traceback could not be written)", *args)
+            logger.log(level, message + " (its traceback could not be written)", *args)
         except KeyboardInterrupt:
             raise
         except BaseException:

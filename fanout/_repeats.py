@@ -227,7 +227,9 @@ async def hold_claim(run: Run, key: str) -> None:
             # the write it renews for: that write ran on, answered as fanout's failure.
             if split_going_up(exc)[0] is not None:
                 raise
-            log_failure(_log, "fanout: renewing a write's claim failed", exc=exc)
+            log_failure(
+                _log, "fanout: renewing a write's claim failed", exc=exc, level=logging.WARNING
+            )
 
 
 async def settle(run: Run, state: CallState, budget: Budget) -> None:
@@ -256,6 +258,9 @@ async def settle(run: Run, state: CallState, budget: Budget) -> None:
             # turn's nursery, and a sibling write was answered "the caller cancelled").
             if split_going_up(exc)[0] is not None:
                 raise
-            log_failure(_log, "fanout: the idempotency store failed to settle a write", exc=exc)
+            log_failure(
+                _log, "fanout: the idempotency store failed to settle a write", exc=exc,
+                level=logging.WARNING,
+            )  # fmt: skip
     if bounded.cancelled_caught:
         _log.warning("fanout: the idempotency store did not settle a write before its deadline")
