@@ -330,7 +330,7 @@ class Scope(ScopeFront):
         # A learned bucket is a guess: a guessed burst of one would pause after every call.
         told = self.rate is not None or not self.learn
         bucket = TokenBucket(self.rate, self._initial_burst(), every_fill=told)
-        log = SlidingLog(self._initial_burst(), per) if per is not None else None
+        log = SlidingLog(self._initial_burst(), per, told=True) if per is not None else None
         limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
         self._start_front(LocalBackend(bucket, limiter, log))
 

@@ -38,6 +38,7 @@ import trio
 from ._bucket import Booking, BucketStatistics, Epochs, ServerCount, check_cost
 from ._exceptions import ConfigurationError
 from ._learning import TOGETHER, whole_seconds
+from ._window_phase import WindowPhase
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -244,13 +245,18 @@ class SlidingLog:
     """``limit`` tokens in any ``window`` seconds; the same verbs as ``TokenBucket``.
 
     ``epochs`` are the bucket's when a scope turns its bucket into a log, so
-    no booking of the bucket passes for one of the log.
+    no booking of the bucket passes for one of the log. ``told``: its limit and
+    window are the server's as the user told them, so that a reopening shown
+    places every window after it (`fanout._window_phase`).
     """
 
     limit: float
     window: float
     slack: float = attrs.field(default=0.0)
     epochs: Epochs = attrs.field(factory=Epochs)
+    told: bool = attrs.field(default=False, kw_only=True)
+    # Where the server's windows fall, once an answer showed one reopen (`_place_windows`).
+    _phase: WindowPhase | None = attrs.field(init=False, default=None)
     _entries: list[Entry] = attrs.field(init=False, factory=list)  # all but bookings
     _bookings: list[Reservation] = attrs.field(init=False, factory=list)
     # Costs of at least this fit nowhere between the earliest start and the latest (`_slot`).
@@ -365,6 +371,7 @@ class SlidingLog:
         if window <= self.window:
             return
         self.window = window
+        self._phase = None
         now = trio.current_time()
         if self._ahead(now):
             self._void()
@@ -381,6 +388,7 @@ class SlidingLog:
                 raise ConfigurationError(f"a window's limit must be at least 1, not {burst!r}")
             self.limit = burst
             self._packed_from = math.inf
+            self._phase = None
             if self._ahead(now):
                 self._void()
         if tokens is not None and math.isfinite(tokens):
@@ -424,14 +432,19 @@ class SlidingLog:
             return True
         if not count.of_limit(self.limit):
             return False
-        released = self._release_forgotten(sent, remaining, now, late=count.late)
+        forgotten = self._release_forgotten(sent, remaining, now, late=count.late)
+        released = bool(forgotten)
+        if forgotten and self.told:
+            released |= self._place_windows(sent, forgotten, late=count.late)
         if count.reset_after is not None:
             released |= self._release_by_reset(sent, now + past_reset(count.reset_after))
         if released:
             self._void()
         return released
 
-    def _release_forgotten(self, sent: float, remaining: float, now: float, *, late: float) -> bool:
+    def _release_forgotten(
+        self, sent: float, remaining: float, now: float, *, late: float
+    ) -> list[Entry]:
         """Free, now, what the server counted once and no longer does.
 
         Surely counted before the request sent at ``sent`` were the entries
@@ -442,7 +455,8 @@ class SlidingLog:
         forgotten: a fixed window ended (all of them, the oldest first), or a
         bucket refilled faster than the log allows. Requests sent with it
         are left out: the server may have counted them after it (read as
-        forgotten, the first answer to a burst of 20 said 19 remained).
+        forgotten, the first answer to a burst of 20 said 19 remained). Returns
+        the entries it freed sooner.
         """
         span = self._span
         surely = [
@@ -451,13 +465,44 @@ class SlidingLog:
             and e[3] - self.window + max(TOGETHER, late) <= sent
         ]  # fmt: skip
         forgotten = sum(e[1] for e in surely) + 1.0 - (self.limit - remaining)
-        released = False
+        released = []
         for entry in sorted(surely, key=_arrival):  # the first to arrive first
             if entry[1] > forgotten + _EPS:
                 break
             forgotten -= entry[1]
-            released |= self._release(entry, now)
+            if self._release(entry, now):
+                released.append(entry)
         return released
+
+    def _place_windows(self, sent: float, forgotten: list[Entry], *, late: float) -> bool:
+        """The server forgot ``forgotten`` by the time it counted the request sent at
+        ``sent``, before a window from their arrivals: a window of theirs ended in
+        between. Where that places the server's windows (`fanout._window_phase`), each
+        answered request holds its token until its window surely ended, not a window
+        from when it arrived; True if one comes back sooner. (Each reopening of 20 per
+        2 s keyed by the clock was led by one request whose count showed it, and the
+        rest went a round trip behind, in every window.)"""
+        lead = self._latest(sent, (_ANSWERED,))
+        arrived = sent + max(late, TOGETHER)
+        if lead is not None:
+            arrived = max(arrived, lead[3] - self.window)
+        phase = WindowPhase.shown(
+            counted=[e[0] - TOGETHER - self.slack for e in forgotten], arrived=arrived,
+            window=self.window, share=sum(e[1] for e in forgotten) / self.limit,
+        )  # fmt: skip
+        if phase is None or (self._phase is not None and self._phase.narrower(phase)):
+            return False
+        self._phase = phase
+        answered = [e for e in self._entries if e[2] == _ANSWERED]
+        return any([self._held_to_its_window(entry) for entry in answered])
+
+    def _held_to_its_window(self, entry: Entry) -> bool:
+        """``entry`` (answered) holds its token until its window surely ended, if the
+        windows are placed and that is sooner; True if it is."""
+        if self._phase is None:
+            return False
+        arrived = entry[3] - self.window  # the latest it can have reached the server
+        return self._release(entry, self._phase.end_of(arrived) + TOGETHER)
 
     def _release_by_reset(self, sent: float, until: float) -> bool:
         """By ``until`` (a ``Reset``), at least one token the server counted is back.
@@ -540,6 +585,10 @@ class SlidingLog:
             way = max(self.slack, way or 0.0) if arrived_by <= sent else 0.0
             # It reached the server no sooner than it left (`left`), whatever its answer says.
             held = self._hold_entry(entry, _ANSWERED, arrived_by + self.window + way, now)
+            if self._held_to_its_window(held):
+                # Holding it a window from its arrival may have dropped the bookings
+                # behind it, whose holders would find so only when due: they wake now.
+                self._void()
             if arrived_by > sent:
                 while self._answered_cold and _end(self._answered_cold[0][2], self._span) <= now:
                     self._answered_cold.popleft()  # the server forgot it
@@ -738,6 +787,7 @@ class SlidingLog:
         self._hold(now, self.limit - self._load(now), returns=now + self._span, void=False)
         self._blocked_until = max(self._blocked_until, now + max(0.0, blocked_for))
         self._drained += 1
+        self._phase = None  # the server refused what its windows, so placed, allowed
 
     def block_until(self, when: float) -> None:
         """Start nothing before ``when``; bookings not yet due book again after it."""
