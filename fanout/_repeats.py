@@ -29,6 +29,7 @@ import trio
 from ._answers import failure
 from ._budget import Verdict
 from ._call import describe, let_the_deadline_answer
+from ._canonical import shown
 from ._events import EventDetail, EventKind
 from ._going_up import split_going_up
 from ._idempotency import Claim, ClaimState, StoredAnswer
@@ -169,7 +170,12 @@ async def _ask_store(run: Run, plan: CallPlan, budget: Budget) -> Claim | ToolRe
     call = plan.call
     try:
         with trio.move_on_at(budget.deadline):
-            return await run.store.claim(plan.idempotency_key, lease=run.claim_lease)
+            claimed = await run.store.claim(plan.idempotency_key, lease=run.claim_lease)
+            if not isinstance(claimed, Claim) or not isinstance(claimed.state, ClaimState):
+                # A store of one's own answering what no store should (None, a dict): a
+                # store that fails, not fanout failing.
+                raise TypeError(f"its claim answered {shown(claimed)}, not a Claim")
+            return claimed
     except BaseException as exc:
         # Anything the store raises (a ``SystemExit``, a ``Cancelled`` it kept) fails
         # this write, not its siblings (`split_going_up`).

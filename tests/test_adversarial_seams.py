@@ -177,8 +177,9 @@ def test_a_store_returning_garbage_never_runs_the_write_nor_answers_it_ok(
     garbage: Any, inline_wait: float | None
 ) -> None:
     """A claim that is not a well-formed ``Claim`` cannot say the write may run, nor
-    what it answered: the write is not run, its answer is not ``ok``, and the turn
-    returns by its deadline. A sibling read is untouched."""
+    what it answered: the write is not run, its answer is not ``ok`` (``refused``, as
+    for a store that fails, where it is no ``Claim`` at all: it was "fanout failed"),
+    and the turn returns by its deadline. A sibling read is untouched."""
     ran: list[str] = []
     registry = Registry()
 
@@ -208,6 +209,8 @@ def test_a_store_returning_garbage_never_runs_the_write_nor_answers_it_ok(
     assert write.status is not Status.OK, write.content
     assert _body(write)["started"] is False
     assert read.status is Status.OK
+    if not isinstance(garbage, Claim):  # a store that fails refuses the write; no runtime fault
+        assert write.status is Status.REFUSED, write.content
 
 
 def test_a_stored_answer_with_a_status_spelt_as_text_does_not_crash_the_turn() -> None:
