@@ -173,6 +173,7 @@ class _Within:
     run_id: str
     settings: CallSettings
     recorder: Recorder
+    answered: Callable[[ToolResult], None]
 
 
 class _SlotHolder:
@@ -187,16 +188,19 @@ async def execute(
     run_id: str,
     settings: CallSettings,
     recorder: Recorder,
+    answered: Callable[[ToolResult], None],
 ) -> ToolResult:
     """Run one call to its answer: admit, invoke, and retry what may be retried.
 
     ``queued`` gives up the call's place in the turn's admission order (the
     next call may start); admission calls it, at the latest when the first
     attempt has been admitted or denied. Calling it again does nothing.
+    ``answered`` is given the answer as soon as it is final, before the
+    attempt's slots go back (the one returned, too).
     """
     assert state.plan.spec is not None
     policy = state.plan.spec.retry or settings.retry
-    within = _Within(queued, budget, run_id, settings, recorder)
+    within = _Within(queued, budget, run_id, settings, recorder, answered)
     retries = 0
     while True:
         state.attempts += 1
@@ -231,10 +235,12 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         if isinstance(due, Denial):
             if trio.current_time() >= within.budget.deadline:
                 await let_the_deadline_answer()
-            return failure(
+            denied = failure(
                 call, due.status, due.message, started=state.started, kind=spec.kind,
                 scope=due.scope, retry_after=due.retry_after,
             )  # fmt: skip
+            within.answered(denied)
+            return denied
         # No body runs once the call is cancelled: a call admitted without a
         # wait (no scope) has not checkpointed yet, so check here.
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -257,7 +263,13 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         )  # fmt: skip
         for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
-        return await _run_tool(state, spec, context, within.settings)
+        outcome = await _run_tool(state, spec, context, within.settings)
+        if isinstance(outcome, ToolResult):
+            # Final: answered before its slots go back, so that a call that fails under
+            # cancel_siblings has its siblings answered before one of them can take the
+            # slot it gave back (one did, between the two, and ran).
+            within.answered(outcome)
+        return outcome
     finally:
         if context is not None:
             for give_back in context.places:  # a body the tool never closed (`fanout._slots`)

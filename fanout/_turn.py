@@ -600,6 +600,7 @@ class Turn:
         return execute(
             state, queued=queued, budget=budget, run_id=self._run.run_id,
             settings=self._settings, recorder=self._recorder,
+            answered=lambda result: self._answer(state, result),
         )  # fmt: skip
 
     # -- deadlines ------------------------------------------------------------

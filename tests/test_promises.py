@@ -329,10 +329,15 @@ async def test_no_tool_body_runs_once_the_caller_cancelled(autojump_clock: Any) 
 async def test_a_failure_inside_fanout_is_answered_not_blamed_on_the_caller(
     autojump_clock: Any,
 ) -> None:
-    """A run whose cache breaks: the call is answered error naming fanout, siblings fine."""
+    """A run whose cache breaks: a write, which drops the cache as it starts, is answered
+    error naming fanout, and its sibling is fine. A read whose answer the cache cannot
+    keep is answered with the tool's own answer, given before fanout went to keep it."""
 
     class BrokenCache(ReadCache):
         def put(self, key: str, tool: str, content: str, ttl: float, *, since: int = -1) -> None:
+            raise OSError("disk full")
+
+        def invalidate(self, tools: Any) -> int:
             raise OSError("disk full")
 
     reg = Registry()
@@ -341,16 +346,23 @@ async def test_a_failure_inside_fanout_is_answered_not_blamed_on_the_caller(
     async def cached() -> str:
         return "value"
 
+    @reg.tool(kind=Kind.MUTATING)
+    async def write() -> str:
+        return "written"
+
     @reg.tool(kind=Kind.READS)
     async def plain() -> str:
         return "fine"
 
     run = Run()
     run.cache = BrokenCache()
-    turn = await Runner(reg).run_turn([ToolCall("a", "cached"), ToolCall("b", "plain")], run=run)
-    broken, fine = turn.results
+    calls = [ToolCall("w", "write"), ToolCall("a", "cached"), ToolCall("b", "plain")]
+    turn = await Runner(reg).run_turn(calls, run=run)
+    broken, kept, fine = turn.results
     assert broken.status is Status.ERROR
     assert "fanout failed while handling this call (OSError: disk full)" in body(broken)["message"]
+    assert body(broken)["started"] is False
+    assert (kept.status, kept.content) == (Status.OK, "value")
     assert fine.status is Status.OK
 
 
