@@ -213,6 +213,8 @@ class ChatCompletionsStream:
     _at_index: dict[Any, int] = attrs.field(factory=dict, init=False)
     _begun: int = attrs.field(default=0, init=False)
     _handed: int = attrs.field(default=0, init=False)  # calls handed out so far, in order
+    # How far the arguments of each call checked for being whole were read (`_whole`).
+    _closing: dict[int, _Closing] = attrs.field(factory=dict, init=False)
 
     def feed(self, event: Any) -> list[ToolCall]:
         if _field(event, "type") == "chunk":  # the SDK's stream() helper wraps chunks
@@ -269,22 +271,64 @@ class ChatCompletionsStream:
         while self._handed < self._begun:
             pending = self._calls.streaming(self._handed)
             followed = self._handed + 1 < self._begun
-            if pending is not None and not every and not (followed and _whole(pending)):
+            if pending is not None and not every and not (followed and self._whole(pending)):
                 break
             completed += self._calls.complete(self._handed)
             self._handed += 1
         return completed
 
+    def _whole(self, pending: _Pending) -> bool:
+        """Whether a call's arguments so far are a whole JSON object: its outermost brace
+        closed (`_Closing`, each piece read once) and the text then parsed. (Joined and
+        parsed again at every chunk while later calls streamed beside it, 64,000
+        pieces of one call took seconds of the event loop.)"""
+        closing = self._closing.get(id(pending))
+        if closing is None:
+            # Asked first as the next call begins, as OpenAI streams them: whole then.
+            if isinstance(decode_arguments("".join(pending.pieces) or "-"), Mapping):
+                return True
+            closing = self._closing[id(pending)] = _Closing()
+        for piece in pending.pieces[closing.read :]:
+            closing.feed(piece)
+        closing.read = len(pending.pieces)
+        if not closing.closed or closing.spoilt:
+            return False
+        # Anything but white space after the closing brace is no JSON object, ever.
+        closing.spoilt = not isinstance(decode_arguments("".join(pending.pieces)), Mapping)
+        return not closing.spoilt
+
     def unfinished(self) -> list[Unfinished]:
         return self._calls.unfinished()
 
 
-def _whole(pending: _Pending) -> bool:
-    """Whether a call's arguments so far parse as a JSON object: nothing can follow it.
-    (Parsed only once they end in a brace: a call whose pieces keep coming is not
-    parsed again for each.)"""
-    text = "".join(pending.pieces).rstrip()
-    return text.endswith("}") and isinstance(decode_arguments(text), Mapping)
+@attrs.define
+class _Closing:
+    """Whether JSON text read piece by piece has closed its outermost brace: braces
+    counted outside strings, each character once."""
+
+    read: int = 0  # pieces read so far
+    depth: int = 0
+    in_string: bool = False
+    escaped: bool = False
+    closed: bool = False
+    spoilt: bool = False  # closed, and then no JSON object once parsed
+
+    def feed(self, piece: str) -> None:
+        for char in piece:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif char == "\\":
+                    self.escaped = True
+                elif char == '"':
+                    self.in_string = False
+            elif char == '"':
+                self.in_string = True
+            elif char == "{":
+                self.depth += 1
+            elif char == "}":
+                self.depth -= 1
+                self.closed = self.closed or self.depth == 0
 
 
 @attrs.define

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fanout
+import fanout._streams
 
 calls_strategy = st.lists(
     st.tuples(
@@ -213,3 +214,36 @@ def test_a_responses_custom_tool_call_spoils_the_stream_as_it_spoils_the_message
     decoder = fanout.ResponsesStream()
     with pytest.raises(fanout.InvalidTurnError, match="custom tools are not supported"):
         decoder.feed({"type": "response.output_item.added", "output_index": 0, "item": item})
+
+
+def test_interleaved_pieces_are_read_once(monkeypatch: Any) -> None:
+    """Two calls opened, then 2,000 pieces of the first's arguments beside the second's:
+    the first's whole text was joined (and checked) again at every chunk, and 64,000
+    pieces took seconds of the event loop. Each piece is read once now, and the text
+    parsed when its outermost brace closes."""
+    parsed: list[str] = []
+    read: list[str] = []
+    decode, feed = fanout._streams.decode_arguments, fanout._streams._Closing.feed
+
+    def counted(value: Any) -> Any:
+        parsed.append(value)
+        return decode(value)
+
+    def reading(self: Any, piece: str) -> None:
+        read.append(piece)
+        feed(self, piece)
+
+    monkeypatch.setattr(fanout._streams, "decode_arguments", counted)
+    monkeypatch.setattr(fanout._streams._Closing, "feed", reading)
+    text = json.dumps({"text": "}" * 2000})
+    deltas = [
+        {"index": 0, "id": "call_A", "function": {"name": "note", "arguments": ""}},
+        {"index": 1, "id": "call_B", "function": {"name": "note", "arguments": "{}"}},
+        *({"index": 0, "function": {"arguments": piece}} for piece in text),
+    ]
+    decoder = fanout.ChatCompletionsStream()
+    decoded = [call for chunk in _chat(*deltas) for call in decoder.feed(chunk)]
+    assert [c.id for c in decoded] == ["call_A", "call_B"]
+    assert decoded[0].arguments == {"text": "}" * 2000}
+    assert len(read) == len(text) + 1  # and the empty piece the call began with
+    assert len(parsed) <= 4
