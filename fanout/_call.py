@@ -250,7 +250,10 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             # a slot the failed call gave back woke it before its cancellation came, and
             # a write answered "cancelled, not started" charged the card.)
             return state.result
-        state.started = True
+        # A sync tool has started once a worker thread runs it (`_call_fn`): one that
+        # waited for a thread, all of them held by tools that ignored their cancellation,
+        # was answered timed_out "started" though it never ran.
+        state.started = spec.is_async
         for scope in plan.scopes:
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
@@ -360,7 +363,7 @@ async def _run_tool(
     # a tool's own error still says the rate was acceptable.
     went_fine = False
     try:
-        value = await _invoke(spec, state.bound, context, settings.threads)
+        value = await _invoke(spec, state, context, settings.threads)
         went_fine = True
         result = success(call, value, limit=settings.max_output_chars, secrets=state.secrets)
         # A write whose request broke mid-answer has an unknown effect, even
@@ -426,7 +429,7 @@ def _signal_within(exc: BaseException) -> ToolSignal | None:
 
 
 async def _invoke(
-    spec: ToolSpec, arguments: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
+    spec: ToolSpec, state: CallState, context: CallContext, threads: trio.CapacityLimiter
 ) -> Any:
     """Call the tool; anything it raises that is not a cancellation becomes an ``Exception``.
 
@@ -439,11 +442,11 @@ async def _invoke(
     token = set_current_call(context)
     try:
         if spec.idle_timeout is None:
-            return await _call_fn(spec, arguments, threads)
+            return await _call_fn(spec, state, threads)
         # Progress (context.report_progress) pushes the idle deadline out.
         context.idle = IdleWatch(spec.idle_timeout, context.budget)
         with context.idle.scope:
-            return await _call_fn(spec, arguments, threads)
+            return await _call_fn(spec, state, threads)
         raise IdleTimeoutError(spec.idle_timeout)
     except Exception:
         raise
@@ -464,17 +467,22 @@ async def _invoke(
         reset_current_call(token)
 
 
-def _call_fn(
-    spec: ToolSpec, arguments: dict[str, Any], threads: trio.CapacityLimiter
-) -> Awaitable[Any]:
-    """The tool's run, to await: its own coroutine, or its call in a worker thread."""
+def _call_fn(spec: ToolSpec, state: CallState, threads: trio.CapacityLimiter) -> Awaitable[Any]:
+    """The tool's run, to await: its own coroutine, or its call in a worker thread, which
+    marks the call started once the thread runs it."""
+    arguments = state.bound
+    assert arguments is not None
     if spec.is_async:
         return cast("Awaitable[Any]", spec.fn(**arguments))
+
+    def in_its_thread() -> Any:
+        state.started = True
+        return spec.fn(**arguments)
+
     # abandon_on_cancel: a sync tool that never returns cannot hold the
-    # turn past its deadline; its thread is left to finish on its own.
-    return trio.to_thread.run_sync(
-        functools.partial(spec.fn, **arguments), abandon_on_cancel=True, limiter=threads
-    )
+    # turn past its deadline; its thread is left to finish on its own (and keeps
+    # its place among ``max_threads`` until it does).
+    return trio.to_thread.run_sync(in_its_thread, abandon_on_cancel=True, limiter=threads)
 
 
 class _ToolRaised(Exception):

@@ -230,7 +230,10 @@ class ChatCompletionsStream:
                 name = _field(function, "name")
                 if self._begins_a_call(index, call_id):
                     self._at_index[index] = self._begun
-                    self._calls.begin(self._begun, call_id, name)
+                    # No id yet (none, or null) is an empty one: the first given is its.
+                    # (Not begun, the call lost its name and the start of its arguments.)
+                    given = call_id if isinstance(call_id, str) else ""
+                    self._calls.begin(self._begun, given, name)
                     self._begun += 1
                 else:
                     self._name_goes_on(self._at_index[index], name)

@@ -247,3 +247,16 @@ def test_interleaved_pieces_are_read_once(monkeypatch: Any) -> None:
     assert decoded[0].arguments == {"text": "}" * 2000}
     assert len(read) == len(text) + 1  # and the empty piece the call began with
     assert len(parsed) <= 4
+
+
+def test_a_chat_call_whose_first_piece_has_no_id_keeps_its_name_and_arguments() -> None:
+    """A first piece with no ``id`` (absent, or null) and the id in the next: the call lost
+    its name and the start of its arguments, answered "no tool named '<no tool name>'"."""
+    for missing in ({}, {"id": None}):
+        stream = _chat(
+            {"index": 0, **missing, "function": {"name": "quick", "arguments": '{"n"'}},
+            {"index": 0, "id": "call_1", "function": {"arguments": ": 1}"}},
+        )
+        decoder = fanout.ChatCompletionsStream()
+        decoded = [call for chunk in stream for call in decoder.feed(chunk)]
+        assert [(c.id, c.name, c.arguments) for c in decoded] == [("call_1", "quick", {"n": 1})]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import fanout
 from fanout import Kind, Registry, Runner, Status, ToolCall
@@ -689,3 +690,36 @@ async def test_a_tool_raising_a_group_with_a_kept_cancellation_is_its_own_error(
     )
     assert [r.status for r in turn.results] == [Status.ERROR, Status.OK]
     assert "caller" not in turn.results[0].content
+
+
+def test_a_sync_tool_that_waited_for_a_thread_did_not_start() -> None:
+    """A sync tool that ignores its cancellation keeps its worker thread after its call is
+    answered; a later call of a sync tool waits for a thread, and, timed out waiting, was
+    answered "started" though it never ran."""
+    stuck = threading.Event()
+    ran: list[str] = []
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=1)
+    def blocking() -> str:
+        stuck.wait()  # a client with no timeout of its own
+        return "late"
+
+    @reg.tool(kind=Kind.READS, timeout=1)
+    def quick() -> str:
+        ran.append("quick")
+        return "fine"
+
+    async def main() -> tuple[fanout.Turn, fanout.Turn]:
+        runner = Runner(reg, max_threads=1)
+        first = await runner.run_turn([ToolCall("a", "blocking", {})])
+        return first, await runner.run_turn([ToolCall("b", "quick", {})])
+
+    try:
+        first, second = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.05))
+    finally:
+        stuck.set()
+    assert json.loads(first.results[0].content)["started"] is True
+    answer = json.loads(second.results[0].content)
+    assert (answer["status"], answer["started"]) == ("timed_out", False)
+    assert ran == []
