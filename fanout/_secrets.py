@@ -97,8 +97,8 @@ def _spellings(char: str) -> str:
     units = char.encode("utf-16-be")
     unicode = "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
     alternatives = {
-        re.escape(char), f"(?i:{re.escape(percent)})", *_nested(char, escaped),
-        *(f"(?i:{form})" for form in _nested(char, unicode, depths=_DEPTHS[:2])),
+        re.escape(char), f"(?i:{re.escape(percent)})", _nested(char, escaped),
+        f"(?i:{_nested(char, unicode)})",
     }  # fmt: skip
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
@@ -107,32 +107,35 @@ def _spellings(char: str) -> str:
 _DEPTHS = (1, 2, 3)  # levels of JSON written into JSON: a server's body in a tool's answer
 
 
-def _nested(char: str, escaped: str, depths: tuple[int, ...] = _DEPTHS) -> set[str]:
-    """``char``'s JSON escape (``escaped``) as written ``depths`` levels of JSON deep.
+def _nested(char: str, escaped: str) -> str:
+    """``char``'s JSON escape (``escaped``) as a pattern that takes it written into JSON
+    again, and again: each level doubles a backslash, so ``\\u003d`` has one and then
+    two, four. Only one level was known, and a password echoed in a server's JSON,
+    returned inside a tool's JSON answer, reached the model whole.
 
-    Each level doubles a backslash and escapes a quote again: ``\\`` is two backslashes
-    one level down and four two levels down, ``"`` is ``\\"`` and then three and a
-    quote, ``\\u003d`` keeps its one backslash and then has two. Only one level was
-    known, and a password echoed in a server's JSON, returned inside a tool's JSON
-    answer, reached the model whole. Counted exactly, never as a run of backslashes,
-    which would take the ones escaping a quote after it and end the string there.
-    (Any character's ``\\uXXXX`` is taken two levels deep, not three: every character
-    has one, and each level more costs each secret's pattern a third of its compile.)
+    Any run of backslashes before a letter or a slash (``\\u003d``, ``\\n``, ``\\/``)
+    is the one escape. A backslash's own escape and a quote's are counted exactly, to
+    three levels (a backslash is two, then four, eight; a quote one and a quote, then
+    three, seven): a run taken whole there would take the backslashes escaping a quote
+    after it too, and end the string.
     """
     if not escaped.startswith("\\"):
-        return {re.escape(escaped)}
-    if char == "\\":
-        counts = [(2**depth, "") for depth in depths]
-    elif char == '"':
-        counts = [(2**depth - 1, '"') for depth in depths]
+        return re.escape(escaped)
+    if escaped == "\\\\":
+        counts = [(2**depth, "") for depth in _DEPTHS]
+    elif escaped == '\\"':
+        counts = [(2**depth - 1, '"') for depth in _DEPTHS]
     else:
-        counts = [(2 ** (depth - 1), escaped[1:]) for depth in depths]
-    return {re.escape("\\" * count + rest) for count, rest in counts}
+        return r"\\+" + re.escape(escaped[1:])
+    # The deepest first: two of a backslash's four taken, the two left escaped the quote
+    # after it, and ended the string.
+    deepest = sorted(counts, reverse=True)
+    return "(?:" + "|".join(re.escape("\\" * count + rest) for count, rest in deepest) + ")"
 
 
 # "/" may be JSON-escaped as "\/"; "+" in a query may be decoded to a space, and a space
 # encoded as "+" (``urlencode``, httpx's own query: "abc def" was sent as "abc+def").
-_EXTRA_SPELLINGS = {"/": _nested("/", "\\/"), "+": {" "}, " ": {re.escape("+")}}
+_EXTRA_SPELLINGS = {"/": {_nested("/", "\\/")}, "+": {" "}, " ": {re.escape("+")}}
 
 
 class SecretRegistry:
@@ -153,7 +156,7 @@ class SecretRegistry:
         self._limit = limit
         self._secrets: OrderedDict[Secret, None] = OrderedDict()
         # Their patterns, longest secret first: ``_current`` says whether they are.
-        self._patterns: tuple[re.Pattern[str], ...] = ()
+        self._patterns: tuple[Screened, ...] = ()
         self._current = True
         # What each secret long enough to scrub must show in a text that spells it
         # only raw (`_plain`); rebuilt, under the lock, whenever the secrets change.
@@ -177,8 +180,9 @@ class SecretRegistry:
                 self._current = False
                 self.changes += 1
 
-    def patterns(self) -> tuple[re.Pattern[str], ...]:
-        """A pattern for each secret long enough to scrub, longest first.
+    def patterns(self) -> tuple[Screened, ...]:
+        """A pattern for each secret long enough to scrub, longest first, with what a text
+        must hold, decoded, for the pattern to find anything (`Screened`).
 
         Read without the lock while nothing new was learned (every answer
         asks): an update sets the patterns before it marks them current, so a
@@ -213,11 +217,53 @@ class SecretRegistry:
         return f"<known secrets: {len(self._secrets)}>"
 
 
-def compiled(secrets: Iterable[Secret]) -> tuple[re.Pattern[str], ...]:
+# A secret's pattern, and what a text must hold once decoded (`_decoded`) for the
+# pattern to find it there; None where the decoding cannot say (`_screen_of`).
+Screened = tuple[re.Pattern[str], str | None]
+
+
+def compiled(secrets: Iterable[Secret]) -> tuple[Screened, ...]:
     """A pattern for every spelling of each of ``secrets``, longest first (a secret
     that holds another is replaced whole before the other is looked for)."""
     ordered = sorted(secrets, key=lambda secret: len(secret.reveal()), reverse=True)
-    return tuple(_compiled(p) for p in (secret.pattern() for secret in ordered) if p is not None)
+    return tuple(
+        (_compiled(pattern), _screen_of(secret.reveal()))
+        for secret in ordered
+        if (pattern := secret.pattern()) is not None
+    )
+
+
+# A secret whose every character is printable ASCII, but "%" and "\\": the escapes
+# `_decoded` undoes leave it as it is, and every spelling of it becomes it.
+_SCREENABLE = re.compile(r"[ !#$&-\[\]-~\"]+", re.ASCII)
+
+
+def _screen_of(value: str) -> str | None:
+    """What a text decoded must hold where it spells ``value`` (None: it cannot tell)."""
+    return _plain(value) if _SCREENABLE.fullmatch(value) else None
+
+
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNICODE = re.compile(r"\\+u([0-9A-Fa-f]{4})")
+_ESCAPE = re.compile(r"\\+([\"/bfnrt])")
+_ESCAPED = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _decoded(text: str) -> str:
+    """``text`` with the escapes a secret's spelling may use undone: percent-encoding,
+    JSON's ``\\uXXXX`` and one-letter escapes at any depth; then "+" and " " made one.
+
+    Only to screen the patterns worth running: with 256 secrets known, a 1 MB answer
+    holding a backslash (any JSON with a line break) was searched by each of them,
+    twice, on the event loop (16 s for five such answers, where the turn had 2 s).
+    A printable ASCII secret spelled any way in ``text`` is in this, or raw in the
+    text itself (an escape undone next to a raw spelling may take its first
+    characters along: both are looked in).
+    """
+    text = _PERCENT.sub(lambda m: chr(int(m[1], 16)), text)
+    text = _UNICODE.sub(lambda m: chr(int(m[1], 16)), text)
+    text = _ESCAPE.sub(lambda m: _ESCAPED.get(m[1], m[1]), text)
+    return _plain(text)
 
 
 @functools.lru_cache(maxsize=2 * _MAX_KNOWN)
@@ -296,7 +342,12 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
         if secrets
         else ()
     )
-    for pattern in (*own, *_known.patterns()):
+    screens: tuple[str, str] | None = None
+    for pattern, screen in (*own, *_known.patterns()):
+        if screen is not None:
+            screens = screens or (_plain(text), _decoded(text))
+            if screen not in screens[0] and screen not in screens[1]:
+                continue
         text = pattern.sub(REDACTED, text)
     return text
 

@@ -682,3 +682,35 @@ def test_a_duplicate_call_id_holding_a_key_is_not_quoted_in_the_error() -> None:
         trio.run(Runner(reg).run_turn, calls)
     assert "two calls share the id" in str(raised.value)
     assert call_id not in str(raised.value)
+
+
+_PRINTABLE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=8, max_size=24)
+
+
+@settings(max_examples=300)
+@given(
+    key=_PRINTABLE.map(lambda tail: "zQ" + tail),
+    spelled=st.lists(st.sampled_from(["raw", "percent", "unicode", "json"]), min_size=1),
+    depth=st.integers(0, 2),
+    noise=st.text(st.sampled_from('ab%\\u0041"/+ \n'), max_size=12),
+)
+def test_a_secret_spelled_any_way_is_found_however_the_text_around_it_is_escaped(
+    key: str, spelled: list[str], depth: int, noise: str
+) -> None:
+    """Each character raw, percent-encoded, a ``\\uXXXX`` escape or JSON-escaped, the whole
+    written into JSON ``depth`` times, with escapes around it: replaced. (Only the
+    patterns whose secret the decoded text can hold are run; with 256 secrets known, a
+    1 MB answer holding a backslash took each of them, twice: 16 s for five answers.)"""
+    forms = {
+        "raw": lambda c: c, "percent": lambda c: f"%{ord(c):02X}",
+        "unicode": lambda c: f"\\u{ord(c):04x}", "json": lambda c: json.dumps(c)[1:-1],
+    }  # fmt: skip
+    text = "".join(forms[spelled[i % len(spelled)]](c) for i, c in enumerate(key))
+    text = noise + text + noise
+    for _ in range(depth):
+        text = json.dumps({"body": text})
+    scrubbed = scrub_secrets(text, [key])
+    for _ in range(depth):
+        scrubbed = json.loads(scrubbed)["body"]
+    assert "REDACTED" in scrubbed
+    assert key not in scrubbed
