@@ -124,6 +124,11 @@ def credentials_in(
         if lowered in ("cookie", "set-cookie"):
             found.update(_cookie_values(joined))
             continue
+        found.add(joined)
+        params = _auth_params(joined)
+        if params is not None:
+            found.update(params)
+            continue
         # A header sent twice reaches here joined ("a, b"), as httpx reads it: each
         # value is a credential of its own, and a server quotes one line at a time.
         for value in {joined, *(part.strip() for part in joined.split(","))}:
@@ -137,6 +142,29 @@ def credentials_in(
         password = unquote(parts.password)
         found.update({password, f"{unquote(parts.username or '')}:{password}"})
     return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+# An authorization parameter (``qop=auth``, ``Signature=<hex>``, ``response="<hash>"``):
+# its name, and its value unquoted.
+_AUTH_PARAM = re.compile(r'([A-Za-z][A-Za-z0-9_-]*)=("?)([^"]+)\2')
+# Those whose value is the secret part: a signature, a Digest response, a token.
+_SECRET_AUTH_PARAMS = frozenset({
+    "signature", "sig", "response", "token", "access_token", "oauth_signature", "oauth_token",
+})  # fmt: skip
+
+
+def _auth_params(value: str) -> set[str] | None:
+    """The secret values of a scheme's parameter list (``Digest username="bob", ...,
+    response="<hash>"``, AWS's ``Credential=..., SignedHeaders=..., Signature=<hex>``);
+    None if ``value`` is no such list. (Each of their parts was learned: ``qop=auth``
+    and ``SignedHeaders=host`` were scrubbed from unrelated answers, and the bare
+    signature or hash, which a server quotes back, was not known.)"""
+    _, _, rest = value.strip().partition(" ")
+    parts = [part.strip() for part in rest.split(",")]
+    params = [_AUTH_PARAM.fullmatch(part) for part in parts]
+    if len(parts) < 2 or not all(params):
+        return None
+    return {p[3] for p in params if p is not None and p[1].lower() in _SECRET_AUTH_PARAMS}
 
 
 def _after_scheme(value: str) -> set[str]:

@@ -67,26 +67,53 @@ def _value_replaced(match: re.Match[str]) -> str:
 # the token, "\nsk-..." was no key at all, and '{\"x-api-key\": \"<key>\"}' was
 # no header. A known secret's ``REDACTED`` just before a shape is a break too.
 _START = rf"(?:\b|(?<=\\[nrtbf])|(?<={REDACTED}))"
-_SPACE = r"(?:\s|\\+[nrt])"
-_QUOTE = r"(?:\\*[\"'])"
-_PARAM_VALUE = r"(?:[^&\s\"'<>\\]|\\[^\s\"'])+"
-_HEADER_VALUE = r"(?:[^\s\"',;\]}\\]|\\[^\s\"'])+"
+# Space between a name and its value: on the same line (raw line breaks are not crossed:
+# "Cookie:" ending one line took the whole next one as its value), or JSON's escaped ones.
+_SPACE = r"(?:[ \t]|\\+[nrt])"
+# A quote, raw or escaped (an odd number of backslashes before it: after an even number
+# it is no escaped quote but the end of a string, and a value read past it broke JSON).
+_QUOTE = r"(?:\\(?:\\\\)*+)?+[\"']"
+# A quote that opens a value: a value follows it, not a string's end (',' '}' ']'), an
+# empty value, or space.
+_OPENS = rf"(?:(?-i:b)?{_QUOTE}(?![\s,;}}\]:\"'\\]))"
+# What a value may hold: a character, an escaped one, or escaped backslashes, but never
+# half a run of backslashes before a quote (``\\\"``, a quote escaped in JSON in JSON).
+# Each value is bounded, and taken whole (possessive): a long run of backslashes after
+# "Authorization: " was tried one way after another, and a 40 KB text took 2 s.
+_ESCAPES = r"\\[^\s\"'\\]|(?:\\\\)++(?![\\\"'])"
+_PARAM_VALUE = rf"(?:[^&\s\"'<>\\#]|{_ESCAPES}){{1,4096}}+"
+_HEADER_VALUE = rf"(?:[^\s\"',;\]}}\\]|{_ESCAPES}){{1,4096}}+"
+# Looked at to tell a value from the next JSON key: a key is short.
+_KEY_AHEAD = rf"(?:[^\s\"',;\]}}\\]|{_ESCAPES}){{1,256}}+{_QUOTE}{_SPACE}*+:"
 # A cookie header's value runs to the end of its line or string: every pair in it
 # ("theme=dark; session=<value>") may be the one that matters.
-_COOKIES_VALUE = r"(?:[^\r\n\"'\\]|\\[^\s\"'nrt])+"
-# Between a header's name and its value: '": "' (JSON), '": ["' (a list of values),
-# ": " (text), or "', b'" (httpcore's DEBUG line, ``(b'name', b'value')`` pairs).
-_BYTES_QUOTE = rf"(?:(?-i:b)?{_QUOTE})"
+_COOKIES_VALUE = rf"(?=[^\s,;])(?:[^\r\n\"'\\]|{_ESCAPES}){{1,4096}}+"
+_COOKIES_AHEAD = rf"(?:[^\r\n\"'\\]|{_ESCAPES}){{1,256}}+{_QUOTE}{_SPACE}*+:"
+# Between a header's name and its value: '": "' or '": ["' (a JSON key, its value a
+# string), "', b'" (httpcore's DEBUG line, ``(b'name', b'value')`` pairs, and a JSON
+# list's ``"name", "value"``), or ": " (text, the value quoted or not). A JSON key
+# whose value is no string (``"Authorization": null``) has none to hide: replaced by a
+# bare REDACTED, the JSON no longer parsed.
 _BETWEEN = (
-    rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_BYTES_QUOTE}"
-    rf"|{_QUOTE}?{_SPACE}*[:=]{_SPACE}*(?:\[{_SPACE}*)?{_BYTES_QUOTE}?)"
+    rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_OPENS}"
+    rf"|{_QUOTE}{_SPACE}*[:=]{_SPACE}*(?:\[{_SPACE}*)?{_OPENS}"
+    rf"|{_SPACE}*[:=]{_SPACE}*{_OPENS}?)"
 )
 # An authorization scheme fanout shows, or any other word before the credential
 # ("SSWS <token>", "Bot <token>"): such a word and the credential are replaced together.
 _KNOWN_SCHEME = rf"(?:(?:bearer|basic|token){_SPACE}+)"
 _OTHER_SCHEME = rf"(?:[A-Za-z][A-Za-z0-9_.-]{{0,31}}{_SPACE}+(?!{_QUOTE}|{_SPACE}))"
 _COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
-
+# A token is a credential's when it has a digit, or is long: "bearer authentication"
+# and Django's "pk_url_kwarg" are words.
+_TOKENISH = r"(?=[A-Za-z._~+/=-]*[0-9]|[A-Za-z0-9._~+/=-]{20})"
+# Parameters that name a credential after a space or a comma too, as in AWS's
+# "Credential=..., SignedHeaders=..., Signature=<hex>" (the generic names, "key" and
+# "token", are left to their query form: "key=value pairs" is prose).
+_LOOSE_PARAMS = (
+    "signature", "x-amz-signature", "sig", "access_token", "refresh_token", "id_token",
+    "client_secret", "password", "passwd", "api_key", "apikey", "api-key",
+)  # fmt: skip
 
 # A shape, and what a match of it becomes.
 _Shape = tuple[re.Pattern[str], Any]
@@ -95,27 +122,38 @@ _Shape = tuple[re.Pattern[str], Any]
 def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]:
     """The shapes, with ``headers`` and ``params`` as the credential names."""
     return (
-        (re.compile(rf"(?i)({_START}bearer{_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}"), rf"\1{REDACTED}"),
         (
-            re.compile(rf"{_START}(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_][A-Za-z0-9_-]{{8,}}"),
+            re.compile(rf"(?i)({_START}bearer{_SPACE}+){_TOKENISH}[A-Za-z0-9._~+/=-]{{8,}}+"),
+            rf"\1{REDACTED}",
+        ),
+        (
+            re.compile(
+                rf"{_START}(?:sk|pk|rk|xox[abpr]|ghp|gho|ghs|glpat)[-_]"
+                rf"{_TOKENISH}[A-Za-z0-9_-]{{8,}}+"
+            ),
             REDACTED,
         ),
-        (re.compile(rf"(?i)([?&;](?:{_names(params)})=){_PARAM_VALUE}"), _value_replaced),
+        # A query's, or a fragment's (an OAuth redirect's "#access_token=").
+        (re.compile(rf"(?i)([?&;#](?:{_names(params)})=){_PARAM_VALUE}"), _value_replaced),
+        (
+            re.compile(rf"(?i)((?<=[\s,])(?:{_names(_LOOSE_PARAMS)})=){_PARAM_VALUE}"),
+            _value_replaced,
+        ),
         # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
         # looking for "://", and a 20,000-character message took most of a second.
         (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(_COOKIE_HEADERS)}){_BETWEEN})"
-                rf"(?!{_COOKIES_VALUE}{_QUOTE}{_SPACE}*:){_COOKIES_VALUE}"
+                rf"(?!{_COOKIES_AHEAD}){_COOKIES_VALUE}"
             ),
             _value_replaced,
         ),
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(set(headers) - _COOKIE_HEADERS)}){_BETWEEN}"
-                rf"{_KNOWN_SCHEME}?)(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:)"
-                rf"(?:{_OTHER_SCHEME}(?!{_HEADER_VALUE}{_QUOTE}{_SPACE}*:)(?={_HEADER_VALUE}))?"
+                rf"{_KNOWN_SCHEME}?)(?!{_KEY_AHEAD})"
+                rf"(?:{_OTHER_SCHEME}(?!{_KEY_AHEAD})(?={_HEADER_VALUE}))?"
                 rf"{_HEADER_VALUE}"
             ),
             _value_replaced,
@@ -201,7 +239,15 @@ def address(host: str | None, port: int | None) -> str:
 def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """Free text with known secrets (``secrets`` and every registered one) and
     credential-shaped tokens replaced."""
-    return _redact_shapes(scrub_secrets(text, secrets))
+    text = scrub_secrets(text, secrets)
+    if len(text) > _REMEMBERED_SIZE:
+        return _replace_shapes(text) if _may_show_a_shape(text) else text
+    return _redact_shapes(text)
+
+
+# Texts longer than this are not remembered: 200 answers of 1 MB, remembered whole,
+# held 400 MB after the turns that made them were gone.
+_REMEMBERED_SIZE = 4096
 
 
 @functools.lru_cache(maxsize=1024)

@@ -43,12 +43,16 @@ __all__ = [
     "register_secret",
     "scrub_cut_secrets",
     "scrub_secrets",
+    "scrubbable",
     "secrets_learned",
 ]
 
 REDACTED = "REDACTED"
-MIN_LENGTH = 4
-"""Characters. A shorter value is not scrubbed from text: it would match anywhere."""
+MIN_LENGTH = 8
+"""Characters. A shorter value is not scrubbed from text: it would match anywhere. (At
+four, a client's unset token sent as ``Bearer null``, or a key ``2024``, was scrubbed out
+of every later answer of the process: ``{"alerts":REDACTED,"year":REDACTED}``.)"""
+_MIN_DIGITS = 16  # characters: a value of digits alone, shorter, is a number in any JSON
 
 _MAX_KNOWN = 256  # secrets remembered process-wide; the oldest go first
 
@@ -80,9 +84,14 @@ class Secret:
         return REDACTED
 
 
+def scrubbable(value: str) -> bool:
+    """Whether ``value`` is long enough to be scrubbed from text without hitting others."""
+    return len(value) >= (_MIN_DIGITS if value.isdigit() else MIN_LENGTH)
+
+
 @functools.lru_cache(maxsize=1024)
 def _pattern_for(value: str) -> str | None:
-    if len(value) < MIN_LENGTH:
+    if not scrubbable(value):
         return None
     return "".join(_spellings(char) for char in value)
 
@@ -284,8 +293,8 @@ def _plain(text: str) -> str:
 
 
 def _plain_forms(values: Iterable[str]) -> tuple[str, ...]:
-    """The plain form of each value long enough to be scrubbed (`MIN_LENGTH`)."""
-    return tuple(_plain(value) for value in values if len(value) >= MIN_LENGTH)
+    """The plain form of each value long enough to be scrubbed (`scrubbable`)."""
+    return tuple(_plain(value) for value in values if scrubbable(value))
 
 
 def _plain_of(secrets: Iterable[str | Secret]) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
 from fanout._redis_client import client_from_url
+from fanout._secrets import MIN_LENGTH
 from fanout.contrib.prometheus import PrometheusInstrument
 from fanout.redis import RedisIdempotencyStore, RedisScope
 
@@ -71,14 +72,14 @@ def mock_clock() -> trio.testing.MockClock:
 
 # Characters that never occur in what fanout writes around a secret by themselves
 # (no digits: ports and timestamps; no ASCII letters: words), for secrets as short as
-# four characters that could not otherwise be told from the text beside them.
+# fanout scrubs (`MIN_LENGTH`) that could not otherwise be told from the text beside them.
 RARE = "(.*+?[]{}|^$\\€☃ßøΩж中🙂"
 # Printable ASCII but the space: what a header value can carry.
 HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 # No control characters or spaces of any kind: a URL cannot carry them raw.
 unicode_text = st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"))
 
-short_rare = st.text(RARE, min_size=4, max_size=7)
+short_rare = st.text(RARE, min_size=MIN_LENGTH, max_size=MIN_LENGTH + 3)
 long_any = st.text(unicode_text, min_size=12, max_size=60)
 base64_of_bytes = st.binary(min_size=9, max_size=40).map(lambda b: base64.b64encode(b).decode())
 already_encoded = st.text(string.ascii_letters, min_size=6, max_size=20).map(

@@ -542,13 +542,19 @@ async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -
         ('{"authorization": "Token zzz999"}', '{"authorization": "Token REDACTED"}'),
         ("{'X-Auth-Token': 'tok-1'}", "{'X-Auth-Token': 'REDACTED'}"),
         ("http://alice:pw@h/x?api_key=1&q=2", "http://REDACTED@h/x?api_key=REDACTED&q=2"),
-        ("key sk-abcdefghijkl here", "key REDACTED here"),
+        ("key sk-abcdefgh1234 here", "key REDACTED here"),
+        ("callback#access_token=ya29.a0AfB_byC1 ok", "callback#access_token=REDACTED ok"),
+        ("Credential=AKIA/x, Signature=9f8e7d6c5b4a", "Credential=AKIA/x, Signature=REDACTED"),
         # Prose that merely names a credential keeps its words.
         ("token verification failed", "token verification failed"),
         ("a basic understanding", "a basic understanding"),
         ("the api-key, which is set", "the api-key, which is set"),
         ("status code=404 for /x?q=key", "status code=404 for /x?q=key"),
         ("mail alice@example.com", "mail alice@example.com"),
+        # Words that follow a credential's mark, and code: a token has a digit, or is long.
+        ("Use bearer authentication", "Use bearer authentication"),
+        ("self.pk_url_kwarg and sk-video-toolkit", "self.pk_url_kwarg and sk-video-toolkit"),
+        ("key=value pairs", "key=value pairs"),
     ],
 )
 def test_credentials_by_shape_are_redacted_and_prose_is_not(text: str, expected: str) -> None:

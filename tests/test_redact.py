@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fanout
@@ -91,6 +92,10 @@ _PIECE = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
+@example(pieces=["missing header Cookie:"])
+@example(pieces=["bad cookie="])
+@example(pieces=["bad Cookie=\\"])
+@example(pieces=["X-Api-Key", ":", "\\\\"])
 @given(pieces=st.lists(_PIECE, max_size=8))
 def test_an_error_answer_keeps_its_fields_whatever_its_message_says(pieces: list[str]) -> None:
     """A tool's exception text is redacted inside the answer's JSON, never across it:
@@ -204,3 +209,37 @@ def test_a_name_a_transport_was_told_is_a_credential_by_shape_from_then_on() -> 
     assert redact_text(text) == "GET /slow?q=sales&vault_sig=REDACTED 200"
     assert redact_url("https://h/p?vault_sig=tsig-1&q=1") == "https://h/p?vault_sig=REDACTED&q=1"
     assert redact_text("x-vault-key: tk-4e1f8a2b9c") == "x-vault-key: REDACTED"
+
+
+_JSON_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+    st.sampled_from(["", "Cookie:", "cookie=", "Authorization: ", "Bearer", "a\\", '"']),
+    st.text(max_size=12),
+)  # fmt: skip
+_KEY = st.one_of(
+    st.sampled_from(["Authorization", "cookie", "Set-Cookie", "x-api-key", "authorization:"]),
+    st.text(max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    answer=st.recursive(
+        st.dictionaries(_KEY, _JSON_VALUE, max_size=4),
+        lambda inner: st.dictionaries(_KEY, inner | st.lists(inner | _JSON_VALUE, max_size=3)),
+        max_leaves=12,
+    ),
+    nested=st.booleans(),
+)
+def test_a_json_answer_still_parses_whatever_its_keys_and_values(answer: Any, nested: bool) -> None:
+    """A tool's JSON answer whose keys name credentials, with values of every JSON type,
+    alone or as a server's body inside the tool's own JSON: the answer still parses.
+    ``{"Authorization": null}`` became ``{"Authorization":REDACTED}``, a string ending in
+    ``Cookie:`` took the next field's quote, and ``\\\"`` lost half its backslashes."""
+    text = json.dumps(answer)
+    if nested:
+        text = json.dumps({"body": text, "status": 401})
+    redacted = redact_text(text)
+    parsed = json.loads(redacted)
+    if nested:
+        json.loads(parsed["body"])
