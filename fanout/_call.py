@@ -468,21 +468,52 @@ async def _invoke(
 
 
 def _call_fn(spec: ToolSpec, state: CallState, threads: trio.CapacityLimiter) -> Awaitable[Any]:
-    """The tool's run, to await: its own coroutine, or its call in a worker thread, which
-    marks the call started once the thread runs it."""
+    """The tool's run, to await: its own coroutine, or its call in a worker thread."""
     arguments = state.bound
     assert arguments is not None
     if spec.is_async:
         return cast("Awaitable[Any]", spec.fn(**arguments))
+    return _in_a_thread(functools.partial(spec.fn, **arguments), state, threads)
 
-    def in_its_thread() -> Any:
-        state.started = True
-        return spec.fn(**arguments)
 
-    # abandon_on_cancel: a sync tool that never returns cannot hold the
-    # turn past its deadline; its thread is left to finish on its own (and keeps
-    # its place among ``max_threads`` until it does).
-    return trio.to_thread.run_sync(in_its_thread, abandon_on_cancel=True, limiter=threads)
+async def _in_a_thread(
+    fn: Callable[[], Any], state: CallState, threads: trio.CapacityLimiter
+) -> Any:
+    """``fn`` in a worker thread, the call started once a thread is its.
+
+    A sync tool waits for one of the ``max_threads`` (those that ignored their
+    cancellation keep theirs until they end): answered while it waits, it never
+    started (one was answered "started: true" though it never ran). Once it has a
+    place, it has started, whenever trio's thread then runs it (marked started only
+    as the thread ran it, a write cut off between the two was answered "started:
+    false" and ran). ``abandon_on_cancel``: a tool that never returns cannot hold the
+    turn past its deadline; its thread is left to finish on its own, in its place.
+    """
+    place = _ThreadPlace(threads)
+    await threads.acquire_on_behalf_of(place)
+    state.started = True
+    try:
+        # Typed as a CapacityLimiter; trio takes any object with its two methods.
+        limiter = cast("trio.CapacityLimiter", place)
+        return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=limiter)
+    finally:
+        if not place.handed:  # cancelled before trio took the place: give it back
+            threads.release_on_behalf_of(place)
+
+
+class _ThreadPlace:
+    """One of the ``max_threads`` places, taken already: trio's ``run_sync`` takes it
+    from here without a wait, and gives it back when its thread has ended."""
+
+    def __init__(self, threads: trio.CapacityLimiter) -> None:
+        self._threads = threads
+        self.handed = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        self.handed = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self._threads.release_on_behalf_of(self)
 
 
 class _ToolRaised(Exception):

@@ -723,3 +723,30 @@ def test_a_sync_tool_that_waited_for_a_thread_did_not_start() -> None:
     answer = json.loads(second.results[0].content)
     assert (answer["status"], answer["started"]) == ("timed_out", False)
     assert ran == []
+
+
+def test_a_sync_write_answered_not_started_never_runs() -> None:
+    """Sync writes cut off by their timeouts as their threads are handed them: every one
+    answered ``"started": false`` never ran. (Marked started only as the thread ran it, a
+    write cut off in between was answered so, and then charged the card.)"""
+    ran: set[str] = set()
+    lock = threading.Lock()
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING, timeout=0.001, repeatable=True)
+    def charge(card: str) -> str:
+        with lock:
+            ran.add(card)
+        return f"charged {card}"
+
+    async def main() -> fanout.Turn:
+        calls = [ToolCall(f"c{i}", "charge", {"card": f"card-{i}"}) for i in range(40)]
+        async with Runner(reg, mutating="parallel", max_threads=4) as runner:
+            return await runner.run_turn(calls)
+
+    turn = trio.run(main)
+    for result in turn.results:
+        body = json.loads(result.content) if result.is_error else {"started": True}
+        card = "card-" + result.tool_use_id[1:]
+        if body["started"] is False:
+            assert card not in ran, f"{result.tool_use_id} answered not started, and ran"
