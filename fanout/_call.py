@@ -266,7 +266,7 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         )  # fmt: skip
         for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
-        outcome = await _run_tool(state, spec, context, within.settings)
+        outcome = await _run_tool(state, spec, context, within)
         if isinstance(outcome, ToolResult):
             # Final: answered before its slots go back, so that a call that fails under
             # cancel_siblings has its siblings answered before one of them can take the
@@ -354,16 +354,17 @@ async def let_the_deadline_answer() -> None:
 
 
 async def _run_tool(
-    state: CallState, spec: ToolSpec, context: CallContext, settings: CallSettings
+    state: CallState, spec: ToolSpec, context: CallContext, within: _Within
 ) -> ToolResult | ToolSignal:
     """Invoke the tool and turn whatever it does into an answer or a signal."""
     call = state.plan.call
+    settings = within.settings
     assert state.bound is not None  # the turn checked the arguments before the call ran
     # For learning, an attempt went fine unless it was throttled or cut off:
     # a tool's own error still says the rate was acceptable.
     went_fine = False
     try:
-        value = await _invoke(spec, state, context, settings.threads)
+        value = await _invoke(spec, state, context, settings.threads, within.answered)
         went_fine = True
         result = success(call, value, limit=settings.max_output_chars, secrets=state.secrets)
         # A write whose request broke mid-answer has an unknown effect, even
@@ -429,7 +430,11 @@ def _signal_within(exc: BaseException) -> ToolSignal | None:
 
 
 async def _invoke(
-    spec: ToolSpec, state: CallState, context: CallContext, threads: trio.CapacityLimiter
+    spec: ToolSpec,
+    state: CallState,
+    context: CallContext,
+    threads: trio.CapacityLimiter,
+    answered: Callable[[ToolResult], None],
 ) -> Any:
     """Call the tool; anything it raises that is not a cancellation becomes an ``Exception``.
 
@@ -444,10 +449,26 @@ async def _invoke(
         if spec.idle_timeout is None:
             return await _call_fn(spec, state, threads)
         # Progress (context.report_progress) pushes the idle deadline out.
-        context.idle = IdleWatch(spec.idle_timeout, context.budget)
-        with context.idle.scope:
-            return await _call_fn(spec, state, threads)
-        raise IdleTimeoutError(spec.idle_timeout)
+        context.idle = watch = IdleWatch(spec.idle_timeout, context.budget)
+        idle = IdleTimeoutError(spec.idle_timeout)
+        call = state.plan.call
+
+        def answer_idle() -> None:
+            answered(failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind))
+
+        try:
+            async with trio.open_nursery() as watching:
+                watching.start_soon(watch.watch, answer_idle)
+                with watch.scope:
+                    value = await _call_fn(spec, state, threads)
+                    watching.cancel_scope.cancel()
+                    return value
+        except BaseExceptionGroup as group:
+            # The watch never fails: what the nursery wrapped is the tool's own.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        raise idle
     except Exception:
         raise
     except BaseException as exc:  # ``SystemExit``, ``GeneratorExit``, its own kinds, groups

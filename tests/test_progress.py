@@ -182,3 +182,29 @@ def test_idle_and_deadline_decide_the_end(gaps: list[int], idle: int, timeout: i
         assert result.status is Status.TIMED_OUT
         assert ("idle_timeout" in body(result)["message"]) is (end == idle_at)
     assert all(t <= end for t in progress_times(turn))
+
+
+async def test_an_idle_call_is_answered_as_it_goes_idle_not_once_it_has_unwound(
+    autojump_clock: Any,
+) -> None:
+    """A quiet tool whose cleanup takes 3 s: answered idle at 1.0 s, and an open runner's
+    turn returns then, as one cut off by its own timeout does (it was answered at 4.0 s)."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=10, idle_timeout=1)
+    async def stubborn() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(3)  # a library closing its connections
+        return "never"
+
+    async with Runner(reg) as runner:
+        turn = await runner.run_turn([ToolCall("s", "stubborn", {})])
+        assert trio.current_time() == 1.0
+    (answered,) = [e for e in turn.trace if e.kind is EventKind.ANSWERED]
+    assert answered.time == 1.0
+    body = json.loads(turn.results[0].content)
+    assert (body["status"], body["started"]) == ("timed_out", True)
+    assert "idle" in body["message"]
