@@ -507,3 +507,51 @@ async def test_an_event_a_decoder_cannot_read_is_an_invalid_turn(event: Any) -> 
     ``TypeError``; every error fanout raises is a ``FanoutError``."""
     with pytest.raises(fanout.InvalidTurnError, match="cannot be read"):
         await Runner(Registry()).run_stream(_events([event]), fanout.ChatCompletionsStream())
+
+
+async def test_a_stream_read_from_memory_lets_other_tasks_run() -> None:
+    """A stream whose events are all at hand never waits; the turn yields to trio every
+    few events, so its deadline can stop it (100,000 pieces of one message held a 0.5 s
+    turn for 2.1 s, and nothing else ran meanwhile)."""
+    ticks = 0
+    seen: list[int] = []
+    block = {"type": "tool_use", "id": "toolu_1", "name": "nothing", "input": {}}
+    start = {"type": "content_block_start", "index": 0, "content_block": block}
+    piece = {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": " "}}  # fmt: skip
+
+    class AtHand:
+        def __aiter__(self) -> AtHand:
+            self.left = 1000
+            return self
+
+        async def __anext__(self) -> Any:
+            if self.left == 0:
+                raise StopAsyncIteration
+            self.left -= 1
+            seen.append(ticks)
+            return start if self.left == 999 else piece
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await Runner(Registry()).run_stream(AtHand(), fanout.AnthropicStream())
+        nursery.cancel_scope.cancel()
+    assert seen[-1] - seen[0] >= 1000 // 64 - 1
+
+
+async def test_a_stream_whose_iterator_cannot_be_made_raises_its_error() -> None:
+    """``__aiter__`` raising was taken for fanout failing: logged, and ``run_stream``
+    returned a turn of no calls, as if the model had called nothing."""
+
+    class Closed:
+        def __aiter__(self) -> Any:
+            raise ConnectionError("the stream was closed by the server")
+
+    with pytest.raises(ConnectionError, match="closed by the server"):
+        await Runner(Registry()).run_stream(Closed(), fanout.AnthropicStream())
