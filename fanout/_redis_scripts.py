@@ -152,9 +152,12 @@ local me = ARGV[10] or ''
 -- tokens booked than were, and booked sooner than the others: eleven at once after a
 -- block against a burst of 10. A rate that went up (``rescale``) contracts the schedule
 -- so, once however many processes make the same rise.
+-- Booked time past a block is tokens; the block itself is not (read as tokens, a process
+-- at 12/s after one at 180/s booked at +1 s after a 1 s block waited until +15 s).
 if op == 'rescale' and laid <= 0 then laid = extra end  -- an older hash: the caller's
 if rate > 0 then
-  if laid > 0 and laid ~= rate and full > now then full = now + (full - now) * laid / rate end
+  local base = math.max(now, blocked)
+  if laid > 0 and laid ~= rate and full > base then full = base + (full - base) * laid / rate end
   laid = rate
 end
 local function tokens_now()

@@ -1630,3 +1630,24 @@ async def test_a_tiny_rate_answers_on_redis_as_it_does_locally(redis_url: str, r
             turn = await fanout.Runner(registry, scopes=[scope]).run_turn(calls(3, "read"))
             answers.append([r.status for r in turn.results])
     assert answers[0] == answers[1] == [fanout.Status.OK, *[fanout.Status.RATE_LIMITED] * 2]
+
+
+async def test_a_block_is_no_tokens_to_a_process_at_another_rate(
+    redis_url: str, prefix: str
+) -> None:
+    """Processes learning one key may pace at different rates: one at 180/s drains the
+    bucket for a 1 s Retry-After and books its next token; one at 12/s then books a token
+    after the block, not the block read as tokens at its rate (15 s: two processes
+    learning against whole-second waits stalled 6-14 s on a full bucket)."""
+    options: dict[str, Any] = {"name": "api", "prefix": prefix, "burst": 1}
+    async with (
+        RedisScope.from_url(redis_url, rate=180, **options) as fast,
+        RedisScope.from_url(redis_url, rate=12, **options) as slow,
+    ):
+        await fast.on_throttled(1.0)
+        first = await fast.reserve(1, 60.0)
+        assert first is not None
+        assert 0.9 < first.wait <= 1.01
+        second = await slow.reserve(1, 60.0)
+        assert second is not None
+        assert first.wait < second.wait <= first.wait + 2 / 12
