@@ -315,7 +315,15 @@ async def open_http(
             httpx2.AsyncClient(
                 headers=headers,
                 timeout=httpx2.Timeout(30.0, read=300.0),
-                transport=AnsweredTransport(httpx2.AsyncHTTPTransport()),
+                # No cap on connections: a call cut off at its deadline keeps its own
+                # while the server works on (the SDK reads its answer on), and its cancel
+                # notice is one more request. Capped at httpx's 100, 120 cut-off calls
+                # held them all: the SDK's one writer waited for a connection for the
+                # first notice, every later message queued behind it, and the session
+                # jammed (the next turn's instant call answered timed_out).
+                transport=AnsweredTransport(
+                    httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_connections=None))
+                ),
             )
         )
         read_stream, write_stream = await stack.enter_async_context(

@@ -183,3 +183,24 @@ async def test_the_credentials_a_session_carries_never_reach_an_answer(url: str)
         assert not any(secret in text for text in shown), secret
     assert server.scope.startswith("mcp:127.0.0.1:")
     assert "alice" not in server.scope
+
+
+async def test_more_cut_off_calls_than_a_connection_pool_holds_do_not_jam_the_session(
+    server: McpServer,
+) -> None:
+    """120 slow calls cut off at the deadline each keep their connection while the server
+    works on, and each cancel notice is one more request: with httpx's pool of 100, the
+    first notice waited for a connection, the session's one writer behind it, and the
+    next turn's instant call was answered timed_out. The session answers the next
+    call at once."""
+    registry = Registry()
+    await fanout.mcp.register_tools(registry, server)
+    runner = Runner(registry, scopes=[server.limits(max_concurrency=None)], turn_timeout=1)
+    slow = [ToolCall(f"r{i}", "report", {"steps": 1, "pause": 100 + i}) for i in range(120)]
+    hung = await runner.run_turn(slow)
+    assert {r.status for r in hung.results} == {Status.TIMED_OUT}
+    await trio.sleep(2)  # the cut-off calls unwind (their notices: 1 s of grace)
+    assert sum(body(r)["started"] for r in hung.results) > 100
+    with trio.fail_after(1):
+        after = await runner.run_turn([ToolCall("a", "lookup", {"key": "k"})])
+    assert after.results[0].status is Status.OK, after.results[0].content
