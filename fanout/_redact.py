@@ -81,14 +81,27 @@ _OPENS = rf"(?:(?-i:b)?{_QUOTE}(?![\s,;}}\]:\"'\\]))"
 # Each value is bounded, and taken whole (possessive): a long run of backslashes after
 # "Authorization: " was tried one way after another, and a 40 KB text took 2 s.
 _ESCAPES = r"\\[^\s\"'\\]|(?:\\\\)++(?![\\\"'])"
-_PARAM_VALUE = rf"(?:[^&\s\"'<>\\#]|{_ESCAPES}){{1,4096}}+"
-_HEADER_VALUE = rf"(?:[^\s\"',;\]}}\\]|{_ESCAPES}){{1,4096}}+"
-# Looked at to tell a value from the next JSON key: a key is short.
-_KEY_AHEAD = rf"(?:[^\s\"',;\]}}\\]|{_ESCAPES}){{1,256}}+{_QUOTE}{_SPACE}*+:"
+
+
+def _run(allowed: str, most: int = 4096) -> str:
+    """A value: up to ``most`` of the ``allowed`` characters (a class's inside) or escapes."""
+    return rf"(?:[{allowed}]|{_ESCAPES}){{1,{most}}}+"
+
+
+def _key_ahead(allowed: str) -> str:
+    """What a value read so would be where it is the next JSON key: a key is short."""
+    return rf"{_run(allowed, 256)}{_QUOTE}{_SPACE}*+:"
+
+
+_PARAM_VALUE = _run(r"^&\s\"'<>\\#")
+_HEADER_CHARS = r"^\s\"',;\]}\\"
+_HEADER_VALUE = _run(_HEADER_CHARS)
+_KEY_AHEAD = _key_ahead(_HEADER_CHARS)
 # A cookie header's value runs to the end of its line or string: every pair in it
 # ("theme=dark; session=<value>") may be the one that matters.
-_COOKIES_VALUE = rf"(?=[^\s,;])(?:[^\r\n\"'\\]|{_ESCAPES}){{1,4096}}+"
-_COOKIES_AHEAD = rf"(?:[^\r\n\"'\\]|{_ESCAPES}){{1,256}}+{_QUOTE}{_SPACE}*+:"
+_COOKIE_CHARS = r"^\r\n\"'\\"
+_COOKIES_VALUE = rf"(?=[^\s,;]){_run(_COOKIE_CHARS)}"
+_COOKIES_AHEAD = _key_ahead(_COOKIE_CHARS)
 # Between a header's name and its value: '": "' or '": ["' (a JSON key, its value a
 # string), "', b'" (httpcore's DEBUG line, ``(b'name', b'value')`` pairs, and a JSON
 # list's ``"name", "value"``), or ": " (text, the value quoted or not). A JSON key
@@ -240,9 +253,7 @@ def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """Free text with known secrets (``secrets`` and every registered one) and
     credential-shaped tokens replaced."""
     text = scrub_secrets(text, secrets)
-    if len(text) > _REMEMBERED_SIZE:
-        return _replace_shapes(text) if _may_show_a_shape(text) else text
-    return _redact_shapes(text)
+    return _shapes_gone(text) if len(text) > _REMEMBERED_SIZE else _redact_shapes(text)
 
 
 # Texts longer than this are not remembered: 200 answers of 1 MB, remembered whole,
@@ -250,10 +261,13 @@ def redact_text(text: str, secrets: Iterable[str | Secret] = ()) -> str:
 _REMEMBERED_SIZE = 4096
 
 
-@functools.lru_cache(maxsize=1024)
-def _redact_shapes(text: str) -> str:
-    """``text`` with credential-shaped tokens replaced; remembered, since answers repeat."""
+def _shapes_gone(text: str) -> str:
+    """``text`` with credential-shaped tokens replaced."""
     return _replace_shapes(text) if _may_show_a_shape(text) else text
+
+
+# The same, remembered (for texts up to `_REMEMBERED_SIZE`), since answers repeat.
+_redact_shapes = functools.lru_cache(maxsize=1024)(_shapes_gone)
 
 
 def _may_show_a_shape(text: str) -> bool:
