@@ -151,18 +151,25 @@ def _integer(value: int) -> int | str:
     return sign + str(head) + "".join(f"{chunk:0{_DIGITS_AT_ONCE}d}" for chunk in tail)
 
 
-def _plain_mapping(value: Mapping[Any, Any], path: set[int], depth: int) -> dict[str, Any]:
-    # Keys are spelled as json would (1 -> "1", None -> "null"), anything
-    # else by its text; two keys spelled alike keep the one first in a
-    # deterministic order, so the answer never depends on insertion order.
+def _plain_mapping(
+    value: Mapping[Any, Any], path: set[int], depth: int
+) -> dict[str, Any] | list[list[Any]]:
+    """Keys spelled as json would (1 -> "1", None -> "null"), anything else by its text,
+    in an order that never depends on insertion.
+
+    Where two keys spell alike (``1`` and ``"1"``, ``None`` and ``"null"``), an object
+    would keep one of them: the mapping is written as its ``[key, value]`` pairs
+    instead, each key as JSON data, so that nothing the tool returned is lost. (Kept
+    as an object, the first in order stood and the other value was dropped.)
+    """
     entries = sorted(
-        ((_key(k), type(k).__name__, _plain(v, path, depth + 1)) for k, v in value.items()),
-        key=lambda entry: (entry[0], entry[1], _spelling(entry[2])),
+        ((_key(k), type(k).__name__, k, _plain(v, path, depth + 1)) for k, v in value.items()),
+        key=lambda entry: (entry[0], entry[1], _spelling(entry[3])),
     )
-    plain: dict[str, Any] = {}
-    for key, _, item in entries:
-        plain.setdefault(key, item)
-    return plain
+    plain = {key: item for key, _, _, item in entries}
+    if len(plain) == len(entries):
+        return plain
+    return [[_plain(key, path, depth + 1), item] for _, _, key, item in entries]
 
 
 def _key(key: Any) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fanout.idempotency import canonical_json, idempotency_key
 
@@ -31,3 +35,26 @@ def test_arguments_that_contain_themselves_get_a_key_of_their_own() -> None:
     assert key == idempotency_key("run", "send", first)
     assert key != idempotency_key("run", "send", second)
     assert len(key) == 64
+
+
+_KEYS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["1", "null", "true", "a"]),
+    st.tuples(st.integers(0, 2)), st.floats(-2, 2, allow_nan=False),
+)  # fmt: skip
+
+
+@given(mapping=st.dictionaries(_KEYS, st.uuids().map(str), max_size=8))
+def test_no_value_of_a_mapping_is_lost_however_its_keys_are_spelled(
+    mapping: dict[object, str],
+) -> None:
+    """Keys of mixed types that JSON writes alike (``1`` and ``"1"``, ``None`` and
+    ``"null"``) keep every value: as an object, one of them was dropped."""
+    spelled = canonical_json(mapping)
+    written = json.loads(spelled)
+    for value in mapping.values():
+        assert value in spelled
+    if isinstance(written, dict):
+        assert len(written) == len(mapping)
+    else:  # [key, value] pairs
+        assert sorted(v for _, v in written) == sorted(mapping.values())
+    assert canonical_json(dict(reversed(mapping.items()))) == spelled
