@@ -373,6 +373,9 @@ async def _run_tool(
         return result
     except IdleTimeoutError as idle:
         return failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind)
+    except _AnsweredFirst:
+        assert state.result is not None
+        return state.result
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         went_fine = went_fine and not context.refused
@@ -512,6 +515,13 @@ async def _in_a_thread(
     """
     place = _ThreadPlace(threads)
     await threads.acquire_on_behalf_of(place)
+    if state.result is not None:
+        # Answered while it waited, and woken by a thread given back before the
+        # cancellation that answer brings (a deadline cancels a batch at a time, a
+        # sibling's failure in the runner's nursery a checkpoint later): it never
+        # starts. (Run, a write answered "not started" charged the card.)
+        threads.release_on_behalf_of(place)
+        raise _AnsweredFirst
     state.started = True
     try:
         # Typed as a CapacityLimiter; trio takes any object with its two methods.
@@ -535,6 +545,10 @@ class _ThreadPlace:
 
     def release_on_behalf_of(self, borrower: object) -> None:
         self._threads.release_on_behalf_of(self)
+
+
+class _AnsweredFirst(Exception):
+    """A call answered while it waited for a worker thread: its tool never runs."""
 
 
 class _ToolRaised(Exception):

@@ -6,6 +6,7 @@ import gc
 import json
 import math
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -750,3 +751,73 @@ def test_a_sync_write_answered_not_started_never_runs() -> None:
         card = "card-" + result.tool_use_id[1:]
         if body["started"] is False:
             assert card not in ran, f"{result.tool_use_id} answered not started, and ran"
+
+
+def test_a_sync_call_answered_while_it_waited_for_a_thread_never_runs() -> None:
+    """Under ``cancel_siblings`` in an open runner, a sync call waiting for the one
+    worker thread is answered "cancelled, not started" when the call holding the thread
+    fails; the thread given back woke it before its cancellation came, and it ran.
+    (Woken first, it has started, and says so.)"""
+    ran: list[str] = []
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=5)
+    def lookup() -> str:
+        time.sleep(0.05)
+        raise RuntimeError("lookup failed")
+
+    @reg.tool(kind=Kind.READS, timeout=5)
+    def charge() -> str:
+        ran.append("charged")
+        return "charged"
+
+    async def main() -> fanout.Turn:
+        runner = Runner(reg, on_failure="cancel_siblings", max_threads=1)
+        async with runner:
+            turn = await runner.run_turn([ToolCall("a", "lookup", {}), ToolCall("b", "charge", {})])
+        await trio.sleep(0.1)  # a thread it was let start would have run by now
+        return turn
+
+    # Which of the two trio wakes first, the failed call or the write its thread went
+    # to, is drawn at random each run: one run in two showed it.
+    for _ in range(12):
+        turn = trio.run(main)
+        answer = json.loads(turn.results[1].content)
+        assert answer["status"] == "cancelled"
+        if answer["started"] is False:
+            assert ran == []
+        ran.clear()
+
+
+def test_sync_writes_answered_at_their_deadline_while_they_waited_never_run() -> None:
+    """Sync writes waiting for a thread past their timeouts are answered and cancelled a
+    batch at a time; one woken by a freed thread before its cancellation ran, answered
+    "timed_out, not started"."""
+    ran: set[str] = set()
+    lock = threading.Lock()
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING, timeout=0.3)
+    def charge(card: str) -> str:
+        with lock:
+            ran.add(card)
+        time.sleep(0.004)
+        return f"charged {card}"
+
+    async def main() -> fanout.Turn:
+        calls = [ToolCall(f"c{i}", "charge", {"card": f"card-{i}"}) for i in range(200)]
+        async with Runner(reg, mutating="parallel", max_threads=2, turn_timeout=5) as runner:
+            turn = await runner.run_turn(calls)
+        await trio.sleep(0.1)
+        return turn
+
+    for _ in range(12):
+        turn = trio.run(main)
+        not_started = [
+            "card-" + r.tool_use_id[1:]
+            for r in turn.results
+            if r.is_error and json.loads(r.content)["started"] is False
+        ]
+        assert not_started, "no call waited past its timeout: the test shows nothing"
+        assert ran.isdisjoint(not_started)
+        ran.clear()
