@@ -126,6 +126,10 @@ class StreamingTurn(Turn):
                     f"the stream broke off ({describe(exc)}) before this call's arguments "
                     "were complete"
                 )
+            if self._ended:
+                # Cut off while it read (the deadline, the caller): the calls it had begun
+                # are answered already, and what came since is not the turn's.
+                return None
             arrived = [state for call in self._decoded(event) if (state := self._add(call))]
             if self._stream_error is not None:
                 # Those that came whole with the fault are arrivals too: left out, they
@@ -176,7 +180,10 @@ class StreamingTurn(Turn):
         return state
 
     def _end(self, why: str) -> list[CallState]:
-        """The stream is over: its unfinished calls arrive, to be answered ``error``."""
+        """The stream is over: its unfinished calls arrive, to be answered ``error`` (none
+        if the turn was cut off first: they are answered already)."""
+        if self._ended:
+            return []
         self._ended = True
         arrived = [self._add(call, why) for call in self._unfinished()]
         return [state for state in arrived if state is not None]

@@ -634,12 +634,23 @@ class Turn:
                 # the deadline to unwind is not answered "the turn's deadline passed".
                 over = self._phases_over or self._internal or self._keyboard_interrupt
                 self._cancelled_from_outside = not over
+                if self._cancelled_from_outside:
+                    # And answered now: left to the turn's end, a call that took 5 s to
+                    # unwind was answered then, past the turn's deadline.
+                    self._answer_unanswered()
                 raise
             self._scope.cancel()
 
     def _answer_the_rest(self) -> None:
         """The turn's deadline passed: every call still unanswered is answered ``timed_out``."""
         self._deadline_reached = True
+        self._answer_unanswered()
+
+    def _answer_unanswered(self) -> None:
+        """Answer every call not answered yet by what stopped it (`_interrupted`), those
+        still being written in a stream too (`_arrivals_cut_off`: left to the turn's end,
+        one was answered after its siblings had unwound, 3 s past the deadline)."""
+        self._arrivals_cut_off()
         for state in self._states:
             if state.result is None:
                 self._answer(state, self._interrupted(state))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 
+import fanout
 from fanout import EventKind, Kind, Registry, Runner, Status, ToolCall
 from fanout._deadlines import Deadlines
 
@@ -153,3 +154,93 @@ async def test_calls_due_one_after_another_are_answered_while_others_unwind(
     late = [answered[f"c{i}"] - (began + 0.1 + 0.002 * i) for i in range(200)]
     assert min(late) >= 0.0
     assert max(late) <= 0.004 * 8 + 0.004 + 1e-9
+
+
+def _slow_to_unwind(reg: Registry, unwind: float) -> None:
+    @reg.tool(kind=Kind.READS)
+    async def slow(n: int = 0) -> str:
+        try:
+            await trio.sleep(100)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(unwind)  # closing its connection politely
+            raise
+        return "done"
+
+
+class _AnsweredAt:
+    def __init__(self) -> None:
+        self.at: dict[str, tuple[float, Status | None]] = {}
+
+    def on_event(self, event: Any) -> None:
+        if event.kind is EventKind.ANSWERED:
+            self.at[event.call_id] = (event.time, event.status)
+
+
+@pytest.mark.parametrize("opened", [False, True])
+async def test_a_caller_cancelling_has_every_call_answered_at_once(
+    autojump_clock: Any, opened: bool
+) -> None:
+    """The caller cancels at 0.1 s; a tool takes 5 s to unwind. Its call is answered
+    "cancelled" then, not when it has unwound (at 5.1 s, 4.1 s past the turn's deadline,
+    in a runner not opened: `turn.results` said "not finished" meanwhile)."""
+    reg, answered = Registry(), _AnsweredAt()
+    _slow_to_unwind(reg, 5)
+    runner = Runner(reg, turn_timeout=1, instruments=[answered])
+    seen: list[str] = []
+
+    async def cancelled_turn() -> float:
+        turn = runner.turn([ToolCall("c1", "slow", {})])
+        began = trio.current_time()
+
+        async def look() -> None:
+            await trio.sleep(1.5)
+            seen.append(turn.results[0].content)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(look)
+            with trio.move_on_after(0.1):
+                await turn.run()
+        return began
+
+    if opened:
+        async with runner:
+            began = await cancelled_turn()
+    else:
+        began = await cancelled_turn()
+    assert answered.at["c1"] == (pytest.approx(began + 0.1), Status.CANCELLED)
+    assert "the caller cancelled the turn" in seen[0]
+
+
+async def test_a_call_still_being_written_is_answered_at_the_deadline(
+    autojump_clock: Any,
+) -> None:
+    """A streamed call whose block never ends is answered ``timed_out`` at the turn's
+    deadline, beside a running read that takes 3 s to unwind (it was answered as the
+    turn ended, 3 s late, in a runner not opened)."""
+    reg, answered = Registry(), _AnsweredAt()
+    _slow_to_unwind(reg, 3)
+
+    def block(i: int, call_id: str, pieces: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "content_block_start", "index": i, "content_block": {
+                "type": "tool_use", "id": call_id, "name": "slow", "input": {}}},
+            {"type": "content_block_delta", "index": i,
+             "delta": {"type": "input_json_delta", "partial_json": pieces}},
+        ]  # fmt: skip
+
+    async def stream() -> Any:
+        yield {"type": "message_start", "message": {"id": "m", "role": "assistant"}}
+        for event in [*block(0, "A", '{"n": 1}'), {"type": "content_block_stop", "index": 0}]:
+            yield event
+        for event in block(1, "B", '{"n": '):
+            yield event
+        await trio.sleep(100)  # the model is still writing B
+        yield {"type": "content_block_stop", "index": 1}
+
+    runner = Runner(reg, turn_timeout=1, instruments=[answered])
+    began = trio.current_time()
+    turn = await runner.run_stream(stream(), fanout.AnthropicStream())
+    assert [r.status for r in turn.results] == [Status.TIMED_OUT, Status.TIMED_OUT]
+    assert answered.at["A"] == (pytest.approx(began + 1), Status.TIMED_OUT)
+    assert answered.at["B"] == (pytest.approx(began + 1), Status.TIMED_OUT)
