@@ -171,6 +171,22 @@ class Registry:
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
+        self._scope_defaults: dict[str, dict[str, Any]] = {}
+
+    def set_scope_defaults(self, name: str, **options: Any) -> None:
+        """The ``Scope`` options of the scope ``name`` where a runner is given none of that
+        name (``Runner(scopes=...)``): the scope it makes is ``Scope(name, **options)``.
+
+        A tool source that knows what its scope should be says so here: an MCP
+        server's does not learn (`fanout.mcp.register_tools`). Made as a plain
+        ``Scope(name)``, it learned, and its probe held every call behind the
+        first two: two hung calls left the rest unsent until their deadlines.
+        """
+        self._scope_defaults[name] = dict(options)
+
+    def scope_defaults(self, name: str) -> dict[str, Any]:
+        """The options `set_scope_defaults` gave the scope ``name`` (none by default)."""
+        return dict(self._scope_defaults.get(name, {}))
 
     @overload
     def tool(self, fn: F, /) -> F: ...

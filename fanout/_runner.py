@@ -165,9 +165,10 @@ class Runner:
         return suppressed
 
     def scope(self, name: str) -> ScopeLike:
-        """The scope called ``name``, created without limits if none was configured."""
+        """The scope called ``name``; if none was configured, made with the registry's
+        defaults for it (`Registry.set_scope_defaults`), or told no limits (it learns)."""
         if name not in self._scopes:
-            self._scopes[name] = Scope(name)
+            self._scopes[name] = Scope(name, **self.registry.scope_defaults(name))
         return self._scopes[name]
 
     def turn(

@@ -398,7 +398,9 @@ async def register_tools(
 ) -> list[ToolSpec]:
     """Register every tool the server lists, named ``prefix + name``; return their specs.
 
-    Each tool draws from ``server.scope``; ``timeout`` and ``idle_timeout``
+    Each tool draws from ``server.scope``, which a runner given no
+    ``server.limits(...)`` makes as that would, learning nothing (its probe would
+    hold every call behind the first two); ``timeout`` and ``idle_timeout``
     apply to all of them. ``overrides`` maps a server tool's name to more
     ``Registry.add`` options for it (``cache_ttl``, ``cost``, ``retry``, a
     stricter or looser ``kind``, more ``scopes``...). A name in
@@ -421,6 +423,9 @@ async def register_tools(
         raise ConfigurationError(
             f"the registry already has tools named {taken}; register this server with a prefix="
         )
+    # A runner given no ``server.limits(...)`` makes the scope as that would: no learning.
+    if not registry.scope_defaults(server.scope):
+        registry.set_scope_defaults(server.scope, learn=False)
     specs = []
     for tool in tools:
         options: dict[str, Any] = {

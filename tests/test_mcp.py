@@ -177,6 +177,26 @@ async def test_a_turn_of_mcp_tools_is_answered_completely(
     assert "idle" in body(hung)["message"]
 
 
+async def test_a_runner_given_no_limits_for_the_server_sends_every_call_at_once(
+    registry: Registry, autojump_clock: Any
+) -> None:
+    """Two hung calls and a quick one, in a runner told nothing of the server's scope: the
+    quick one is answered at once. (Made as a plain ``Scope``, the scope learned, its
+    probe was the two hung calls, and the quick one waited unsent until its deadline.)"""
+    runner = Runner(registry, turn_timeout=5)
+    start = trio.current_time()
+    turn = await runner.run_turn(
+        [
+            ToolCall("h1", "report", {"steps": 1, "pause": 60}),  # two calls, not one
+            ToolCall("h2", "report", {"steps": 1, "pause": 61}),  # coalesced (`fanout._repeats`)
+            ToolCall("a", "lookup", {"key": "k"}),
+        ]
+    )
+    answered = {e.call_id: e.time - start for e in turn.trace if e.kind is EventKind.ANSWERED}
+    assert (turn.results[2].status, answered["a"]) == (Status.OK, 0.0)
+    assert [body(r)["started"] for r in turn.results[:2]] == [True, True]
+
+
 async def test_the_server_hears_the_cancellation_of_a_call_cut_off_by_the_deadline(
     server: McpServer, autojump_clock: Any
 ) -> None:
