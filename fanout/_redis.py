@@ -136,6 +136,11 @@ class RedisLink:
         self._down_until = None
         return result
 
+    @property
+    def outage_since(self) -> float | None:
+        """When the outage under way began (its first failure), or None while Redis answers."""
+        return self._outage_since
+
     async def run_quietly(self, op: str, operation: Callable[[], Awaitable[Any]]) -> bool:
         """For cleanup in ``finally``: shielded, bounded, never raising; True if it ran."""
         with trio.CancelScope(shield=True):
@@ -207,18 +212,21 @@ class SharedBucket:
         booking: tuple[int, float, float] = (0, 0.0, 0.0),
         ahead: float = 0.0,
         entry: str = "",
+        lost: float = 0.0,
     ) -> BucketReply:
         """One bucket op (see ``BUCKET``); ``rate=None`` is a bucket without a rate.
 
         ``booking`` is (epoch, before, after) of the booking a refund undoes,
         and ``entry`` its name in the log of starts; ``ahead``, what this
-        process has booked and not yet started (``adopt``).
+        process has booked and not yet started (``adopt``); ``lost``, how long
+        the bucket would take to fill by what this process saw of it, should
+        Redis have lost it (`RedisBackend._lost_refill`).
         """
         epoch, before, after = booking
         args = [
             op, lua_number(rate or 0.0), lua_number(burst), lua_number(cost), lua_number(extra),
             str(epoch), lua_number(before), lua_number(after), lua_number(slack),
-            self._identity, lua_number(ahead), entry,
+            self._identity, lua_number(ahead), entry, lua_number(lost),
         ]  # fmt: skip
         call = functools.partial(self._script, keys=self._keys, args=args)
         raw = await self.link.run(op, call)

@@ -154,6 +154,8 @@ class RedisBackend:
     _fallback_bucket: TokenBucket | SlidingLog | None = attrs.field(init=False, default=None)
     _held: dict[object, str] = attrs.field(init=False, factory=dict)  # holder -> member
     _seen: tuple[float, float, float] | None = attrs.field(init=False, default=None)
+    _seen_recoveries: int = attrs.field(init=False, default=0)  # the link's, as last seen
+    _fallback_emptied: float | None = attrs.field(init=False, default=None)  # for this outage
     _opened_seen: float = attrs.field(init=False, default=0.0)  # the latest burst's ``opened``
     _starts_read: float = attrs.field(init=False, default=0.0)  # others' starts read up to here
     _reading_starts: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -329,7 +331,7 @@ class RedisBackend:
             reply = await self.bucket.run(
                 op, rate=self.rate if rate is None else rate, burst=self.burst, cost=cost,
                 extra=extra, ahead=ahead,
-                slack=self.slack, booking=booking, entry=entry,
+                slack=self.slack, booking=booking, entry=entry, lost=self._lost_refill(),
             )  # fmt: skip
         if self.window is not None:
             if self._log_epoch is not None and reply.epoch > self._log_epoch:
@@ -338,10 +340,36 @@ class RedisBackend:
         now = trio.current_time()
         blocked_until = now + reply.blocked_for if reply.blocked_for > 0 else -math.inf
         self._seen = (reply.tokens, now, blocked_until)
+        self._seen_recoveries = self.link.recoveries
         self._proven = max(self._proven, reply.proven)
         if reply.exhausted_for is not None:
             self.ledger.exhaust(now + reply.exhausted_for)
         return reply
+
+    def _lost_refill(self) -> float:
+        """How long the shared bucket would take to fill by what this process last saw of it,
+        for Redis to make it again no fuller should it have lost it (``BUCKET``): after an
+        outage, all of it (this process spent tokens on its fallback that no reply showed);
+        nothing before any reply."""
+        if self._seen is None or self.rate is None:
+            return 0.0
+        if self.link.recoveries > self._seen_recoveries:
+            return self.burst / self.rate
+        tokens, seen_at, _ = self._seen
+        return max(0.0, seen_at + (self.burst - tokens) / self.rate - trio.current_time())
+
+    def _fallback_now(self) -> TokenBucket | SlidingLog | None:
+        """The local fallback, emptied as each outage begins: Redis may have gone with the
+        shared bucket spent to its last token. (Kept full while unused, it let a fresh burst
+        through on the spot: the server refused one or two requests each time.)"""
+        local, outage = self._fallback_bucket, self.link.outage_since
+        if local is not None and outage is not None and outage != self._fallback_emptied:
+            self._fallback_emptied = outage
+            # Nothing before this process's own bookings on Redis start, either: their
+            # tokens were the shared bucket's next ones.
+            booked = max((due for due, _ in self._ahead), default=-math.inf)
+            local.drain(max(0.0, booked - trio.current_time()))
+        return local
 
     async def reserve(self, cost: float, max_wait: float) -> Booking | None:
         asked = trio.current_time()
@@ -356,7 +384,7 @@ class RedisBackend:
                 member = self.log.new_member(cost) if self.window is not None else ""
                 reply = await self._shared("reserve", cost, max_wait, member=member)
         except LimiterUnavailableError:
-            local = self._fallback_bucket
+            local = self._fallback_now()
             if local is None or (local.rate is not None and cost > local.burst):
                 raise
             return local.reserve(cost, max_wait=max_wait)
@@ -524,9 +552,10 @@ class RedisBackend:
         try:
             return (await self._shared("peek", cost)).wait
         except LimiterUnavailableError:
-            if self._fallback_bucket is None:
+            local = self._fallback_now()
+            if local is None:
                 raise
-            return self._fallback_bucket.wait_for(min(cost, self._fallback_bucket.burst))
+            return local.wait_for(min(cost, local.burst))
 
     async def answered(
         self, sent: float, arrived_by: float, *, booked_by: float | None, set_up: float,

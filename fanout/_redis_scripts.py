@@ -83,7 +83,8 @@ local cost, extra = tonumber(ARGV[4]), tonumber(ARGV[5])
 # of an older epoch are void and their holders book again. A fresh hash
 # (first use, expiry, or a Redis restart) starts a new epoch from the clock.
 # ARGV: op, rate, burst, cost, extra, epoch, before, after, slack, process,
-# ahead (the last two for ``reserve`` and ``adopt``). Ops:
+# ahead (those two for ``reserve`` and ``adopt``), entry (a start's name in the log),
+# lost (how long the bucket would take to fill, should Redis have lost it). Ops:
 #   reserve  book ARGV[4] tokens; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek     the wait for ARGV[4] tokens, consuming nothing
 #   refund   undo the latest booking (epoch ARGV[6], full ARGV[7] -> ARGV[8])
@@ -135,6 +136,12 @@ local rate, burst, slack = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9
 local state = redis.call('HMGET', KEYS[1], 'full', 'blocked', 'epoch', 'slack', 'shift',
                          'opened', 'laid', 'proven')
 local full = finite(state[1], 0)
+-- A bucket Redis lost (a restart, a flush) while a process was using it is made again
+-- no fuller than that process saw it (ARGV[13]: seconds until full by its view; a
+-- bucket that expired was full, and its view says so). Made full, it let a fresh burst
+-- through while the server's bucket was spent: two to four 429s a restart.
+local lost = finite(ARGV[13], 0)
+if state[1] == false and rate > 0 and lost > 0 then full = now + math.min(lost, burst / rate) end
 local blocked = finite(state[2], 0)
 local epoch = finite(state[3], math.floor(now * 1000000))
 local applied = finite(state[4], 0)

@@ -1221,7 +1221,9 @@ async def test_bookings_confirmed_as_a_frozen_redis_wakes_do_not_start_together(
 async def test_fallback_limits_locally_at_its_share_and_warns_once(
     private_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With a fallback, an outage limits this process to its share, logged once per outage."""
+    """With a fallback, an outage limits this process to its share, logged once per outage.
+    Its bucket starts empty: Redis may have gone with the shared one spent (kept full while
+    unused, it let a burst through on the spot, and the server refused it)."""
     caplog.set_level(logging.WARNING, logger="fanout.redis")
     async with RedisScope.from_url(
         private_redis.url, name="api", prefix=unique_prefix(), rate=20, burst=4,
@@ -1232,11 +1234,12 @@ async def test_fallback_limits_locally_at_its_share_and_warns_once(
         assert booking.wait == 0.0
         private_redis.stop()
         bookings = [await scope.reserve(1, math.inf) for _ in range(6)]
-        # The local share: 5/s with a burst of 1, so starts 0.2 s apart.
+        # The local share: 5/s with a burst of 1, empty at first, so starts 0.2 s apart
+        # from 0.2 s on.
         waits = [booked.wait for booked in bookings if booked is not None]
         assert len(waits) == 6
         for k, wait in enumerate(waits):  # each a step behind the last, less the time passing
-            assert max(0.0, (k - 1) * 0.2) <= wait <= k * 0.2
+            assert k * 0.2 <= wait <= (k + 1) * 0.2
         assert await scope.acquire_slot(object(), trio.current_time() + 1)  # 1 of 4 slots
         assert not await scope.acquire_slot(object(), trio.current_time() + 0.1)
         await trio.sleep(0.15)  # past recheck_after: Redis is asked again, still down
@@ -1244,6 +1247,27 @@ async def test_fallback_limits_locally_at_its_share_and_warns_once(
     warnings = [r for r in caplog.records if r.name == "fanout.redis"]
     assert len(warnings) == 1
     assert "limiting this process locally at 25%" in warnings[0].getMessage()
+
+
+async def test_a_bucket_redis_lost_is_made_again_no_fuller_than_it_was_seen(
+    private_redis: RedisServer,
+) -> None:
+    """Redis loses the shared bucket (a restart, a flush) just after its burst was spent:
+    the next booking waits for a token, as the server's bucket is empty too. (Made again
+    full, the bucket let a second burst go at once: 429s from the server.)"""
+    async with RedisScope.from_url(
+        private_redis.url, name="api", prefix=unique_prefix(), rate=10, burst=5
+    ) as scope:
+        for _ in range(5):
+            booked = await scope.reserve(1, 0.0)
+            assert booked is not None
+            assert booked.wait == 0.0
+        client = coredis.Redis.from_url(private_redis.url)
+        async with client:
+            await client.flushall()
+        again = await scope.reserve(1, math.inf)
+        assert again is not None
+        assert 0.09 <= again.wait <= 0.1
 
 
 async def run_stopping(turn: fanout.Turn, redis: RedisServer, *, after: float) -> float:
