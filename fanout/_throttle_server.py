@@ -58,6 +58,9 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   ``state_at_answer`` states an admitted request's limit and what remains as they
   are when it is answered, after its latency, as slowapi's middleware reads them
   once the handler has run: a burst's answers all say what the last left.
+  ``state_on_refusals`` states them on refusals only: admitted answers carry
+  no state headers. ``close_each`` closes each connection after its answer
+  (``Connection: close``, as an HTTP/1.0 server): every request opens one.
   ``reset_late`` adds that many seconds to every reset, as slowapi's ``1 +``
   does: its ``X-RateLimit-Reset`` is the window's end plus a second, and its
   ``Retry-After``, the whole seconds (``int``) of that, the wait rounded up.
@@ -178,6 +181,8 @@ class ServerConfig:
     reset_as_epoch: bool = False
     reset_precise: bool = False
     state_at_answer: bool = False
+    state_on_refusals: bool = False
+    close_each: bool = False
     reset_late: float = attrs.field(default=0.0, validator=_SECONDS)
     reset_rounding: ResetRounding = attrs.field(
         default="up", validator=attrs.validators.in_(get_args(ResetRounding))
@@ -439,6 +444,8 @@ class ThrottlingServer:
         in_flight_at_start = state.in_flight
         status, wait = self._admit(state, n, start)
         headers = self._limit_headers(state, start)
+        if status == 200 and self.config.state_on_refusals:
+            headers = []
         delay = 0.0
         if status == 200:
             body: dict[str, object] = {"ok": True, "path": path, "n": n}
@@ -451,9 +458,12 @@ class ThrottlingServer:
             headers += self._refusal_headers(state, key, wait) if status != 500 else []
         try:
             await trio.sleep(delay)
-            if status == 200 and self.config.state_at_answer:
+            if status == 200 and self.config.state_at_answer and headers:
                 headers = self._limit_headers(state, trio.current_time())
-            await self._send(conn, stream, status, headers, body, head=request.method == b"HEAD")
+            await self._send(
+                conn, stream, status, headers, body,
+                close=self.config.close_each, head=request.method == b"HEAD",
+            )  # fmt: skip
         finally:
             if status == 200:
                 state.in_flight -= 1
@@ -658,6 +668,8 @@ def parse_command_line(argv: Sequence[str] | None = None) -> tuple[int, ServerCo
     p.add_argument("--reset-precise", action="store_true")
     p.add_argument("--reset-rounding", choices=get_args(ResetRounding), default="up")
     p.add_argument("--state-at-answer", action="store_true")
+    p.add_argument("--state-on-refusals", action="store_true")
+    p.add_argument("--close-each", action="store_true")
     p.add_argument("--scope-header", default=None)
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--date-skew", type=float, default=0.0)

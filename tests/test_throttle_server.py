@@ -390,6 +390,37 @@ async def test_a_request_asking_to_close_is_answered_then_closed(
     assert server.count() == 1
 
 
+async def test_counts_stated_on_refusals_alone(autojump_clock: trio.testing.MockClock) -> None:
+    """``state_on_refusals``: an admitted answer carries no state headers, a 429 all of them."""
+    config = ServerConfig(rate=4, burst=1, headers="draft", state_on_refusals=True)
+    async with running(config) as (_, client):
+        admitted, refused = await client.get("/"), await client.get("/")
+    assert admitted.status_code == 200
+    assert not any(name.startswith("ratelimit") for name in admitted.headers)
+    assert refused.status_code == 429
+    assert refused.headers["ratelimit-limit"] == "1"
+    assert refused.headers["ratelimit-remaining"] == "0"
+
+
+async def test_each_connection_closed_after_its_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``close_each``: every answer says ``Connection: close`` and ends its connection, as an
+    HTTP/1.0 server's, so each request opens one."""
+    async with running(ServerConfig(close_each=True)) as (server, _):
+        stream = await trio.open_tcp_stream("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+        async with stream:
+            await stream.send_all(
+                b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            reply = b""
+            while chunk := await stream.receive_some():  # ends: the server closed
+                reply += chunk
+    assert reply.count(b"HTTP/1.1 200 ") == 1
+    assert b"connection: close" in reply.lower()
+    assert server.count() == 1
+
+
 async def test_half_sent_request_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
     """A client closing mid-body ends only its own connection handler."""
     async with running(ServerConfig()) as (server, client):
@@ -432,7 +463,8 @@ def test_the_command_line_spells_every_option() -> None:
          "--reset-as-epoch", "--scope-header", "x-scope", "--fail-first", "1",
          "--model", "fixed", "--reset", "next", "--connect-delay", "0.25",
          "--connect-jitter", "0.01", "--window-phase", "0.5", "--date-every", "1",
-         "--reset-late", "1", "--reset-precise", "--state-at-answer"]
+         "--reset-late", "1", "--reset-precise", "--state-at-answer",
+         "--state-on-refusals", "--close-each"]
     )  # fmt: skip
     assert port == 8080
     assert config == ServerConfig(
@@ -440,7 +472,8 @@ def test_the_command_line_spells_every_option() -> None:
         headers="openai", reset_as_epoch=True, scope_header="x-scope", fail_first=1,
         model="fixed", reset="next", connect_delay=0.25, connect_jitter=0.01, window_phase=0.5,
         date_every=1.0,
-        reset_late=1.0, reset_precise=True, state_at_answer=True,
+        reset_late=1.0, reset_precise=True, state_at_answer=True, state_on_refusals=True,
+        close_each=True,
     )  # fmt: skip
     assert parse_command_line([]) == (0, ServerConfig())
 
