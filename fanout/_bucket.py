@@ -418,7 +418,9 @@ class TokenBucket:
         self._forget(booking)
         if booking.after == self._full_at and self._moved_since(booking.mark) == 0.0:
             self._full_at, self._paused_until = booking.before
-        elif start > trio.current_time() and len(self._holes) < _HOLES:
+        elif start >= trio.current_time() and len(self._holes) < _HOLES:
+            # Due now, and given back now, it is as good as one to come: a call on two
+            # scopes gives one back as the other's token turns out later (`_admission`).
             self._holes.append((start, booking.cost))
 
     def retimed(self, booking: Booking) -> Booking:

@@ -276,6 +276,14 @@ class ScopeFront:
     if TYPE_CHECKING:
         name: str
 
+    @property
+    def told_limit(self) -> float | None:
+        """The limit a server states for what this scope was told (a bucket's burst, a
+        window's limit), or None when told no rate: what `scopes_stated` matches."""
+        if self.rate is None and self.limit is None:
+            return None
+        return self.limit if self.limit is not None else self._initial_burst()
+
     def _initial_burst(self) -> float:
         return self.burst if self.burst is not None else max(1.0, self.rate or 1.0)
 

@@ -59,7 +59,7 @@ from ._library_log import scrub_library_log
 from ._pools import PoolLoads, PoolUse
 from ._redact import REDACTED, read_as_credentials, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
-from ._scope import ScopeLike, quota_horizon, scopes_named
+from ._scope import ScopeLike, quota_horizon, scopes_named, scopes_stated
 from ._secrets import learn
 from ._server_clock import ServerClock
 from ._slots import Leaving
@@ -427,7 +427,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         ):
             info = await self._wait_in_body(response, info)
         overloaded = context.refused = response.status_code == 503
-        for scope in scopes_named(context.scopes, info.scope):
+        for scope in scopes_stated(context.scopes, info):
             await scope.observe_headers(
                 info, sent_at=sent_at, refused=refused or overloaded,
                 opened=watch.opened,

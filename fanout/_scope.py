@@ -75,6 +75,27 @@ def scopes_named(scopes: tuple[ScopeLike, ...], named: str | None) -> tuple[Scop
     return scopes
 
 
+def scopes_stated(scopes: tuple[ScopeLike, ...], info: RateLimitInfo) -> tuple[ScopeLike, ...]:
+    """The scopes an answer's counts speak for: the scope the server named (`scopes_named`);
+    of a call on several, those told the limit it states; where none was, those told no
+    limit (learning); else all of them.
+
+    A server that enforces two limits (10 a second and 25 in 4 s; requests a
+    minute and a second) states the one nearer to refusing. Taken in by every
+    scope of the call, the bucket's ``Limit: 10`` became the window's limit
+    and its ``Remaining: 0`` spent the window: 3.1-3.6x the fastest, and as
+    slow told ``trust="config"``.
+    """
+    named = scopes_named(scopes, info.scope)
+    if len(named) < 2 or info.scope is not None or info.limit is None:
+        return named
+    told = tuple(scope for scope in named if scope.told_limit == info.limit)
+    if told:
+        return told
+    untold = tuple(scope for scope in named if scope.told_limit is None)
+    return untold or named
+
+
 def quota_horizon(scopes: tuple[ScopeLike, ...]) -> float:
     """The longest server wait these scopes still take as throttling: a longer one
     means a spent quota (the shortest of their ``quota_horizon``)."""
@@ -92,6 +113,8 @@ class ScopeLike(Protocol):
     def name(self) -> str: ...
     @property
     def max_concurrency(self) -> int | None: ...
+    @property
+    def told_limit(self) -> float | None: ...
     @property
     def quota_horizon(self) -> float: ...
     @property
