@@ -84,6 +84,9 @@ _CLOCKS = 256  # servers whose clocks are remembered
 # Seconds a refusal's body may take to arrive for the wait it states: a few hundred
 # bytes that do not come within this long are not worth the call's budget.
 _BODY_WAIT = 1.0
+# A refusal's body is read off (`_read_off`) if it comes within this long and is this short.
+_READ_OFF = 0.05
+_READ_OFF_BYTES = 16_384
 # Calls of a turn per set of pools. httpcore looks at every connection of a pool
 # each time a request starts or ends, so a pool's cost per request grows with its
 # connections: ten thousand hung calls on four pools spent 13 s starting, most of
@@ -422,10 +425,12 @@ class HttpCore(Generic[RequestT, ResponseT]):
         if info.scope is not None:
             info = attrs.evolve(info, scope=server_scope(info.scope, context.secrets))
         refused = _refused_for_rate(response.status_code, info)
+        read = False
         if info.retry_after is None and (
             refused or (response.status_code in _OVERLOADED and info.should_retry is not False)
         ):
             info = await self._wait_in_body(response, info)
+            read = "json" in response.headers.get("content-type", "").lower()
         overloaded = context.refused = response.status_code == 503
         for scope in scopes_stated(context.scopes, info):
             await scope.observe_headers(
@@ -451,6 +456,8 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 # refusal; any other took it in already, if at all (`observe_headers`).
                 for scope in named:
                     await scope.on_throttled(None, sent_at=sent_at, arriving=True)
+            if not read:
+                await _read_off(response)
             await response.aclose()
             raise signal
         response.stream = self._seam.body(
@@ -783,6 +790,18 @@ async def _charge(context: CallContext, scopes: tuple[ScopeLike, ...] | None = N
 def _token_wait(context: CallContext, scope: str | None, wait: float) -> None:
     """Tell the call's instruments of a wait for a scope's tokens."""
     _emit(context, EventKind.TOKEN_WAIT, wait=wait, scope=scope)
+
+
+async def _read_off(response: ResponseT) -> None:
+    """Read a refusal's body, if short and at hand, before it is closed: a response closed
+    unread closes its connection, and the next request opens one. (Against a server that
+    read each new connection's first request late, every 429 so led to the next: the new
+    connection's request arrived late beside one sent over an open one.)"""
+    with trio.move_on_after(_READ_OFF):
+        try:
+            await read_capped(response.stream, _READ_OFF_BYTES)
+        except Exception:  # broken off: the connection goes, as it would have
+            return
 
 
 async def _tell_throttled(scopes: tuple[ScopeLike, ...], signal: RateLimitedError) -> None:

@@ -72,7 +72,7 @@ from benchmarks.strategies import configured_scope
 from fanout import Scope, Status
 from fanout._learning import TOGETHER
 from fanout._throttle_server import parse_command_line
-from fanout.testing import ThrottlingServer
+from fanout.testing import ServerConfig, ThrottlingServer
 from tests.clocks import replayable_run, ticking_clock
 from tests.test_learning_no_numbers import learn
 from tests.test_learning_sweep import Server
@@ -790,3 +790,27 @@ def test_a_told_window_keyed_by_the_clock_is_met_at_any_phase(server: Server) ->
     assert throttling.count(status=200) == server.calls
     rounding = 0.0 if server.headers == "openai" else 1.0
     assert took <= fastest_learned(server) + rounding + 2 * server.latency + _EPS
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_a_refusal_read_off_keeps_its_connection(seed: int) -> None:
+    """A bucket of one at 20/s whose server reads each new connection's first request
+    150 ms late: one 429, to the first request over a reused connection (before any warm
+    answer; above). Closed unread, each 429's response closed its connection; the next
+    request opened one and arrived late beside one sent over an open one: five to seven
+    429s, each a second's wait (4-6x the fastest). Its body read off, the connection
+    stays, and so does the pace."""
+    config = ServerConfig(
+        rate=20, burst=1, latency=0.02, headers="draft", connect_delay=0.15, jitter=0.005,
+        seed=seed,
+    )  # fmt: skip
+
+    async def turn() -> tuple[ThrottlingServer, fanout.Turn, float]:
+        began = trio.current_time()
+        server, turn = await learn(config, 30, Scope("key", rate=20, burst=1))
+        return server, turn, trio.current_time() - began
+
+    server, told, makespan = trio.run(turn, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert server.count(status=429) <= 1
+    assert all(r.status is Status.OK for r in told.results)
+    assert makespan < 1.8 * (29 / 20 + 0.02 + 0.15)
