@@ -791,12 +791,13 @@ async def test_a_process_at_a_slower_rate_books_no_sooner_than_one_at_a_faster(
             assert booking.wait == 0.0
         slower = await slow.reserve(1, math.inf)
         assert slower is not None
-        # Less what came back while the ten were booked (some ms of Redis round trips).
-        assert 0.07 < slower.wait <= 0.1
+        # Less what came back while the ten were booked (Redis round trips: a few ms, 34
+        # ms on a loaded machine): at 10/s, five tokens would have been no wait at all.
+        assert 0.05 < slower.wait <= 0.1
         # And back at 20/s, the schedule reads as the same eleven tokens.
         following = await fast.reserve(1, math.inf)
         assert following is not None
-        assert 0.07 < following.wait <= 0.1
+        assert 0.05 < following.wait <= 0.1
 
 
 async def test_a_refill_one_process_proved_reaches_the_others(redis_url: str, prefix: str) -> None:
