@@ -146,7 +146,12 @@ def credentials_in(
 
 # An authorization parameter (``qop=auth``, ``Signature=<hex>``, ``response="<hash>"``):
 # its name, and its value unquoted.
-_AUTH_PARAM = re.compile(r'([A-Za-z][A-Za-z0-9_-]*)=("?)([^"]+)\2')
+# One ``name=value`` of a parameter list, the value quoted (commas and escapes inside) or
+# not, and the comma after it (or the end).
+_AUTH_PARAM = re.compile(
+    r'\s*([A-Za-z][A-Za-z0-9_-]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s,"]+)\s*(?:,|$)'
+)
+_QUOTED_PAIR = re.compile(r"\\(.)")
 # Those whose value is the secret part: a signature, a Digest response, a token.
 _SECRET_AUTH_PARAMS = frozenset({
     "signature", "sig", "response", "token", "access_token", "oauth_signature", "oauth_token",
@@ -160,11 +165,20 @@ def _auth_params(value: str) -> set[str] | None:
     and ``SignedHeaders=host`` were scrubbed from unrelated answers, and the bare
     signature or hash, which a server quotes back, was not known.)"""
     _, _, rest = value.strip().partition(" ")
-    parts = [part.strip() for part in rest.split(",")]
-    params = [_AUTH_PARAM.fullmatch(part) for part in parts]
-    if len(parts) < 2 or not all(params):
+    params: list[tuple[str, str]] = []
+    at = 0
+    while at < len(rest):
+        param = _AUTH_PARAM.match(rest, at)
+        if param is None or param.end() == at:
+            return None
+        name, spelled = param[1], param[2]
+        if spelled.startswith('"'):  # a quoted value may hold commas (a Digest uri="/q?a,b")
+            spelled = _QUOTED_PAIR.sub(r"\1", spelled[1:-1])
+        params.append((name, spelled))
+        at = param.end()
+    if len(params) < 2:
         return None
-    return {p[3] for p in params if p is not None and p[1].lower() in _SECRET_AUTH_PARAMS}
+    return {spelled for name, spelled in params if name.lower() in _SECRET_AUTH_PARAMS and spelled}
 
 
 def _after_scheme(value: str) -> set[str]:
@@ -214,5 +228,7 @@ def _basic_parts(credential: str) -> set[str]:
     user, colon, password = decoded.partition(":")
     if not colon:
         return {decoded}
-    # With no password, the user is the key (Stripe's ``auth=(key, "")``).
-    return {decoded, password} if len(password) >= MIN_LENGTH else {decoded, user}
+    # With no password, the user is the key (Stripe's ``auth=(key, "")``); with one, even
+    # one too short to learn, the user is a name (learned, "support@example.com" was taken
+    # out of every answer of the process after a login with a 7-character password).
+    return {decoded, password} if password else {decoded, user}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ._http_core import GuardedBody, Seam, TransportBase
+from ._http_core import GuardedBody, Seam, TransportBase, charge_mounted
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -44,4 +44,10 @@ def http_client(
     transport finds the running call itself (through ``current_call()``).
     """
     own = FanoutTransport(transport, secret_headers=secret_headers, secret_params=secret_params)
-    return httpx.AsyncClient(transport=own, **client_options)
+    client = httpx.AsyncClient(transport=own, **client_options)
+    return charge_mounted(
+        client,
+        lambda mounted: FanoutTransport(
+            mounted, secret_headers=secret_headers, secret_params=secret_params
+        ),
+    )

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from ._context import CallContext
     from ._values import RateLimitInfo
 
-__all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "server_scope"]
+__all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "charge_mounted", "server_scope"]
 
 # Worth another try: a server's failure or its overload (529: Anthropic's), or its
 # timeout waiting for the request (408), as the OpenAI and Anthropic SDKs retry them.
@@ -331,6 +331,26 @@ class TransportBase(Generic[RequestT, ResponseT]):
 
     async def aclose(self) -> None:
         await self._core.aclose()
+
+
+_Client = TypeVar("_Client")
+
+
+def charge_mounted(client: _Client, wrap: Callable[[Any], Any]) -> _Client:
+    """``client`` with each transport it mounted wrapped in a ``FanoutTransport`` too (by
+    ``wrap``): a proxy (``proxy=``, or the environment's ``HTTPS_PROXY`` while
+    ``trust_env``) or ``mounts=`` is mounted beside the client's own transport and
+    takes the requests it matches past it. (A tool's requests through a proxy were
+    never charged, limited nor learned from: a key the server quoted reached the model.)
+    Read and set where httpx keeps them, ``_mounts``: it has no public way in.
+    """
+    mounts: dict[Any, Any] = client._mounts  # type: ignore[attr-defined]
+    client._mounts = {  # type: ignore[attr-defined]
+        pattern: mounted if mounted is None or isinstance(mounted, TransportBase)
+        else wrap(mounted)
+        for pattern, mounted in mounts.items()
+    }  # fmt: skip
+    return client
 
 
 class HttpCore(Generic[RequestT, ResponseT]):

@@ -154,7 +154,16 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
         ),
         # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
         # looking for "://", and a 20,000-character message took most of a second.
-        (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://)[^/?#\s@\"'<>]*@"), rf"\1{REDACTED}@"),
+        # Userinfo is a credential with a password in it, or a user that is a token (a
+        # GitHub token as the user); a name alone is not ("ssh://git@github.com", a
+        # "postgres://postgres@localhost" lost their user names).
+        (
+            re.compile(
+                rf"(?i)(\b[a-z][a-z0-9+.-]{{0,31}}://)"
+                rf"(?:[^/?#\s@\"'<>:]*:[^/?#\s@\"'<>]*|{_TOKENISH}[^/?#\s@\"'<>:]{{8,}})@"
+            ),
+            rf"\1{REDACTED}@",
+        ),
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(_COOKIE_HEADERS)}){_BETWEEN})"

@@ -135,7 +135,10 @@ def _nested(char: str, escaped: str) -> str:
     elif escaped == '\\"':
         counts = [(2**depth - 1, '"') for depth in _DEPTHS]
     else:
-        return r"\\+" + re.escape(escaped[1:])
+        # Each escape of it: a character past U+FFFF is two (a surrogate pair, "\ud83d\ude00"),
+        # and the second doubles as the first does (left at one backslash, an emoji in a
+        # password leaked from a server's JSON inside a tool's).
+        return "".join(r"\\+" + re.escape(unit) for unit in escaped.split("\\")[1:])
     # The deepest first: two of a backslash's four taken, the two left escaped the quote
     # after it, and ended the string.
     deepest = sorted(counts, reverse=True)
@@ -380,7 +383,13 @@ def scrub_cut_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     if not cuts:
         return text
     raw = {secret.reveal() if isinstance(secret, Secret) else secret for secret in secrets}
-    values = sorted({*raw, *_known.values()}, key=len, reverse=True)
+    # As written, and as written in JSON: a cap falls in a part's JSON too (`encode_parts`),
+    # where a key's quote or backslash is escaped, and a head of it read only as written
+    # was left whole but its last character.
+    spellings = {*raw, *_known.values()}
+    spellings |= {json.dumps(value, ensure_ascii=ascii)[1:-1] for value in spellings
+                  for ascii in (False, True)}  # fmt: skip
+    values = sorted(spellings, key=len, reverse=True)
     for cut in reversed(cuts):
         head = text[:cut]
         for value in values:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
-from ._http_core import GuardedBody, Seam, TransportBase
+from ._http_core import GuardedBody, Seam, TransportBase, charge_mounted
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -43,4 +43,10 @@ def http_client(
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose requests are charged to the running call."""
     own = FanoutTransport(transport, secret_headers=secret_headers, secret_params=secret_params)
-    return httpx2.AsyncClient(transport=own, **client_options)
+    client = httpx2.AsyncClient(transport=own, **client_options)
+    return charge_mounted(
+        client,
+        lambda mounted: FanoutTransport(
+            mounted, secret_headers=secret_headers, secret_params=secret_params
+        ),
+    )

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import attrs
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -35,7 +36,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 import fanout.httpx2
-from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._answers import failure
 from fanout._canonical import truncate
 from fanout._credentials import (
@@ -720,3 +721,111 @@ def test_a_secret_spelled_any_way_is_found_however_the_text_around_it_is_escaped
         scrubbed = json.loads(scrubbed)["body"]
     assert "REDACTED" in scrubbed
     assert key not in scrubbed
+
+
+def test_a_basic_login_with_a_short_password_does_not_teach_its_user() -> None:
+    """With a password, however short, the user is a name, not the key: learned, a support
+    address was taken out of every later answer of the process."""
+    value = base64.b64encode(b"support@example.com:hunter2").decode()
+    found = {
+        s.reveal()
+        for s in credentials_in(
+            [("authorization", f"Basic {value}")], "http://h/", CredentialNames()
+        )
+    }
+    assert "support@example.com" not in found
+    assert "support@example.com:hunter2" in found
+    keyed = base64.b64encode(b"sk_live_0123456789abcdef:").decode()  # the key as user
+    found = {
+        s.reveal()
+        for s in credentials_in(
+            [("authorization", f"Basic {keyed}")], "http://h/", CredentialNames()
+        )
+    }
+    assert "sk_live_0123456789abcdef" in found
+
+
+def test_a_digest_parameter_list_with_a_comma_in_a_quoted_value_is_read_as_one() -> None:
+    """A Digest ``uri`` with a comma in it: its ``response`` hash is learned bare, and its
+    other parameters not at all. (Split on the comma, the list was no list: every part
+    was learned whole, ``qop=auth`` and ``algorithm=MD5`` taken out of later answers.)"""
+    digest = (
+        'Digest username="bob", realm="api", nonce="abc123", uri="/search?q=a,b", '
+        'response="6629fae49393a05397450978507c4ef1", qop=auth, nc=00000001, '
+        'cnonce="0a4f113b", algorithm=MD5'
+    )
+    found = {
+        s.reveal()
+        for s in credentials_in([("authorization", digest)], "http://h/", CredentialNames())
+    }
+    assert "6629fae49393a05397450978507c4ef1" in found
+    assert not {"qop=auth", "algorithm=MD5", "nc=00000001", "auth", "MD5"} & found
+    assert not any(value.startswith(("qop", "algorithm", "realm", 'uri="')) for value in found)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("git clone ssh://git@github.com/python-trio/trio.git", True),
+        ("postgres://postgres@localhost:5432/app", True),
+        ("ftp://anonymous@ftp.example.org/pub", True),
+        ("https://alice:s3cret-pass@example.com/x", False),
+        ("https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r", False),
+    ],
+)
+def test_userinfo_is_a_credential_with_a_password_or_a_token_as_user(text: str, kept: bool) -> None:
+    """A user name alone is no credential (``git@``, ``postgres@`` were redacted); a
+    password, or a token standing as the user, is."""
+    assert (redact_text(text) == text) is kept
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_a_request_through_a_proxy_is_charged_and_its_key_learned(library: str) -> None:
+    """``http_client(proxy=...)``: httpx mounts a proxy transport of its own for every URL,
+    and took each request past fanout's (no event, no key learned: a key the server
+    quoted reached the model). The echo server stands in for the proxy."""
+    key = "k-proxy-7f3a9c2e5b1d"
+    module = fanout if library == "httpx" else fanout.httpx2
+
+    async def main() -> fanout.Turn:
+        async with serve_echo() as proxy:
+            client = module.http_client(proxy=proxy.url, headers={"X-Api-Key": key})
+            reg = Registry()
+
+            @reg.tool(kind=Kind.READS)
+            async def lookup() -> str:
+                return str((await client.get("http://api.example.test/items")).text)
+
+            turn = await Runner(reg).run_turn([ToolCall("c1", "lookup", {})])
+            await client.aclose()
+            assert len(proxy.seen) == 1
+        return turn
+
+    turn = trio.run(main)
+    assert turn.results[0].status is Status.OK
+    assert key not in turn.results[0].content
+    assert [e for e in turn.trace if e.kind is fanout.EventKind.REQUEST_SENT]
+
+
+def test_a_part_cut_inside_a_key_with_a_quote_in_it_shows_no_head_of_it() -> None:
+    """A text block capped inside a key holding ``"`` and ``\\``: in the blocks' JSON the
+    key is escaped, and its head, read only as written, was left whole but its last
+    character."""
+    key = 'pa"ss\\word-db72d4f7347c'
+
+    def handler(request: Any) -> Any:
+        return httpx.Response(200, text="x" * 135 + request.headers["x-api-key"] + " tail" * 60)
+
+    async def main() -> fanout.Turn:
+        client = LIBRARIES["httpx"].client(httpx.MockTransport(handler), headers={"X-Api-Key": key})
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS)
+        async def fetch() -> list[fanout.Text]:
+            return [fanout.Text((await client.get("http://api.test/x")).text)]
+
+        return await Runner(reg, max_output_chars=200).run_turn([ToolCall("c1", "fetch", {})])
+
+    turn = trio.run(main)
+    shown = turn.results[0].parts[0].text  # type: ignore[union-attr]
+    assert not any(key[:k] in shown for k in range(MIN_LENGTH, len(key) + 1))

@@ -7,6 +7,7 @@ durations. Each wait is bounded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -131,6 +132,9 @@ async def test_each_credential_has_its_own_scope(url: str) -> None:
     host = url.removeprefix("http://").removesuffix("/mcp")
     assert all(scope.startswith(f"mcp:{host}#") for scope in scopes)
     assert not any("secret" in scope for scope in scopes)
+    # Slow to guess from, and the same in every process: not a plain hash of the header.
+    plain = hashlib.sha256(b"Bearer alpha-secret-token").hexdigest()[:12]
+    assert not scopes[0].endswith(plain)
 
 
 async def test_a_server_that_dies_mid_call_fails_that_call_not_the_turn(url: str) -> None:

@@ -116,3 +116,17 @@ def test_learning_a_secret_compiles_its_pattern_alone() -> None:
         for pattern, _ in known.patterns():
             text = pattern.sub(REDACTED, text)
         assert text == f"k={REDACTED}%20"
+
+
+def test_a_secret_past_u_ffff_is_taken_out_however_deep_its_json() -> None:
+    """A password with an emoji, written by a server's JSON (``\\ud83d\\ude00``, a pair of
+    escapes) inside a tool's JSON, once or twice more: the second escape doubles its
+    backslashes as the first does (left at one, the password reached the model)."""
+    password = "\U0001f600emoji-pass-9"
+    text = json.dumps({"password": password})
+    for _ in range(3):
+        scrubbed = scrub_secrets(text, [password])
+        assert "emoji-pass-9" in text
+        assert "emoji-pass-9" not in scrubbed
+        assert scrubbed.count(REDACTED) == 1
+        text = json.dumps({"body": text})
