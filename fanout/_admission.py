@@ -40,7 +40,10 @@ __all__ = ["Denial", "Shortfall", "admit", "take_tokens"]
 
 _TRIES = 3  # bookings tried while the wait keeps changing under a call
 # Seconds: a call's tokens on its scopes due within this of each other start it together.
-_APART = 1e-3
+# (At 1 ms, a shared bucket's bookings, timed across a Redis round trip, were always a few
+# ms off a local one's: each was given back and booked again, at the back of its line,
+# until the calls' deadlines.)
+_APART = 0.01
 
 
 @attrs.frozen
@@ -195,29 +198,25 @@ async def take_tokens(
     (a window's log knows its booking by that, `SlidingLog.confirm`); a later
     request of the call leaves as its tokens are taken, and is given none.
     """
-    done: list[tuple[ScopeLike, Booking]] = []  # confirmed: the call started there
+    if not scopes:  # nothing to book (a scope-less call's second request)
+        await trio.lowlevel.checkpoint()
+        return None
     held: list[tuple[ScopeLike, Booking]] = []  # booked, not confirmed yet
-    admitted = False
     try:
         while True:
-            # A booking one scope voided is booked again there alone: the call keeps its
-            # bookings (its place in line) on the others. Booked again everywhere, a call
-            # on a bucket and a window whose log dropped its bookings went to the back of
-            # the bucket's line each time: 2 s for a token due then.
-            todo = [scope for scope in scopes if not _has(done + held, scope)]
+            todo = [scope for scope in scopes if not _has(held, scope)]
             if todo:
-                if not (done or held):
+                if not held:
                     todo = await _latest_first(todo, cost)
                 booked = await _book_all(todo, cost, budget, patience)
                 if isinstance(booked, Shortfall):
-                    await _refund(done + held)
-                    done.clear()
+                    await _refund(held)
                     held.clear()
                     if await _wait_for_a_rise(scopes, booked, budget, patience, on_wait):
                         continue
                     return booked
                 held += booked
-            early = _early(held, done)
+            early = _early(held)
             if early:
                 # A token due sooner than the call's last is given back, and booked again
                 # once that one is due (the look ahead may have been wrong). Never taken
@@ -237,34 +236,42 @@ async def take_tokens(
                 await _refund(held)
                 held.clear()
                 continue
-            if len(done) + len(held) < len(scopes):
+            if len(held) < len(scopes):
                 continue  # the tokens that come last are due: book the others now
             doomed = _ends_late_however_quick(scopes, budget)
             if doomed is not None:
                 return doomed
-            # How late the process woke the call, before any confirmation's own time: a
-            # shared schedule's confirmation waits where the schedule moved, and counted
-            # as waking late, that wait widened the slack, which moved the schedule
-            # further (a shared bucket of one at 30/s took 2.9 times the minimum).
-            woke_late = trio.current_time() - woken_for
-            while held:
-                scope, booking = held[0]
-                confirmed = await scope.confirm(booking)
-                held.pop(0)
-                if not confirmed:
-                    await scope.refund(booking)
-                    continue
-                done.append((scope, booking))
-                if booking.took_full:  # a late wake cost a full server its refill
-                    scope.observe_wake_lag(woke_late)
-            if len(done) == len(scopes):
+            if await _confirm_all(held, woken_for):
                 if admits is not None:
-                    admits(max(booking.starts for _, booking in done))
-                admitted = True
+                    admits(max(booking.starts for _, booking in held))
+                held.clear()  # started: nothing to give back
                 return None
+            # One was voided: booked again everywhere, as a token confirmed already would
+            # be counted from before the call starts (a bucket of one started two calls at
+            # once). Given back now, each is a token due now, which the call's own
+            # booking may take again (`TokenBucket.refund`).
+            await _refund(held)
+            held.clear()
     finally:
-        if not admitted:
-            await _refund(done + held)
+        await _refund(held)
+
+
+async def _confirm_all(held: list[tuple[ScopeLike, Booking]], woken_for: float) -> bool:
+    """Confirm each booking, in order; False at the first that no longer holds (those after
+    it are not asked). ``woken_for``: when the sleep for them was to end.
+
+    How late the process woke the call is taken before any confirmation's own time: a
+    shared schedule's confirmation waits where the schedule moved, and counted as waking
+    late, that wait widened the slack, which moved the schedule further (a shared bucket
+    of one at 30/s took 2.9 times the minimum).
+    """
+    woke_late = trio.current_time() - woken_for
+    for scope, booking in held:
+        if not await scope.confirm(booking):
+            return False
+        if booking.took_full:  # a late wake cost a full server its refill
+            scope.observe_wake_lag(woke_late)
+    return True
 
 
 async def _latest_first(scopes: list[ScopeLike], cost: float) -> list[ScopeLike]:
@@ -293,13 +300,11 @@ def _has(bookings: list[tuple[ScopeLike, Booking]], scope: ScopeLike) -> bool:
     return any(held is scope for held, _ in bookings)
 
 
-def _early(
-    held: list[tuple[ScopeLike, Booking]], done: list[tuple[ScopeLike, Booking]]
-) -> list[tuple[ScopeLike, Booking]]:
-    """The bookings not confirmed yet that start sooner than the call's last token is due."""
+def _early(held: list[tuple[ScopeLike, Booking]]) -> list[tuple[ScopeLike, Booking]]:
+    """The bookings that start sooner than the call's last token is due."""
     if not held:
         return []
-    latest = max(booking.starts for _, booking in held + done)
+    latest = max(booking.starts for _, booking in held)
     return [(scope, booking) for scope, booking in held if booking.starts < latest - _APART]
 
 
