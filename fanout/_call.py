@@ -253,7 +253,9 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         # A sync tool has started once a worker thread runs it (`_call_fn`): one that
         # waited for a thread, all of them held by tools that ignored their cancellation,
         # was answered timed_out "started" though it never ran.
-        state.started = spec.is_async
+        # And once started, in any attempt, it has: a write retried after it ran, whose
+        # retry waited for a thread to its deadline, was answered "not started".
+        state.started = state.started or spec.is_async
         for scope in plan.scopes:
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
@@ -457,7 +459,10 @@ async def _invoke(
         call = state.plan.call
 
         def answer_idle() -> None:
-            answered(failure(call, Status.TIMED_OUT, str(idle), started=True, kind=spec.kind))
+            # A sync tool still waiting for a thread has not started (`_in_a_thread`).
+            answered(
+                failure(call, Status.TIMED_OUT, str(idle), started=state.started, kind=spec.kind)
+            )
 
         try:
             async with trio.open_nursery() as watching:

@@ -26,6 +26,7 @@ from ._canonical import SHORTEST_CAP, canonical_arguments, shown
 from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
+from ._going_up import keyboard_interrupt_in, only_going_up
 from ._registry import Registry
 from ._retry import RetryPolicy
 from ._run import Run
@@ -158,6 +159,14 @@ class Runner:
         self._nursery = None
         try:
             suppressed = await manager.__aexit__(kind, exc, tb)
+        except BaseExceptionGroup as group:
+            # A KeyboardInterrupt from a call's task (and the cancellations it caused)
+            # comes out of the block as itself, as from a turn not opened: in the
+            # nursery's group, `except KeyboardInterrupt` caught nothing.
+            interrupt = keyboard_interrupt_in(group)
+            if interrupt is not None and only_going_up(group):
+                raise interrupt from None
+            raise
         finally:
             self._nursery_manager = None
         if kind is None:  # a nursery with nothing left to wait for does not yield; we do

@@ -87,6 +87,8 @@ class TurnCounts:
 
     started: int = 0
     running: int = 0
+    # A KeyboardInterrupt went up through a turn: it stops the runner's other turns too.
+    interrupted: bool = False
 
 
 class _Stage(enum.Enum):
@@ -141,6 +143,7 @@ class Turn:
         self._stopping = False  # set once the turn has stopped its calls
         self._internal = ""  # what failed, when fanout itself did
         self._keyboard_interrupt = False  # a KeyboardInterrupt went up through the turn
+        self._interrupt: KeyboardInterrupt | None = None  # which one
         self._scope = trio.CancelScope()
         self._deadlines = Deadlines()
         # Every running call's own cancel scope, so the turn can stop calls
@@ -205,12 +208,18 @@ class Turn:
         try:
             self._recorder.emit(EventKind.TURN_STARTED, detail={"calls": len(self._states)})
             await self._run_phases()
-        except trio.Cancelled:
-            raise
-        except KeyboardInterrupt:
-            self._keyboard_interrupt = True
-            raise
         except BaseException as exc:
+            if self._interrupt is not None and only_going_up(exc):
+                # A call's task in the runner's nursery raised it there, and the nursery
+                # cancels this task: it is what stopped the turn, and comes out as itself
+                # (a group of the cancellation came out, and `except KeyboardInterrupt`
+                # caught nothing).
+                raise self._interrupt from None
+            if isinstance(exc, trio.Cancelled):
+                raise
+            if isinstance(exc, KeyboardInterrupt):
+                self._note_interrupt(exc)
+                raise
             self._fail_internally(exc)
         finally:
             self._stop_calls()
@@ -270,8 +279,16 @@ class Turn:
             self._note_crash(exc)
             raise
 
+    def _note_interrupt(self, exc: BaseException) -> None:
+        """Remember a ``KeyboardInterrupt`` in ``exc``: the turn's (and, in an open runner,
+        its other turns') calls say so, and `run` raises it as itself."""
+        interrupt = keyboard_interrupt_in(exc)
+        if interrupt is not None:
+            self._keyboard_interrupt = self._counts.interrupted = True
+            self._interrupt = self._interrupt or interrupt
+
     def _note_crash(self, exc: BaseException) -> None:
-        self._keyboard_interrupt |= keyboard_interrupt_in(exc) is not None
+        self._note_interrupt(exc)
         if not only_going_up(exc) and not self._internal:
             self._internal = describe(exc)
 
@@ -389,18 +406,20 @@ class Turn:
                     await self._start_arrivals(arrivals, nursery, self._run_one, register)
             return
         self._phase_left = set()
-        with self._noting_crashes():
-            await self._start_arrivals(arrivals, self._host, self._run_hosted, register)
-        # Made only now: while calls were still arriving, the set could run
-        # empty for a moment without the phase being over.
-        self._phase_done = trio.Event()
-        if self._phase_left:
-            await self._phase_done.wait()
+        async with trio.open_nursery() as own:  # for calls once the runner has closed
+            with self._noting_crashes():
+                starts = _Starts(self._host, own)
+                await self._start_arrivals(arrivals, starts, self._run_hosted, register)
+            # Made only now: while calls were still arriving, the set could run
+            # empty for a moment without the phase being over.
+            self._phase_done = trio.Event()
+            if self._phase_left:
+                await self._phase_done.wait()
 
     async def _start_arrivals(
         self,
         arrivals: Callable[[], Awaitable[list[CallState] | None]],
-        nursery: trio.Nursery,
+        nursery: trio.Nursery | _Starts,
         run_one: Callable[..., Awaitable[None]],
         register: bool,
     ) -> None:
@@ -427,7 +446,7 @@ class Turn:
     def _start_soon(
         self,
         state: CallState,
-        nursery: trio.Nursery,
+        nursery: trio.Nursery | _Starts,
         run_one: Callable[..., Awaitable[None]],
         since: float,
     ) -> None:
@@ -581,7 +600,7 @@ class Turn:
             # Raised on, it took every sibling with it, and under an open runner it
             # crashed the runner's nursery into the caller's code.
             cancelled, failed = split_going_up(exc)
-            self._keyboard_interrupt |= keyboard_interrupt_in(exc) is not None
+            self._note_interrupt(exc)
             if failed is None:
                 raise
             log_failure(_log, "fanout: call %s failed inside fanout", state.call.id, exc=failed)
@@ -687,7 +706,11 @@ class Turn:
 
     # -- answers ------------------------------------------------------------
 
-    def _answer(self, state: CallState, result: ToolResult) -> None:
+    def _answer(self, state: CallState, result: ToolResult, *, shared_run: bool = False) -> None:
+        """Answer ``state`` (once) and the calls that share its run; ``shared_run``: this is
+        such a follower's answer, whose failure is its run's, not a sibling's of its own
+        (taken for one, the first follower's cancelled the others before they were given
+        the run's answer, each "cancelled, not started" beside a write that ran)."""
         if state.result is not None:
             return  # the first answer stands: a call is answered once
         state.result = result = scrubbed(result, state.secrets)
@@ -698,14 +721,15 @@ class Turn:
         for follower in state.followers or ():
             if follower.result is None:
                 follower.started = state.started
-                self._answer(follower, shared(result, follower))
+                self._answer(follower, shared(result, follower), shared_run=True)
         call = state.call
         self._recorder.emit(
             EventKind.ANSWERED, call_id=call.id, tool=call.name, status=result.status,
             scope=result.scope, attempt=state.attempts or None,
         )  # fmt: skip
         if (
-            self._on_failure == "cancel_siblings"
+            not shared_run
+            and self._on_failure == "cancel_siblings"
             and result.status in _FAILURES
             and self._failed is None
             and trio.current_time() < self._deadline
@@ -735,7 +759,7 @@ class Turn:
     def _interrupted(self, state: CallState) -> ToolResult:
         """The answer of a call stopped from outside, saying what stopped it."""
         failed = self._failed
-        if self._keyboard_interrupt:
+        if self._keyboard_interrupt or self._counts.interrupted:
             why, status = "a KeyboardInterrupt stopped the turn", Status.CANCELLED
         elif failed is not None and failed is not state:
             why = (
@@ -769,6 +793,29 @@ class Turn:
             state.call, Status.CANCELLED, "the turn has not finished running this call",
             started=state.started, kind=state.plan.kind,
         )  # fmt: skip
+
+
+class _Starts:
+    """Where a turn in an open runner starts its calls: the runner's nursery, or, once
+    that has closed (its block ended while the turn ran in another task), the turn's
+    own. (Started in the closed one, the next call was answered "fanout failed", and a
+    stream was read no further.)"""
+
+    def __init__(self, host: trio.Nursery, own: trio.Nursery) -> None:
+        self._host = host
+        self._own = own
+
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        try:
+            self._host.start_soon(fn, *args)
+        except RuntimeError:  # closed to new arrivals
+            self._own.start_soon(fn, *args)
+
+    async def start(self, fn: Callable[..., Awaitable[object]], *args: object) -> object:
+        try:
+            return await self._host.start(fn, *args)
+        except RuntimeError:  # closed: the call itself raises nothing (`_run_hosted`)
+            return await self._own.start(fn, *args)
 
 
 class _Place:

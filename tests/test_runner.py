@@ -64,3 +64,95 @@ def test_a_turn_is_made_of_tool_calls(registry: Registry) -> None:
     """A turn of something that is not a ToolCall is an InvalidTurnError naming its type."""
     with pytest.raises(InvalidTurnError, match="made of ToolCall values, not dict"):
         Runner(registry).turn([{"id": "a", "name": "echo"}])  # type: ignore[list-item]
+
+
+def _interrupting() -> fanout.Registry:
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def boom(x: int) -> str:
+        await trio.sleep(0.1)
+        raise KeyboardInterrupt  # Ctrl-C, landing in this call's task
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def slow(x: int) -> str:
+        await trio.sleep(5)
+        return "slow"
+
+    return registry
+
+
+async def test_a_keyboard_interrupt_in_an_open_runner_comes_out_as_itself(
+    autojump_clock: Any,
+) -> None:
+    """A call's task in the runner's nursery raises ``KeyboardInterrupt``: ``run()`` and the
+    runner's block raise it as itself, and every call says what stopped it, in this
+    turn and in another running beside it. (``run()`` raised a group of its
+    cancellation, the block a group of the interrupt, and the other turn's call said
+    "the caller cancelled the turn".)"""
+    runner = fanout.Runner(_interrupting(), turn_timeout=10)
+    first = runner.turn(
+        [fanout.ToolCall("a", "boom", {"x": 1}), fanout.ToolCall("b", "slow", {"x": 1})]
+    )
+    second = runner.turn([fanout.ToolCall("c", "slow", {"x": 2})])
+    raised: dict[str, BaseException] = {}
+
+    async def run(name: str, turn: fanout.Turn) -> None:
+        try:
+            await turn.run()
+        except BaseException as exc:
+            raised[name] = exc
+            raise
+
+    caught: BaseException | None = None
+    try:
+        async with runner, trio.open_nursery() as nursery:
+            nursery.start_soon(run, "first", first)
+            nursery.start_soon(run, "second", second)
+    except BaseException as exc:
+        caught = exc
+    assert isinstance(caught, KeyboardInterrupt)
+    assert isinstance(raised["first"], KeyboardInterrupt)
+    for result in [*first.results[1:], *second.results]:
+        assert result.status is fanout.Status.CANCELLED
+        assert "a KeyboardInterrupt stopped the turn" in result.content
+
+
+def _streamed_weather(cities: list[str]) -> Any:
+    async def stream() -> Any:
+        yield {"type": "message_start", "message": {"id": "m", "role": "assistant"}}
+        for i, city in enumerate(cities):
+            await trio.sleep(1)
+            block = {"type": "tool_use", "id": f"t{i}", "name": "weather", "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": f'{{"city": "{city}"}}'}
+            yield {"type": "content_block_start", "index": i, "content_block": block}
+            yield {"type": "content_block_delta", "index": i, "delta": delta}
+            yield {"type": "content_block_stop", "index": i}
+        yield {"type": "message_stop"}
+
+    return stream()
+
+
+async def test_a_turn_goes_on_in_its_own_nursery_once_its_runner_has_closed(
+    autojump_clock: Any,
+) -> None:
+    """A streaming turn runs in another task while the runner's block ends (at 0.5 s, the
+    model still writing): the calls that complete later run in the turn's own nursery.
+    (Started in the closed one, the next was answered "fanout failed", and the stream
+    was read no further.)"""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def weather(city: str) -> str:
+        return f"clear over {city}"
+
+    turns: list[fanout.Turn] = []
+    async with trio.open_nursery() as nursery, fanout.Runner(registry, turn_timeout=30) as runner:
+
+        async def read() -> None:
+            stream = _streamed_weather(["Oslo", "Lima"])
+            turns.append(await runner.run_stream(stream, fanout.AnthropicStream()))
+
+        nursery.start_soon(read)
+        await trio.sleep(0.5)
+    assert [r.content for r in turns[0].results] == ["clear over Oslo", "clear over Lima"]

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 import fanout
-from fanout import Kind, Registry, Runner, Status, ToolCall
+from fanout import Kind, Registry, RetryPolicy, Runner, Status, ToolCall, TransientError
 from fanout.idempotency import ReadCache
 
 
@@ -821,3 +821,100 @@ def test_sync_writes_answered_at_their_deadline_while_they_waited_never_run() ->
         assert not_started, "no call waited past its timeout: the test shows nothing"
         assert ran.isdisjoint(not_started)
         ran.clear()
+
+
+def test_a_sync_write_that_ran_and_then_waited_for_a_thread_says_it_started() -> None:
+    """A sync write's first attempt runs and fails; its retry waits for the one thread
+    (held by a tool that ignores its cancellation) until its deadline. Each attempt took
+    the call for not started again, and the write that had run was answered "not
+    started"."""
+    ran: list[str] = []
+    release = threading.Event()
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=0.3)
+    def hog() -> str:
+        release.wait(3)
+        return "held"
+
+    @reg.tool(kind=Kind.MUTATING, timeout=1.0, retry=RetryPolicy(attempts=3, base=0.2, cap=0.2))
+    def charge(amount: int) -> str:
+        ran.append("charged")
+        raise TransientError("the gateway hiccuped")
+
+    async def main() -> fanout.Turn:
+        runner = Runner(reg, max_threads=1, turn_timeout=5)
+        turns: list[fanout.Turn] = []
+
+        async def write() -> None:
+            turns.append(await runner.run_turn([ToolCall("w", "charge", {"amount": 5})]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            await trio.sleep(0.05)  # the write's first attempt has run
+            await runner.run_turn([ToolCall("h", "hog", {})])  # and the thread is taken
+        return turns[0]
+
+    try:
+        turn = trio.run(main)
+    finally:
+        release.set()
+    assert ran
+    assert json.loads(turn.results[0].content)["started"] is True
+
+
+def test_an_idle_timeout_before_a_thread_came_says_the_tool_never_started() -> None:
+    """A sync write with an idle timeout waits for the one thread, held by a tool that
+    ignores its cancellation: answered at the idle timeout, it never ran, and says so
+    (it said "started", its effect unknown)."""
+    ran: list[str] = []
+    release = threading.Event()
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=0.1)
+    def hog() -> str:
+        release.wait(3)
+        return "held"
+
+    @reg.tool(kind=Kind.MUTATING, timeout=2, idle_timeout=0.3)
+    def charge() -> str:
+        ran.append("charged")
+        return "charged"
+
+    async def main() -> fanout.Turn:
+        runner = Runner(reg, max_threads=1, turn_timeout=5)
+        await runner.run_turn([ToolCall("h", "hog", {})])
+        return await runner.run_turn([ToolCall("w", "charge", {})])
+
+    try:
+        turn = trio.run(main)
+    finally:
+        release.set()
+    answer = json.loads(turn.results[0].content)
+    assert (answer["status"], answer["started"]) == ("timed_out", False)
+    assert "effect" not in answer
+    assert ran == []
+
+
+async def test_calls_sharing_a_run_that_failed_share_its_answer_under_cancel_siblings(
+    autojump_clock: Any,
+) -> None:
+    """Three identical writes share one run, which charges and then fails: each is given
+    the run's answer. (The first follower's failure was taken for a sibling's, and the
+    others were answered "cancelled, not started" beside a write that had run.)"""
+    reg = Registry()
+    ran: list[int] = []
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def charge(amount: int) -> str:
+        ran.append(amount)
+        await trio.sleep(0.1)
+        raise RuntimeError("the receipt printer jammed")
+
+    runner = Runner(reg, on_failure="cancel_siblings", mutating="parallel")
+    turn = await runner.run_turn([ToolCall(f"c{i}", "charge", {"amount": 5}) for i in range(3)])
+    assert ran == [5]
+    for result in turn.results:
+        answer = json.loads(result.content)
+        assert (answer["status"], answer["started"]) == ("error", True)
+        assert "jammed" in answer["message"]
