@@ -39,6 +39,7 @@ CREDENTIAL_HEADERS = frozenset(
         "x-goog-api-key",
         "ocp-apim-subscription-key",
         "x-amz-security-token",
+        "private-token",
         "cookie",
         "set-cookie",
     }
@@ -65,6 +66,11 @@ CREDENTIAL_PARAMS = frozenset(
         "x-amz-signature",
         "x-amz-credential",
         "x-amz-security-token",
+        "x-goog-signature",
+        "x-goog-credential",
+        "private_token",
+        "subscription-key",
+        "appid",
     }
 )
 """Query parameters whose value is a credential (names compared case-insensitively)."""
@@ -106,7 +112,12 @@ def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> fro
     checked = set()
     for name in names:
         if not isinstance(name, str) or not pattern.fullmatch(name):
-            raise ConfigurationError(f"{name!r} is not a valid {what} name")
+            # Not quoted: handed ``headers.items()``, the message quoted each key.
+            given = f"{len(name)} characters" if isinstance(name, str) else type(name).__name__
+            raise ConfigurationError(
+                f"a credential {what} name must be a name (printable, no spaces), not a "
+                f"{given} value that is not one"
+            )
         checked.add(name.lower())
     return frozenset(checked)
 
@@ -206,16 +217,29 @@ def cookies_set(lines: Iterable[str]) -> set[Secret]:
     for line in lines:
         _, _, value = line.split(";", 1)[0].partition("=")
         values.add(value.strip().strip('"'))
-    return {Secret(value) for value in values if len(value) >= max(_MIN_COOKIE, MIN_LENGTH)}
+    return {Secret(value) for value in values if _session_like(value)}
+
+
+def _session_like(value: str) -> bool:
+    """A cookie value that reads as a session: 8 characters or more, with a digit among
+    them or 20 long. (``tz=America/Los_Angeles`` was learned, and "America/Los_Angeles"
+    taken out of every later answer of the process.)"""
+    long_enough = len(value) >= max(_MIN_COOKIE, MIN_LENGTH)
+    return long_enough and (len(value) >= 20 or any(char.isdigit() for char in value))
 
 
 def _cookie_values(header: str) -> set[str]:
-    """The values of a Cookie header long enough to be a session (``theme=dark`` is not)."""
+    """The values of a Cookie header that read as a session (``theme=dark`` does not)."""
     values = set()
     for pair in header.split(";"):
         _, _, value = pair.partition("=")
         values.add(value.strip().strip('"'))
-    return {value for value in values if len(value) >= _MIN_COOKIE}
+    return {value for value in values if _session_like(value)}
+
+
+# A user that reads as a key, not a name: 16 or more characters of letters, digits and
+# "-_.", a digit among them.
+_KEYLIKE = re.compile(r"(?=[^0-9]*[0-9])[A-Za-z0-9._-]{16,}")
 
 
 def _basic_parts(credential: str) -> set[str]:
@@ -230,5 +254,7 @@ def _basic_parts(credential: str) -> set[str]:
         return {decoded}
     # With no password, the user is the key (Stripe's ``auth=(key, "")``); with one, even
     # one too short to learn, the user is a name (learned, "support@example.com" was taken
-    # out of every answer of the process after a login with a 7-character password).
-    return {decoded, password} if password else {decoded, user}
+    # out of every answer of the process after a login with a 7-character password),
+    # unless it reads as a key: Freshdesk's and BambooHR's go as the user, "X" beside it.
+    parts = {decoded, password} if password else {decoded, user}
+    return parts | {user} if password and _KEYLIKE.fullmatch(user) else parts

@@ -239,14 +239,16 @@ class Recorder:
 
 
 def _scrubbed_detail(detail: EventDetail | None) -> EventDetail:
-    """An event's detail with its message (a tool's progress) scrubbed again."""
+    """An event's detail with its texts scrubbed again: a tool's progress message, and a
+    request's URL (one whose path held a key sent later as a header was left with it)."""
     if detail is None:
         return EventDetail()
-    message = detail.get("message")
-    if message is None or (scrubbed := redact_text(message)) == message:
-        return detail
-    again = detail.copy()
-    again["message"] = scrubbed
+    again = detail
+    for field in ("message", "url"):
+        text = again.get(field)
+        if isinstance(text, str) and (scrubbed := redact_text(text)) != text:
+            again = again.copy() if again is detail else again
+            again[field] = scrubbed
     return again
 
 

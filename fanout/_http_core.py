@@ -379,6 +379,10 @@ class HttpCore(Generic[RequestT, ResponseT]):
     async def handle(self, request: RequestT) -> ResponseT:
         context = maybe_current_call()
         if context is None:
+            # Sent outside any call (a worker task the tools hand requests to): nothing to
+            # charge, but its credentials are learned, as a call's are. (Forwarded
+            # unread, a key a server echoed to such a request reached the model.)
+            learn(credentials_in(request.headers.items(), str(request.url), self._credentials))
             return await next(self._unbound).handle_async_request(request)
         first = context.requests == 0
         booked_by = context.booked_by  # when its token was due (`_Watch`)

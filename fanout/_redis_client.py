@@ -95,7 +95,7 @@ def client_from_url(url: str, *, cluster: bool = False) -> RedisClient:
     # Its password (in the userinfo, or ``?password=``) is a credential like any other: a
     # tool that quotes it (a connection string in an error) has it scrubbed from its
     # answer, and from the answer the idempotency store keeps.
-    learn(credentials_in((), url, CredentialNames()))
+    learn(credentials_in((), url, CredentialNames()), pinned=True)
     if parts.scheme == "rediss" and "ssl_check_hostname" not in query:
         url = _checking_hostname(url, query)
     try:

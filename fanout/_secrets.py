@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ._exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -85,8 +87,16 @@ class Secret:
 
 
 def scrubbable(value: str) -> bool:
-    """Whether ``value`` is long enough to be scrubbed from text without hitting others."""
+    """Whether ``value`` is long enough to be scrubbed from text without hitting others,
+    and is no unset value's placeholder (a JavaScript client's ``Bearer undefined`` took
+    the word out of every later answer)."""
+    if value.lower() in _UNSET:
+        return False
     return len(value) >= (_MIN_DIGITS if value.isdigit() else MIN_LENGTH)
+
+
+# What a client sends where a key was never set, as its language prints nothing.
+_UNSET = frozenset({"undefined", "[object object]", "undefined:undefined", "null:null"})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -167,6 +177,7 @@ class SecretRegistry:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._secrets: OrderedDict[Secret, None] = OrderedDict()
+        self._pinned: OrderedDict[Secret, None] = OrderedDict()  # kept whatever the limit
         # Their patterns, longest secret first: ``_current`` says whether they are.
         self._patterns: tuple[Screened, ...] = ()
         self._current = True
@@ -176,10 +187,20 @@ class SecretRegistry:
         self._lock = threading.Lock()
         self.changes = 0  # how many times a new secret was learned: text scrubbed before is stale
 
-    def learn(self, secrets: Iterable[Secret]) -> None:
+    def learn(self, secrets: Iterable[Secret], *, pinned: bool = False) -> None:
+        """Remember ``secrets``, newest last; ``pinned``: never forget them, however many
+        are learned after (a key declared once, or given once to a session: pushed out by
+        300 presigned URLs' signatures, a declared password was quoted in clear)."""
         with self._lock:
             changed = False
             for secret in secrets:
+                if pinned and secret not in self._pinned:
+                    self._pinned[secret] = None
+                    self._secrets.pop(secret, None)
+                    changed = True
+                    continue
+                if secret in self._pinned:
+                    continue
                 if secret in self._secrets:
                     self._secrets.move_to_end(secret)
                     continue
@@ -188,9 +209,12 @@ class SecretRegistry:
                 if len(self._secrets) > self._limit:
                     self._secrets.popitem(last=False)
             if changed:
-                self._plain = _plain_forms(secret.reveal() for secret in self._secrets)
+                self._plain = _plain_forms(secret.reveal() for secret in self._all())
                 self._current = False
                 self.changes += 1
+
+    def _all(self) -> list[Secret]:
+        return [*self._pinned, *self._secrets]
 
     def patterns(self) -> tuple[Screened, ...]:
         """A pattern for each secret long enough to scrub, longest first, with what a text
@@ -204,7 +228,7 @@ class SecretRegistry:
             return self._patterns
         with self._lock:
             if not self._current:
-                self._patterns = compiled(self._secrets)
+                self._patterns = compiled(self._all())
                 self._current = True
             return self._patterns
 
@@ -218,15 +242,15 @@ class SecretRegistry:
 
     def values(self) -> list[str]:
         with self._lock:
-            return [secret.reveal() for secret in self._secrets]
+            return [secret.reveal() for secret in self._all()]
 
     def unknown(self, secrets: Iterable[Secret]) -> list[Secret]:
         """Those of ``secrets`` this registry does not hold (never learned, or evicted)."""
         with self._lock:
-            return [secret for secret in secrets if secret not in self._secrets]
+            return [s for s in secrets if s not in self._secrets and s not in self._pinned]
 
     def __repr__(self) -> str:
-        return f"<known secrets: {len(self._secrets)}>"
+        return f"<known secrets: {len(self._secrets) + len(self._pinned)}>"
 
 
 # A secret's pattern, and what a text must hold once decoded (`_decoded`) for the
@@ -322,8 +346,13 @@ def register_secret(value: str | Secret) -> Secret:
     keys a tool holds some other way (an SDK on its own client, a database
     password). Returns the value as a `Secret`.
     """
+    if not isinstance(value, str | Secret):
+        # Not quoted: a key read as bytes is as secret as one read as text.
+        raise ConfigurationError(
+            f"register_secret takes a str or a Secret, not {type(value).__name__}"
+        )
     secret = value if isinstance(value, Secret) else Secret(value)
-    _known.learn([secret])
+    _known.learn([secret], pinned=True)
     return secret
 
 
@@ -333,9 +362,11 @@ def secrets_learned() -> int:
     return _known.changes
 
 
-def learn(secrets: Iterable[Secret]) -> None:
-    """Remember secrets the HTTP layer saw a request carry."""
-    _known.learn(secrets)
+def learn(secrets: Iterable[Secret], *, pinned: bool = False) -> None:
+    """Remember secrets the HTTP layer saw a request carry; ``pinned``, for good (a key a
+    session or client was given once, and sends on every request without fanout seeing
+    each: a Redis password, an MCP session's header)."""
+    _known.learn(secrets, pinned=pinned)
 
 
 def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:

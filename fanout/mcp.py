@@ -313,7 +313,7 @@ async def open_http(
     """
     headers = dict(headers or {})
     found = credentials_of(url, headers)
-    learn(found)
+    learn(found, pinned=True)  # sent with every call, as the session's, never each seen
     for logger in ("httpx2", "mcp.client.streamable_http"):
         scrub_library_log(logger)
     authorization = next((v for k, v in headers.items() if k.lower() == "authorization"), None)

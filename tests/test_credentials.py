@@ -36,13 +36,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 import fanout.httpx2
-from fanout import Kind, Registry, Runner, Scope, Status, ToolCall
+from fanout import ConfigurationError, Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._answers import failure
 from fanout._canonical import truncate
 from fanout._credentials import (
     CREDENTIAL_HEADERS,
     CREDENTIAL_PARAMS,
     CredentialNames,
+    cookies_set,
     credentials_in,
 )
 from fanout._headers import SCOPE_NAME
@@ -829,3 +830,90 @@ def test_a_part_cut_inside_a_key_with_a_quote_in_it_shows_no_head_of_it() -> Non
     turn = trio.run(main)
     shown = turn.results[0].parts[0].text  # type: ignore[union-attr]
     assert not any(key[:k] in shown for k in range(MIN_LENGTH, len(key) + 1))
+
+
+def test_a_key_sent_as_the_basic_user_beside_a_dummy_password_is_learned() -> None:
+    """Freshdesk and BambooHR take the key as the Basic user and "X" as the password: the
+    user reads as a key, and is learned (a 401 quoting it reached the model)."""
+    value = base64.b64encode(b"aBcD3fGh1JkLmN0pQrSt:X").decode()
+    found = credentials_in([("authorization", f"Basic {value}")], "http://h/", CredentialNames())
+    assert "aBcD3fGh1JkLmN0pQrSt" in {s.reveal() for s in found}
+
+
+@pytest.mark.parametrize(
+    ("headers", "url", "expected"),
+    [
+        (
+            [], "https://s.test/o?X-Goog-Signature=ab12cd34ef56&X-Goog-Credential=svc%2F2024",
+            {"ab12cd34ef56", "svc/2024"},
+        ),
+        (
+            [("PRIVATE-TOKEN", "glpat-0123456789ab")], "https://gitlab.test/api",
+            {"glpat-0123456789ab"},
+        ),
+        ([], "https://api.test/w?appid=0123456789abcdef&q=Oslo", {"0123456789abcdef"}),
+    ],
+)  # fmt: skip
+def test_more_vendors_credentials_are_learned(
+    headers: list[tuple[str, str]], url: str, expected: set[str]
+) -> None:
+    """Google's signed URLs, GitLab's token header, OpenWeatherMap's ``appid``."""
+    assert expected <= {s.reveal() for s in credentials_in(headers, url, CredentialNames())}
+
+
+def test_only_cookies_that_read_as_a_session_are_learned() -> None:
+    """A preference cookie (``tz=America/Los_Angeles``) is no credential: learned, the
+    time zone was taken out of every later answer of the process."""
+    lines = ["tz=America/Los_Angeles; Path=/", "return_to=/settings/billing", "sid=a1b2c3d4e5f6"]
+    assert {s.reveal() for s in cookies_set(lines)} == {"a1b2c3d4e5f6"}
+
+
+def test_names_given_wrong_are_refused_without_quoting_them() -> None:
+    """``secret_headers=headers.items()`` hands pairs: refused, saying what is wrong, and
+    quoting no key (the message quoted each pair)."""
+    with pytest.raises(ConfigurationError) as refused:
+        fanout.http_client(secret_headers=[("X-Api-Key", "sk-live-0123456789")])  # type: ignore[list-item]
+    assert "0123456789" not in str(refused.value)
+
+
+def test_a_request_sent_outside_any_call_still_teaches_its_key() -> None:
+    """A worker task the tools hand their requests to sends outside any call: the key it
+    carries is learned all the same, and an answer quoting it is scrubbed."""
+    key = "k-outside-7f3a9c2e5b1d"
+    client = LIBRARIES["httpx"].mock(lambda request: httpx.Response(200, text="ok"))
+
+    async def main() -> str:
+        await client.get("http://api.test/x", headers={"X-Api-Key": key})
+        reg = Registry()
+
+        @reg.tool(kind=Kind.PURE)
+        async def quote() -> str:
+            return f"the key was {key}"
+
+        turn = await Runner(reg).run_turn([ToolCall("c1", "quote", {})])
+        return turn.results[0].content
+
+    assert key not in trio.run(main)
+
+
+async def test_a_request_s_url_in_the_trace_is_scrubbed_of_a_key_learned_later() -> None:
+    """Call 1 puts a key in a URL's path; call 2 then sends it as a header: read after, the
+    trace's request URL of call 1 is scrubbed too (only messages were)."""
+    key = "k-path-9d8c7b6a5f4e3d2c"
+    client = LIBRARIES["httpx"].mock(lambda request: httpx.Response(200, text="ok"))
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS)
+    async def info() -> str:
+        await client.get(f"http://api.test/v1/tokens/{key}/info")
+        return "fine"
+
+    @reg.tool(kind=Kind.READS)
+    async def use() -> str:
+        await client.get("http://api.test/v1/me", headers={"Authorization": f"Bearer {key}"})
+        return "fine"
+
+    runner = Runner(reg)
+    first = await runner.run_turn([ToolCall("c1", "info", {})])
+    await runner.run_turn([ToolCall("c2", "use", {})])
+    assert key not in repr(first.trace)

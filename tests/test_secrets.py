@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fanout import Secret
+from fanout import ConfigurationError, Secret
 from fanout._secrets import (
     MIN_LENGTH,
     REDACTED,
@@ -15,7 +16,9 @@ from fanout._secrets import (
     _compiled,
     _known,
     compiled,
+    register_secret,
     scrub_secrets,
+    scrubbable,
 )
 
 
@@ -130,3 +133,32 @@ def test_a_secret_past_u_ffff_is_taken_out_however_deep_its_json() -> None:
         assert "emoji-pass-9" not in scrubbed
         assert scrubbed.count(REDACTED) == 1
         text = json.dumps({"body": text})
+
+
+def test_a_pinned_secret_outlives_any_number_learned_after_it() -> None:
+    """A declared key (``register_secret``), a Redis URL's password and an MCP session's
+    key are sent without fanout seeing each request: pinned, they are never pushed out
+    by the keys learned after them (300 presigned URLs' signatures pushed out a declared
+    password, and an answer quoting it reached the model)."""
+    registry = SecretRegistry(limit=4)
+    registry.learn([Secret("declared-password-1")], pinned=True)
+    registry.learn([Secret(f"signature-{n:04d}-abcdef") for n in range(300)])
+    assert "declared-password-1" in registry.values()
+    assert len(registry.values()) == 5  # the pinned one, and the four latest
+    assert not registry.unknown([Secret("declared-password-1")])
+
+
+def test_a_key_declared_as_bytes_is_refused_without_quoting_it() -> None:
+    """``register_secret(b"...")`` is a ``ConfigurationError`` that names the type, not the
+    key (it was a bare attrs ``TypeError`` quoting it)."""
+    with pytest.raises(ConfigurationError) as refused:
+        register_secret(b"sk-live-0123456789abcdef")  # type: ignore[arg-type]
+    assert "0123456789" not in str(refused.value)
+
+
+def test_an_unset_key_s_placeholder_is_never_scrubbed() -> None:
+    """``Bearer undefined`` (a JavaScript client with no key set) teaches nothing: learned,
+    the word was taken out of every later answer."""
+    assert not scrubbable("undefined")
+    assert not scrubbable("[object Object]")
+    assert scrub_secrets("Cannot read properties of undefined", ["undefined"]).endswith("undefined")
