@@ -773,6 +773,12 @@ class Turn:
             why, status = f"the turn's deadline of {self._timeout:g}s passed", Status.TIMED_OUT
         elif self._internal:
             return self._broken(state, self._internal)
+        elif self._host is not None:
+            # The turn was not cancelled (its watcher would know): the runner's nursery,
+            # where the call ran, was (its block cancelled while the turn ran in another
+            # task). Said to be the caller's, it was no one's the turn could name.
+            why = "the runner this turn ran in was cancelled or closed before the call finished"
+            status = Status.CANCELLED
         else:
             # Stopped by none of the turn's own reasons, and nothing crashed:
             # the cancellation came from outside the turn.

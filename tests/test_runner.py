@@ -156,3 +156,26 @@ async def test_a_turn_goes_on_in_its_own_nursery_once_its_runner_has_closed(
         nursery.start_soon(read)
         await trio.sleep(0.5)
     assert [r.content for r in turns[0].results] == ["clear over Oslo", "clear over Lima"]
+
+
+async def test_a_call_cut_off_by_its_runner_s_block_says_so(autojump_clock: Any) -> None:
+    """The runner's block is cancelled while a turn runs in another task: that turn was not
+    cancelled (its ``run()`` returns), and its call says the runner was, not "the caller
+    cancelled the turn"."""
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def slow(x: int) -> str:
+        await trio.sleep(5)
+        return "slow"
+
+    runner = fanout.Runner(registry, turn_timeout=10)
+    turn = runner.turn([fanout.ToolCall("s", "slow", {"x": 1})])
+    async with trio.open_nursery() as nursery:
+        with trio.move_on_after(1):
+            async with runner:
+                nursery.start_soon(turn.run)
+                await trio.sleep_forever()
+    [result] = turn.results
+    assert result.status is fanout.Status.CANCELLED
+    assert "the runner this turn ran in was cancelled" in result.content
