@@ -823,6 +823,19 @@ def test_sync_writes_answered_at_their_deadline_while_they_waited_never_run() ->
         ran.clear()
 
 
+def _hogging_the_thread(release: threading.Event, *, timeout: float) -> Registry:
+    """A registry whose ``hog`` keeps its worker thread, ignoring its cancellation, until
+    ``release`` is set (a client with no timeout of its own)."""
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, timeout=timeout)
+    def hog() -> str:
+        release.wait(3)
+        return "held"
+
+    return reg
+
+
 def test_a_sync_write_that_ran_and_then_waited_for_a_thread_says_it_started() -> None:
     """A sync write's first attempt runs and fails; its retry waits for the one thread
     (held by a tool that ignores its cancellation) until its deadline. Each attempt took
@@ -830,12 +843,7 @@ def test_a_sync_write_that_ran_and_then_waited_for_a_thread_says_it_started() ->
     started"."""
     ran: list[str] = []
     release = threading.Event()
-    reg = Registry()
-
-    @reg.tool(kind=Kind.READS, timeout=0.3)
-    def hog() -> str:
-        release.wait(3)
-        return "held"
+    reg = _hogging_the_thread(release, timeout=0.3)
 
     @reg.tool(kind=Kind.MUTATING, timeout=1.0, retry=RetryPolicy(attempts=3, base=0.2, cap=0.2))
     def charge(amount: int) -> str:
@@ -869,12 +877,7 @@ def test_an_idle_timeout_before_a_thread_came_says_the_tool_never_started() -> N
     (it said "started", its effect unknown)."""
     ran: list[str] = []
     release = threading.Event()
-    reg = Registry()
-
-    @reg.tool(kind=Kind.READS, timeout=0.1)
-    def hog() -> str:
-        release.wait(3)
-        return "held"
+    reg = _hogging_the_thread(release, timeout=0.1)
 
     @reg.tool(kind=Kind.MUTATING, timeout=2, idle_timeout=0.3)
     def charge() -> str:
