@@ -453,8 +453,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
         if info.retry_after is None and (
             refused or (response.status_code in _OVERLOADED and info.should_retry is not False)
         ):
-            info = await self._wait_in_body(response, info)
-            read = "json" in response.headers.get("content-type", "").lower()
+            info, read = await self._wait_in_body(response, info)
         overloaded = context.refused = response.status_code == 503
         for scope in scopes_stated(context.scopes, info):
             await scope.observe_headers(
@@ -492,19 +491,22 @@ class HttpCore(Generic[RequestT, ResponseT]):
         )
         return response
 
-    async def _wait_in_body(self, response: ResponseT, info: RateLimitInfo) -> RateLimitInfo:
+    async def _wait_in_body(
+        self, response: ResponseT, info: RateLimitInfo
+    ) -> tuple[RateLimitInfo, bool]:
         """``info`` with the wait a refusal's JSON body states (`fanout._retry_info`), if it
-        states one. The body is fanout's: the refusal becomes a signal, never the tool's."""
+        states one, and whether the body was read. The body is fanout's: the refusal
+        becomes a signal, never the tool's."""
         if "json" not in response.headers.get("content-type", "").lower():
-            return info
+            return info, False
         body = None
         with trio.move_on_after(_BODY_WAIT):
             try:
                 body = await read_capped(response.stream)
             except Exception:  # broken off, or a stream of a transport's own that failed
-                return info  # only advice was lost: a bare refusal, as it would have been
+                return info, True  # only advice was lost: a bare refusal, as it would have been
         wait = None if body is None else retry_delay(body, MAX_WAIT)
-        return info if wait is None else attrs.evolve(info, retry_after=wait)
+        return (info if wait is None else attrs.evolve(info, retry_after=wait)), True
 
     def _server_now(self, request: RequestT, date: str | None, sent: float) -> float | None:
         """The server's clock now, finer than its ``Date`` (`fanout._server_clock`)."""
