@@ -11,6 +11,7 @@ import trio
 import fanout
 from fanout import EventKind, Kind, Registry, Runner, Status, ToolCall
 from fanout._deadlines import Deadlines
+from tests.unwinding import slow_to_unwind
 
 
 async def test_each_action_runs_at_its_time_and_watch_returns_at_the_last(
@@ -156,18 +157,6 @@ async def test_calls_due_one_after_another_are_answered_while_others_unwind(
     assert max(late) <= 0.004 * 8 + 0.004 + 1e-9
 
 
-def _slow_to_unwind(reg: Registry, unwind: float) -> None:
-    @reg.tool(kind=Kind.READS)
-    async def slow(n: int = 0) -> str:
-        try:
-            await trio.sleep(100)
-        except trio.Cancelled:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(unwind)  # closing its connection politely
-            raise
-        return "done"
-
-
 class _AnsweredAt:
     def __init__(self) -> None:
         self.at: dict[str, tuple[float, Status | None]] = {}
@@ -185,7 +174,7 @@ async def test_a_caller_cancelling_has_every_call_answered_at_once(
     "cancelled" then, not when it has unwound (at 5.1 s, 4.1 s past the turn's deadline,
     in a runner not opened: `turn.results` said "not finished" meanwhile)."""
     reg, answered = Registry(), _AnsweredAt()
-    _slow_to_unwind(reg, 5)
+    slow_to_unwind(reg, 5, name="slow")
     runner = Runner(reg, turn_timeout=1, instruments=[answered])
     seen: list[str] = []
 
@@ -219,7 +208,7 @@ async def test_a_call_still_being_written_is_answered_at_the_deadline(
     deadline, beside a running read that takes 3 s to unwind (it was answered as the
     turn ended, 3 s late, in a runner not opened)."""
     reg, answered = Registry(), _AnsweredAt()
-    _slow_to_unwind(reg, 3)
+    slow_to_unwind(reg, 3, name="slow")
 
     def block(i: int, call_id: str, pieces: str) -> list[dict[str, Any]]:
         return [

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import fanout
 from fanout import EventKind, Kind, Registry, Runner, Status, ToolCall
+from tests.unwinding import slow_to_unwind
 
 
 def body(result: fanout.ToolResult) -> dict[str, Any]:
@@ -190,15 +191,7 @@ async def test_an_idle_call_is_answered_as_it_goes_idle_not_once_it_has_unwound(
     """A quiet tool whose cleanup takes 3 s: answered idle at 1.0 s, and an open runner's
     turn returns then, as one cut off by its own timeout does (it was answered at 4.0 s)."""
     reg = Registry()
-
-    @reg.tool(kind=Kind.READS, timeout=10, idle_timeout=1)
-    async def stubborn() -> str:
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(3)  # a library closing its connections
-        return "never"
+    slow_to_unwind(reg, 3, name="stubborn", timeout=10, idle_timeout=1)
 
     async with Runner(reg) as runner:
         turn = await runner.run_turn([ToolCall("s", "stubborn", {})])

@@ -18,6 +18,7 @@ from fanout.idempotency import (
     StoredAnswer,
     idempotency_key,
 )
+from tests.unwinding import slow_to_unwind
 
 
 def body(result: fanout.ToolResult) -> dict[str, Any]:
@@ -371,15 +372,7 @@ async def test_answers_are_written_at_the_deadline_not_after_unwinding(
 ) -> None:
     """A call whose unwinding takes 5 s is answered at its deadline; the turn waits for it."""
     reg = Registry()
-
-    @reg.tool(kind=Kind.READS, timeout=1)
-    async def slow_to_stop() -> str:
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(5)  # a library cleaning up
-        return "unreachable"
+    slow_to_unwind(reg, 5, name="slow_to_stop", timeout=1)
 
     turn = await Runner(reg, turn_timeout=10).run_turn([ToolCall("a", "slow_to_stop")])
     (answered,) = [e for e in turn.trace if e.kind is fanout.EventKind.ANSWERED]
@@ -434,15 +427,7 @@ async def test_an_open_runner_returns_the_turn_before_calls_finish_unwinding(
 ) -> None:
     """With `async with runner`, a turn returns at its deadline; unwinding ends in the runner."""
     reg = Registry()
-
-    @reg.tool(kind=Kind.READS, timeout=None)
-    async def slow_to_stop(n: int) -> str:
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(5)  # a library closing its connection
-        return "unreachable"
+    slow_to_unwind(reg, 5, name="slow_to_stop", timeout=None)
 
     async with Runner(reg, turn_timeout=2) as runner:
         turn = await runner.run_turn(
