@@ -186,10 +186,15 @@ async def take_tokens(
 ) -> Shortfall | None:
     """Book ``cost`` on every scope and sleep the longest wait, or say what fell short.
 
+    A call takes its tokens on all its scopes at the instant it starts: the scopes
+    whose tokens come last are booked first (`_latest_first`), the others once those
+    are due, and a booking due sooner than the call's last is given back and booked
+    again (`_early`), so that no scope counts the call from before it starts.
     ``patience`` is the absolute time the caller may wait until; the budget
     judges every wait. After the sleep each booking is confirmed: a drain or
     block since it was made voids it (the server said otherwise meanwhile),
-    and the call books again, within the same budget, or is denied. Bookings
+    and the call books again on every scope, within the same budget, or is
+    denied. Bookings
     are refunded if any scope falls short or the sleep is cancelled, so the
     buckets never keep tokens for a request that was not sent.
 
