@@ -217,24 +217,16 @@ def cookies_set(lines: Iterable[str]) -> set[Secret]:
     for line in lines:
         _, _, value = line.split(";", 1)[0].partition("=")
         values.add(value.strip().strip('"'))
-    return {Secret(value) for value in values if _session_like(value)}
-
-
-def _session_like(value: str) -> bool:
-    """A cookie value that reads as a session: 8 characters or more, with a digit among
-    them or 20 long. (``tz=America/Los_Angeles`` was learned, and "America/Los_Angeles"
-    taken out of every later answer of the process.)"""
-    long_enough = len(value) >= max(_MIN_COOKIE, MIN_LENGTH)
-    return long_enough and (len(value) >= 20 or any(char.isdigit() for char in value))
+    return {Secret(value) for value in values if len(value) >= max(_MIN_COOKIE, MIN_LENGTH)}
 
 
 def _cookie_values(header: str) -> set[str]:
-    """The values of a Cookie header that read as a session (``theme=dark`` does not)."""
+    """The values of a Cookie header long enough to be a session (``theme=dark`` is not)."""
     values = set()
     for pair in header.split(";"):
         _, _, value = pair.partition("=")
         values.add(value.strip().strip('"'))
-    return {value for value in values if _session_like(value)}
+    return {value for value in values if len(value) >= _MIN_COOKIE}
 
 
 # A user that reads as a key, not a name: 16 or more characters of letters, digits and

@@ -43,7 +43,6 @@ from fanout._credentials import (
     CREDENTIAL_HEADERS,
     CREDENTIAL_PARAMS,
     CredentialNames,
-    cookies_set,
     credentials_in,
 )
 from fanout._headers import SCOPE_NAME
@@ -859,13 +858,6 @@ def test_more_vendors_credentials_are_learned(
 ) -> None:
     """Google's signed URLs, GitLab's token header, OpenWeatherMap's ``appid``."""
     assert expected <= {s.reveal() for s in credentials_in(headers, url, CredentialNames())}
-
-
-def test_only_cookies_that_read_as_a_session_are_learned() -> None:
-    """A preference cookie (``tz=America/Los_Angeles``) is no credential: learned, the
-    time zone was taken out of every later answer of the process."""
-    lines = ["tz=America/Los_Angeles; Path=/", "return_to=/settings/billing", "sid=a1b2c3d4e5f6"]
-    assert {s.reveal() for s in cookies_set(lines)} == {"a1b2c3d4e5f6"}
 
 
 def test_names_given_wrong_are_refused_without_quoting_them() -> None:
