@@ -410,12 +410,16 @@ async def test_a_booking_the_shared_schedule_moved_is_late_only_past_where_it_mo
         other.headers_left(admitted)
         await trio.sleep_until(third.start)
         assert await one.confirm(third)  # held until its new start
-        assert trio.current_time() - third.start >= 0.05 - 0.01
+        confirmed = trio.current_time()
+        assert confirmed - third.start >= 0.05 - 0.01
         before, asked = await other.wait_for(1), trio.current_time()
         one.headers_left(trio.current_time())
+        # Late only by how long after its new start it left: a Redis trip, and whatever a
+        # loaded machine adds (11 ms once), not the 50 ms the schedule moved.
+        late = trio.current_time() - confirmed
         await trio.sleep(0.02)  # what it owes, the scope tells from its own nursery
         after = await other.wait_for(1) + trio.current_time() - asked
-        assert after == pytest.approx(before, abs=0.01)
+        assert before - 0.01 <= after <= before + late + 0.01
 
 
 async def test_a_process_in_a_burst_another_opened_counts_its_lag_from_the_bursts_start(
