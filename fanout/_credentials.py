@@ -163,10 +163,12 @@ _AUTH_PARAM = re.compile(
     r'\s*([A-Za-z][A-Za-z0-9_-]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s,"]+)\s*(?:,|$)'
 )
 _QUOTED_PAIR = re.compile(r"\\(.)")
-# Those whose value is the secret part: a signature, a Digest response, a token.
-_SECRET_AUTH_PARAMS = frozenset({
-    "signature", "sig", "response", "token", "access_token", "oauth_signature", "oauth_token",
-})  # fmt: skip
+# Those whose value is the secret part: a signature, a Digest response, Hawk's ``mac``, a
+# token, and every name that is a credential as a query parameter (``key=``,
+# ``client_secret=``: a custom scheme's list is a query string in another spelling).
+_SECRET_AUTH_PARAMS = CREDENTIAL_PARAMS | {
+    "response", "oauth_signature", "oauth_token", "mac", "hash",
+}  # fmt: skip
 
 
 def _auth_params(value: str) -> set[str] | None:
@@ -174,8 +176,10 @@ def _auth_params(value: str) -> set[str] | None:
     response="<hash>"``, AWS's ``Credential=..., SignedHeaders=..., Signature=<hex>``);
     None if ``value`` is no such list. (Each of their parts was learned: ``qop=auth``
     and ``SignedHeaders=host`` were scrubbed from unrelated answers, and the bare
-    signature or hash, which a server quotes back, was not known.)"""
-    _, _, rest = value.strip().partition(" ")
+    signature or hash, which a server quotes back, was not known.) A list of one
+    parameter is the credential alone (Rails' ``Token token="<key>"``), whatever its
+    name: only ``token="<key>"`` was learned, and the bare key quoted back was not."""
+    _, _, rest = _scheme_and_rest(value)
     params: list[tuple[str, str]] = []
     at = 0
     while at < len(rest):
@@ -185,11 +189,22 @@ def _auth_params(value: str) -> set[str] | None:
         name, spelled = param[1], param[2]
         if spelled.startswith('"'):  # a quoted value may hold commas (a Digest uri="/q?a,b")
             spelled = _QUOTED_PAIR.sub(r"\1", spelled[1:-1])
+        elif not spelled.strip("="):  # base64's padding (``Basic dXNlcjpwdw==``): no list
+            return None
         params.append((name, spelled))
         at = param.end()
-    if len(params) < 2:
+    if not params:
         return None
+    if len(params) == 1:
+        return {params[0][1], rest.strip()} - {""}
     return {spelled for name, spelled in params if name.lower() in _SECRET_AUTH_PARAMS and spelled}
+
+
+def _scheme_and_rest(value: str) -> tuple[str, str, str]:
+    """``value`` split at the first run of whitespace after its scheme (a tab too:
+    ``Bearer<TAB><token>`` was learned only whole)."""
+    parts = value.strip().split(None, 1)
+    return (parts[0], " ", parts[1]) if len(parts) == 2 else (value.strip(), "", "")
 
 
 def _after_scheme(value: str) -> set[str]:
@@ -199,13 +214,15 @@ def _after_scheme(value: str) -> set[str]:
     A server that refuses the key quotes the token alone; only listed
     schemes were read, and "SSWS 00QC..." left its token to be quoted.
     """
-    scheme, _, credential = value.strip().partition(" ")
+    scheme, _, credential = _scheme_and_rest(value)
     credential = credential.strip()
     if not credential or not _TOKEN.fullmatch(scheme):
         return set()
     if scheme.lower() == "basic":
         return {credential, *_basic_parts(credential)}
-    return {credential}
+    # ``account:signature`` (Azure's ``SharedKey``): a server quotes the signature alone.
+    _, colon, after = credential.partition(":")
+    return {credential, after} if colon and after and " " not in credential else {credential}
 
 
 def cookies_set(lines: Iterable[str]) -> set[Secret]:
@@ -221,9 +238,13 @@ def cookies_set(lines: Iterable[str]) -> set[Secret]:
 
 
 def _cookie_values(header: str) -> set[str]:
-    """The values of a Cookie header long enough to be a session (``theme=dark`` is not)."""
+    """The values of a Cookie header long enough to be a session (``theme=dark`` is not).
+
+    Split at commas too: a cookie's value holds none (RFC 6265), and a Cookie sent
+    as two header lines (as HTTP/2 clients send them) is read joined by one
+    (``sid=<a>, csrf=<b>``: neither value was learned)."""
     values = set()
-    for pair in header.split(";"):
+    for pair in re.split(r"[;,]", header):
         _, _, value = pair.partition("=")
         values.add(value.strip().strip('"'))
     return {value for value in values if len(value) >= _MIN_COOKIE}
@@ -238,9 +259,13 @@ def _basic_parts(credential: str) -> set[str]:
     """``user:password`` and the password (with none, the user) a Basic credential encodes;
     none if not base64."""
     try:
-        decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+        raw = base64.b64decode(credential, validate=True)
     except (binascii.Error, ValueError):
         return set()
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError:  # RFC 7617's legacy charset, as ``requests`` sends it
+        decoded = raw.decode("latin-1")
     user, colon, password = decoded.partition(":")
     if not colon:
         return {decoded}

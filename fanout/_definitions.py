@@ -16,13 +16,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._exceptions import ConfigurationError
+from ._redact import redact_text
 
 if TYPE_CHECKING:
     from anthropic.types import ToolParam
     from openai.types.chat import ChatCompletionFunctionToolParam
     from openai.types.responses import FunctionToolParam
 
-__all__ = ["ToolDefinition", "anthropic_tool", "checked_schema", "openai_tool", "responses_tool"]
+__all__ = [
+    "ToolDefinition",
+    "anthropic_tool",
+    "checked_schema",
+    "openai_tool",
+    "responses_tool",
+    "scrubbed_definition",
+]
 
 # What both vendors accept as a tool name.
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -46,6 +54,37 @@ def checked_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None
             'schema= is the JSON Schema of the arguments object: a mapping with "type": "object"'
         )
     return dict(schema)
+
+
+def scrubbed_definition(definition: ToolDefinition) -> ToolDefinition:
+    """``definition`` with no credential in its description or in any text of its schema.
+
+    What the model is told of a tool is text fanout writes for it, as an
+    answer is: a signature's default (``api_key: str = KEY``) became the
+    schema's ``"default"``, and an MCP server put the session's own token in
+    a tool's description; both went to the model in every ``tools=`` list.
+    The schema's keys (the arguments' names) are the tool's, and stay.
+    """
+    description = redact_text(definition.description)
+    parameters = _scrubbed_values(definition.parameters)
+    if description == definition.description and parameters is definition.parameters:
+        return definition
+    return ToolDefinition(definition.name, description, parameters)
+
+
+def _scrubbed_values(value: Any) -> Any:
+    """``value`` (JSON) with each string in it redacted; the same object where none was."""
+    if isinstance(value, str):
+        scrubbed = redact_text(value)
+        return value if scrubbed == value else scrubbed
+    if isinstance(value, Mapping):
+        items = {key: _scrubbed_values(item) for key, item in value.items()}
+        same = all(items[key] is item for key, item in value.items())
+        return value if same else items
+    if isinstance(value, list | tuple):
+        entries = [_scrubbed_values(item) for item in value]
+        return value if all(a is b for a, b in zip(entries, value, strict=True)) else entries
+    return value
 
 
 def _named(definition: ToolDefinition) -> str:

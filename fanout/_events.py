@@ -256,9 +256,15 @@ def _rescrubbed(event: Event) -> Event:
     """``event`` scrubbed of secrets learned since it was built."""
     call_id, tool = _scrubbed(event.call_id), _scrubbed(event.tool)
     reason, detail = _scrubbed(event.reason), _scrubbed_detail(event.detail)
-    if (call_id, tool, reason, detail) == (event.call_id, event.tool, event.reason, event.detail):
+    # A scope named for its key (as one may well be) learned as the key is sent.
+    scope = _scrubbed(event.scope)
+    if (call_id, tool, reason, detail, scope) == (
+        event.call_id, event.tool, event.reason, event.detail, event.scope
+    ):  # fmt: skip
         return event
-    return attrs.evolve(event, call_id=call_id, tool=tool, reason=reason, detail=detail)
+    return attrs.evolve(
+        event, call_id=call_id, tool=tool, reason=reason, detail=detail, scope=scope
+    )
 
 
 def _scrubbed(text: str | None) -> str | None:

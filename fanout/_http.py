@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ._http_core import GuardedBody, Seam, TransportBase, charge_mounted
+from ._http_core import GuardedBody, Seam, TransportBase, charged_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -43,11 +43,12 @@ def http_client(
     Share one client between tools: its connection pool is reused, and the
     transport finds the running call itself (through ``current_call()``).
     """
-    own = FanoutTransport(transport, secret_headers=secret_headers, secret_params=secret_params)
-    client = httpx.AsyncClient(transport=own, **client_options)
-    return charge_mounted(
-        client,
-        lambda mounted: FanoutTransport(
-            mounted, secret_headers=secret_headers, secret_params=secret_params
+    return charged_client(
+        FanoutTransport.seam,
+        httpx.AsyncClient,
+        transport,
+        lambda inner, **pool_options: FanoutTransport(
+            inner, secret_headers=secret_headers, secret_params=secret_params, **pool_options
         ),
+        client_options,
     )

@@ -38,6 +38,7 @@ Outside a tool call the transport simply forwards the request.
 
 from __future__ import annotations
 
+import base64
 import functools
 import itertools
 import math
@@ -60,7 +61,7 @@ from ._pools import PoolLoads, PoolUse
 from ._redact import REDACTED, read_as_credentials, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
 from ._scope import ScopeLike, quota_horizon, scopes_named, scopes_stated
-from ._secrets import learn
+from ._secrets import Secret, learn
 from ._server_clock import ServerClock
 from ._slots import Leaving
 from ._validate import require_at_least
@@ -264,7 +265,10 @@ def _pool_loggers(library: str) -> tuple[str, ...]:
     pool = {"httpx": "httpcore", "httpx2": "httpcore2"}.get(library)
     if pool is None:
         return ()
-    return tuple(f"{pool}.{part}" for part in ("connection", "http11", "http2", "proxy", "socks"))
+    parts = ("connection", "http11", "http2", "proxy", "socks")
+    # HTTP/2's header compression (hpack, under either pool) logs every header it adds
+    # to its table at DEBUG: ``Adding (b'x-api-key', b'<the key>')``.
+    return (*(f"{pool}.{part}" for part in parts), "hpack.hpack", "hpack.table")
 
 
 class TransportBase(Generic[RequestT, ResponseT]):
@@ -321,6 +325,8 @@ class TransportBase(Generic[RequestT, ResponseT]):
             transports = tuple(self.seam.pool(**pool_options) for _ in range(pools))
         credentials = CredentialNames.adding(secret_headers, secret_params)
         read_as_credentials(credentials.headers, credentials.params)  # in every text, by shape
+        for pool in transports:
+            learn(_proxy_credentials(pool), pinned=True)
         self._core = HttpCore(
             self.seam, transports, wall_clock=wall_clock, credentials=credentials,
             more=None if transport is not None else lambda: self.seam.pool(**pool_options),
@@ -333,7 +339,71 @@ class TransportBase(Generic[RequestT, ResponseT]):
         await self._core.aclose()
 
 
+def _proxy_credentials(transport: object) -> set[Secret]:
+    """The credentials a proxying transport sends its proxy with every request.
+
+    httpcore adds a proxy's ``Proxy-Authorization`` (and a SOCKS proxy its user
+    and password) below this transport, where no request it sees carries them:
+    a proxy's 407 quoting ``user:password`` reached the model. Read where
+    httpcore keeps them (it has no public way in); a transport of another
+    shape has none to give.
+    """
+    pool = getattr(transport, "_pool", None)
+    headers = getattr(pool, "_proxy_headers", None) or ()
+    auth = getattr(pool, "_proxy_auth", None)
+    try:
+        pairs = [(bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+                 for name, value in headers]  # fmt: skip
+        if isinstance(auth, tuple) and len(auth) == 2:
+            user, password = (bytes(part).decode("utf-8", "replace") for part in auth)
+            pairs.append(("Proxy-Authorization", f"Basic {_basic(user, password)}"))
+    except (TypeError, ValueError):  # not httpcore's shape after all
+        return set()
+    return credentials_in(pairs, "", CredentialNames())
+
+
+def _basic(user: str, password: str) -> str:
+    """A Basic credential's base64, as a SOCKS proxy's user and password would read."""
+    return base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
 _Client = TypeVar("_Client")
+
+# The client options httpx gives the transport it builds, and the proxies' it mounts.
+_POOL_OPTIONS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
+
+
+def charged_client(
+    seam: Seam,
+    client_class: Callable[..., _Client],
+    transport: Any,
+    wrap: Callable[..., Any],
+    client_options: dict[str, Any],
+) -> _Client:
+    """A ``client_class`` (an ``AsyncClient``) whose every transport is a ``FanoutTransport``
+    made by ``wrap(inner, **pool_options)``: its own, and each it mounts
+    (`charge_mounted`).
+
+    Given no ``transport``, the client is built as httpx builds one, so that
+    the options httpx gives its own transport (``verify=False``, ``http2=True``,
+    ``limits=``) reach fanout's pools, and the environment's proxies
+    (``HTTPS_PROXY``, ``NO_PROXY``) are mounted while ``trust_env``: handed
+    fanout's transport, httpx read neither (it verified a server told not to
+    be, and sent past a proxy the environment named). Its own transport is
+    then fanout's. One TLS context serves all of them.
+    """
+    if transport is not None:
+        return charge_mounted(client_class(transport=wrap(transport), **client_options), wrap)
+    options = dict(client_options)
+    options["verify"] = seam.ssl_context(
+        verify=options.get("verify", True),
+        cert=options.pop("cert", None),
+        trust_env=options.get("trust_env", True),
+    )
+    client = client_class(**options)
+    pool_options = {name: options[name] for name in _POOL_OPTIONS if name in options}
+    client._transport = wrap(None, **pool_options)  # type: ignore[attr-defined]
+    return charge_mounted(client, wrap)
 
 
 def charge_mounted(client: _Client, wrap: Callable[[Any], Any]) -> _Client:

@@ -1,4 +1,5 @@
-"""The HTTP library's own log, scrubbed of the credentials fanout has seen sent.
+"""A library's own log (the HTTP library's, the MCP client's, fanout's), scrubbed of the
+credentials fanout has seen sent.
 
 httpx (and httpx2) log every request at INFO in a logger of their own,
 ``HTTP Request: GET <url> "HTTP/1.1 200 OK"``, the query string included:

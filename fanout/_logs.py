@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import logging
 
+from ._library_log import scrub_library_log
+
 __all__ = ["log_failure"]
+
+# fanout's own loggers are scrubbed as the libraries' are: a failed part's traceback
+# names what it was doing (an exporter's URL with its ``?api_key=``, a store's DSN
+# with its password), and was written out whole.
+for _name in ("fanout", "fanout.redis"):
+    scrub_library_log(_name)
 
 
 def log_failure(

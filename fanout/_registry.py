@@ -21,6 +21,7 @@ from ._definitions import (
     checked_schema,
     openai_tool,
     responses_tool,
+    scrubbed_definition,
 )
 from ._exceptions import ConfigurationError
 from ._retry import RetryPolicy
@@ -257,8 +258,9 @@ class Registry:
         return sorted(self._tools)
 
     def definitions(self) -> list[ToolDefinition]:
-        """Every tool's definition, in the order the tools were registered."""
-        return [spec.definition() for spec in self._tools.values()]
+        """Every tool's definition, in the order the tools were registered, with no
+        credential in its description or schema (`scrubbed_definition`)."""
+        return [scrubbed_definition(spec.definition()) for spec in self._tools.values()]
 
     def anthropic_tools(self) -> list[ToolParam]:
         """The ``tools=`` list for Anthropic's Messages API."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
-from ._http_core import GuardedBody, Seam, TransportBase, charge_mounted
+from ._http_core import GuardedBody, Seam, TransportBase, charged_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -42,11 +42,12 @@ def http_client(
     **client_options: Any,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose requests are charged to the running call."""
-    own = FanoutTransport(transport, secret_headers=secret_headers, secret_params=secret_params)
-    client = httpx2.AsyncClient(transport=own, **client_options)
-    return charge_mounted(
-        client,
-        lambda mounted: FanoutTransport(
-            mounted, secret_headers=secret_headers, secret_params=secret_params
+    return charged_client(
+        FanoutTransport.seam,
+        httpx2.AsyncClient,
+        transport,
+        lambda inner, **pool_options: FanoutTransport(
+            inner, secret_headers=secret_headers, secret_params=secret_params, **pool_options
         ),
+        client_options,
     )

@@ -18,6 +18,7 @@ import base64
 import io
 import json
 import logging
+import ssl
 import string
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
@@ -47,6 +48,7 @@ from fanout._credentials import (
 )
 from fanout._headers import SCOPE_NAME
 from fanout._http_core import server_scope
+from fanout._logs import log_failure
 from fanout._redact import redact_text, scrubbed
 from fanout._secrets import MIN_LENGTH, Secret, scrub_secrets
 from fanout.contrib.logging import LoggingInstrument
@@ -314,6 +316,44 @@ def test_every_spelling_of_a_secret_is_scrubbed(key: str, noise: str) -> None:
         ([], "http://h/?API_KEY=param-123456&q=x", {"param-123456"}),
         ([], "http://bob:pass%2F123@h/", {"pass/123", "bob:pass/123"}),
         ([("x-tenant-secret", "tenant-123456")], "http://h/", set()),
+        # A Cookie sent as two lines, read joined by a comma: each value is a session's.
+        (
+            [("Cookie", "sid=session-123456, csrf=csrf-7654321")],
+            "http://h/",
+            {"sid=session-123456, csrf=csrf-7654321", "session-123456", "csrf-7654321"},
+        ),
+        # One parameter is the credential alone (Rails); base64's padding is none.
+        (
+            [("Authorization", 'Token token="tok-123456"')],
+            "http://h/",
+            {'Token token="tok-123456"', 'token="tok-123456"', "tok-123456"},
+        ),
+        (
+            [("Authorization", "Bearer tok-1234==")],
+            "http://h/",
+            {"Bearer tok-1234==", "tok-1234=="},
+        ),
+        # A custom scheme's list names its secrets as a query string would.
+        (
+            [("Authorization", 'ApiKey id="client-1", key="tok-123456"')],
+            "http://h/",
+            {'ApiKey id="client-1", key="tok-123456"', "tok-123456"},
+        ),
+        (
+            [("Authorization", 'Hawk id="dh37fgj492je", ts="1353832234", mac="mac-123456"')],
+            "http://h/",
+            {'Hawk id="dh37fgj492je", ts="1353832234", mac="mac-123456"', "mac-123456"},
+        ),
+        (
+            [("Authorization", "Bearer\ttok-123456")],
+            "http://h/",
+            {"Bearer\ttok-123456", "tok-123456"},
+        ),
+        (
+            [("Authorization", "SharedKey account:sig-123456")],
+            "http://h/",
+            {"SharedKey account:sig-123456", "account:sig-123456", "sig-123456"},
+        ),
     ],
 )
 def test_which_request_parts_are_credentials(
@@ -338,6 +378,14 @@ def test_basic_credentials_are_decoded() -> None:
         "alice:s3cret-pass",
         "s3cret-pass",
     }
+
+
+def test_a_basic_credential_in_latin_1_is_decoded() -> None:
+    """RFC 7617's legacy charset, as ``requests`` sends a password outside ASCII: it did not
+    decode as UTF-8, and only the base64 was learned."""
+    value = base64.b64encode("bob:pässwörd-1234".encode("latin-1")).decode()
+    found = credentials_in([("authorization", f"Basic {value}")], "http://h/", CredentialNames())
+    assert {"bob:pässwörd-1234", "pässwörd-1234"} <= {s.reveal() for s in found}
 
 
 def test_a_basic_credential_that_is_not_base64_is_kept_whole() -> None:
@@ -675,6 +723,52 @@ def test_a_library_log_record_s_traceback_is_scrubbed() -> None:
     assert key not in written
 
 
+@pytest.mark.parametrize("logger_name", ["fanout", "fanout.redis", "hpack.hpack", "hpack.table"])
+async def test_fanouts_own_logs_and_http2_header_logs_are_scrubbed(logger_name: str) -> None:
+    """A failed part's traceback, in fanout's own log, names what it was doing (an
+    exporter's URL with its key, a store's DSN with a declared password), and HTTP/2's
+    header table logs every header at DEBUG: each was written in clear."""
+    key = "ownlog-5c8e1a7d3f9b2e6a"
+    fanout.register_secret(key)
+    fanout.FanoutTransport()  # a transport puts the filter on its libraries' loggers
+    logger = logging.getLogger(logger_name)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ConnectionError(f"could not write to postgres://app:{key}@db:5432/app")
+        except ConnectionError as exc:
+            log_failure(logger, "store %s failed", "pg", exc=exc)
+        logger.warning("Adding %r to the header table", (b"x-api-key", key.encode()))
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue()
+    assert "store pg failed" in written
+    assert "ConnectionError: could not write to postgres://" in written
+    assert key not in written
+
+
+def test_what_the_model_is_told_of_a_tool_holds_no_credential() -> None:
+    """A signature's default (``api_key: str = KEY``) became the schema's ``"default"``,
+    and a description (an MCP server's) may quote the session's token: every ``tools=``
+    spelling went to the model with them."""
+    key = "tooldef-9a7c5e3b1d8f6a4c"
+    fanout.register_secret(key)
+    reg = Registry()
+
+    @reg.tool(kind=Kind.READS, description=f"Search as {key}.")
+    async def search(q: str, api_key: str = key, hint: str = f"key {key}") -> str:
+        return q
+
+    told = [reg.anthropic_tools(), reg.openai_tools(), reg.responses_tools()]
+    written = json.dumps(told)
+    assert key not in written
+    assert written.count("REDACTED") == 3 * 3  # a description and two defaults, thrice
+    (definition,) = reg.definitions()
+    assert list(definition.parameters["properties"]) == ["q", "api_key", "hint"]
+
+
 def test_a_duplicate_call_id_holding_a_key_is_not_quoted_in_the_error() -> None:
     """The model's call id is quoted in `InvalidTurnError`; a key-shaped one was whole."""
     call_id = "sk-proj-Ab3dEf6hIj9kLm2nOp5q"
@@ -779,32 +873,63 @@ def test_userinfo_is_a_credential_with_a_password_or_a_token_as_user(text: str, 
     assert (redact_text(text) == text) is kept
 
 
+@pytest.mark.parametrize("how", ["argument", "environment"])
 @pytest.mark.parametrize("library", ["httpx", "httpx2"])
-def test_a_request_through_a_proxy_is_charged_and_its_key_learned(library: str) -> None:
+def test_a_request_through_a_proxy_is_charged_and_its_key_learned(
+    library: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``http_client(proxy=...)``: httpx mounts a proxy transport of its own for every URL,
     and took each request past fanout's (no event, no key learned: a key the server
-    quoted reached the model). The echo server stands in for the proxy."""
+    quoted reached the model). The proxy's own password goes as ``Proxy-Authorization``,
+    which httpcore adds below fanout's transport: a 407 quoting it reached the model.
+    The environment's proxy (``HTTP_PROXY``) was not used at all. The echo server stands
+    in for the proxy."""
     key = "k-proxy-7f3a9c2e5b1d"
+    password = "proxy-pw-5e9c1a7b3d"
     module = fanout if library == "httpx" else fanout.httpx2
 
     async def main() -> fanout.Turn:
         async with serve_echo() as proxy:
-            client = module.http_client(proxy=proxy.url, headers={"X-Api-Key": key})
+            url = proxy.url.replace("http://", f"http://alice:{password}@")
+            if how == "argument":
+                client = module.http_client(proxy=url, headers={"X-Api-Key": key})
+            else:
+                for name in ("ALL_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy", "no_proxy"):
+                    monkeypatch.delenv(name, raising=False)
+                monkeypatch.setenv("HTTP_PROXY", url)
+                client = module.http_client(headers={"X-Api-Key": key})
             reg = Registry()
 
             @reg.tool(kind=Kind.READS)
             async def lookup() -> str:
-                return str((await client.get("http://api.example.test/items")).text)
+                response = await client.get("http://api.example.test/items")
+                sent = dict(response.json()["headers"])["proxy-authorization"].split()[-1]
+                # As a proxy's 407 says it: "credentials alice:<password> rejected".
+                return f"{response.text} {base64.b64decode(sent).decode()}"
 
             turn = await Runner(reg).run_turn([ToolCall("c1", "lookup", {})])
             await client.aclose()
-            assert len(proxy.seen) == 1
+            (seen,) = proxy.seen
+            assert ("proxy-authorization", f"Basic {basic}") in seen.headers
         return turn
 
+    basic = base64.b64encode(f"alice:{password}".encode()).decode()
     turn = trio.run(main)
     assert turn.results[0].status is Status.OK
     assert key not in turn.results[0].content
+    assert basic not in turn.results[0].content
+    assert password not in turn.results[0].content
     assert [e for e in turn.trace if e.kind is fanout.EventKind.REQUEST_SENT]
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_the_clients_transport_options_reach_fanouts_pools(library: str) -> None:
+    """``http_client(verify=False)``: httpx gives its options to a transport it builds
+    itself, and handed fanout's, it dropped them: the pools verified anyway."""
+    module = fanout if library == "httpx" else fanout.httpx2
+    client = module.http_client(verify=False)
+    pools = client._transport._core._transports  # type: ignore[attr-defined]
+    assert [pool._pool._ssl_context.verify_mode for pool in pools] == [ssl.CERT_NONE] * 4
 
 
 def test_a_part_cut_inside_a_key_with_a_quote_in_it_shows_no_head_of_it() -> None:
