@@ -613,6 +613,20 @@ def test_a_prometheus_label_first_seen_before_its_secret_was_known_is_dropped() 
     assert name not in exposition
 
 
+def test_a_prometheus_label_whose_secret_was_declared_after_the_last_event_is_dropped() -> None:
+    """As above, with no event after the secret was declared: the labels were scrubbed
+    again only as events came, and every scrape until the next one showed the key."""
+    name = "zQpromLateKey4321098"
+    metrics = PrometheusInstrument(CollectorRegistry())
+    runner = Runner(Registry(), instruments=[metrics])
+    trio.run(runner.run_turn, [ToolCall("c1", name, {})])
+    assert name in generate_latest(metrics.registry).decode()  # not yet known as a secret
+    fanout.register_secret(name)
+    exposition = generate_latest(metrics.registry).decode()
+    assert name not in exposition
+    assert "fanout_calls_total" in exposition
+
+
 def test_httpx_log_scrubs_a_query_key_evicted_while_its_request_was_in_flight() -> None:
     """The filter on httpx's logger scrubs only the process-wide registry (256 secrets),
     with no shape rules; a key evicted while its request was out (a large turn of signed

@@ -65,16 +65,20 @@ class BoundedLabels:
         self._on_stale = on_stale
 
     def __call__(self, value: str) -> str:
-        learned = secrets_learned()
-        if learned != self._scrubbed_at:
-            self._rescrub()
-            self._scrubbed_at = learned
+        self.refresh()
         label = self._labels.get(value)
         if label is None:
             if len(self._labels) >= self._limit:
                 return OTHER
             label = self._labels[value] = redact_text(value)
         return label
+
+    def refresh(self) -> None:
+        """Scrub every label again if the process has learned a secret since the last time."""
+        learned = secrets_learned()
+        if learned != self._scrubbed_at:
+            self._rescrub()
+            self._scrubbed_at = learned
 
     def _rescrub(self) -> None:
         """Scrub every label again; tell ``on_stale`` the labels that showed a secret."""

@@ -56,6 +56,10 @@ class PrometheusInstrument:
         self._tool = BoundedLabels(max_label_values, self._forget)
         self._scope = BoundedLabels(max_label_values, self._forget)
         self._reason = BoundedLabels(max_label_values, self._forget)
+        # Registered before the metrics, so a scrape scrubs their labels before it reads
+        # them: scrubbed only as events came, a series named with a key declared after
+        # the last event was exported raw on every scrape.
+        self.registry.register(_LabelsScrubbed((self._tool, self._scope, self._reason)))
         self._labelled: list[tuple[Counter | Histogram, tuple[str, ...]]] = []
         self._scopes: _ScopeCollector | None = None
         # (turn id, call id) -> when it was queued; popped when it is answered,
@@ -135,6 +139,21 @@ class PrometheusInstrument:
                 self.sheds.labels(scope).inc()
             case EventKind.SCOPE_EXHAUSTED:
                 self.exhausted.labels(scope).inc()
+
+
+class _LabelsScrubbed(Collector):
+    """Scrubs the labels again as a scrape begins (`BoundedLabels.refresh`); exports nothing."""
+
+    def __init__(self, labels: tuple[BoundedLabels, ...]) -> None:
+        self.labels = labels
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for labels in self.labels:
+            labels.refresh()
+        return iter(())
 
 
 class _ScopeCollector(Collector):
