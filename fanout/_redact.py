@@ -93,7 +93,9 @@ def _key_ahead(allowed: str) -> str:
     return rf"{_run(allowed, 256)}{_QUOTE}{_SPACE}*+:"
 
 
-_PARAM_VALUE = _run(r"^&\s\"'<>\\#")
+# A query value ends before a ")" or "]" too: no key holds one, and a link's or a call's
+# closing bracket went with the value ("[the map](...?key=REDACTED for details").
+_PARAM_VALUE = _run(r"^&\s\"'<>\\#)\]")
 _HEADER_CHARS = r"^\s\"',;\]}\\"
 _HEADER_VALUE = _run(_HEADER_CHARS)
 _KEY_AHEAD = _key_ahead(_HEADER_CHARS)

@@ -7,7 +7,8 @@ keeps them as `Secret` values whose ``repr`` and ``str`` are redacted, and
 scrubs every form a server may quote them in from each final answer:
 
 * the raw value, and so ``Bearer <value>`` too;
-* its percent-encoded and JSON-escaped spellings, and any mix of them;
+* its percent-encoded (once, or twice: a URL quoted inside another) and JSON-escaped
+  spellings, and any mix of them;
 * a Basic credential's base64, its decoded ``user:password`` and the password;
 * a URL's userinfo password, and ``user:password``.
 
@@ -115,9 +116,12 @@ def _spellings(char: str) -> str:
     # writes "=" as "\u003d", and a key quoted so kept all but its "=" raw.
     units = char.encode("utf-16-be")
     unicode = "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+    # Percent-encoded twice too: a URL quoted inside another (a login redirect's
+    # ``next=``) writes a key's "+" as "%252B".
+    twice = percent.replace("%", "%25")
     alternatives = {
-        re.escape(char), f"(?i:{re.escape(percent)})", _nested(char, escaped),
-        f"(?i:{_nested(char, unicode)})",
+        re.escape(char), f"(?i:{re.escape(percent)})", f"(?i:{re.escape(twice)})",
+        _nested(char, escaped), f"(?i:{_nested(char, unicode)})",
     }  # fmt: skip
     alternatives |= _EXTRA_SPELLINGS.get(char, set())
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
@@ -296,7 +300,8 @@ def _decoded(text: str) -> str:
     text itself (an escape undone next to a raw spelling may take its first
     characters along: both are looked in).
     """
-    text = _PERCENT.sub(lambda m: chr(int(m[1], 16)), text)
+    for _ in range(2):  # once, and again for a URL quoted inside another
+        text = _PERCENT.sub(lambda m: chr(int(m[1], 16)), text)
     text = _UNICODE.sub(lambda m: chr(int(m[1], 16)), text)
     text = _ESCAPE.sub(lambda m: _ESCAPED.get(m[1], m[1]), text)
     return _plain(text)

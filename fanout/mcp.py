@@ -35,6 +35,7 @@ Requires the ``mcp`` extra: ``pip install 'fanout[mcp]'``.
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -63,7 +64,7 @@ from ._mcp_http import (
 from ._mcp_tools import McpSessionError, McpToolError, answer_of, error_text, kind_of, retry_safe
 from ._mcp_wire import Flight, TappedWriteStream, flying, landed
 from ._scope import Scope
-from ._secrets import learn
+from ._secrets import Secret, learn
 from ._validate import positive
 from ._values import Kind
 
@@ -261,6 +262,12 @@ async def open_session(
             server._close()
 
 
+# An environment variable's name that marks its value a credential.
+_CREDENTIAL_NAME = re.compile(
+    r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|AUTH|CREDENTIALS?)(?:_|$)"
+)
+
+
 @asynccontextmanager
 async def open_stdio(
     command: str,
@@ -277,8 +284,19 @@ async def open_stdio(
     ...) plus ``env``, not the rest of this process's environment. What it
     writes that is not UTF-8 is read with U+FFFD in its place: read strictly,
     one such byte ended the session's reader, and every call after it waited
-    for its deadline.
+    for its deadline. A value of ``env`` whose name marks a credential
+    (``CRM_API_KEY``, ``GITHUB_TOKEN``, ``DB_PASSWORD``: how most MCP servers
+    are given theirs) is scrubbed from every answer, event and log from then
+    on, as an HTTP session's credentials are.
     """
+    learn(
+        {
+            Secret(value)
+            for key, value in (env or {}).items()
+            if isinstance(key, str) and isinstance(value, str) and _CREDENTIAL_NAME.search(key)
+        },
+        pinned=True,
+    )
     parameters = StdioServerParameters(
         command=command, args=list(args), env=dict(env) if env else None, cwd=cwd,
         encoding_error_handler="replace",

@@ -92,7 +92,8 @@ PLACEMENTS = (
 def spellings(key: str) -> set[str]:
     """Every way the key could show up in an output."""
     basic = base64.b64encode(f"{USER}:{key}".encode()).decode()
-    return {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1], basic}
+    twice = quote(quote(key, safe=""), safe="")  # a URL quoted inside another's query
+    return {key, quote(key, safe=""), quote_plus(key), json.dumps(key)[1:-1], basic, twice}
 
 
 def client_for(lib: Library, placement: str, key: str, url: str, inner: Any = None) -> Any:
@@ -604,6 +605,9 @@ async def test_an_sdk_client_on_the_httpx2_transport_is_charged_and_scrubbed() -
         ("Use bearer authentication", "Use bearer authentication"),
         ("self.pk_url_kwarg and sk-video-toolkit", "self.pk_url_kwarg and sk-video-toolkit"),
         ("key=value pairs", "key=value pairs"),
+        # A link's or a call's closing bracket is not the value's.
+        ("[map](https://m.test/embed?key=abc123)", "[map](https://m.test/embed?key=REDACTED)"),
+        ("connect(db, api_key=*****)", "connect(db, api_key=REDACTED)"),
     ],
 )
 def test_credentials_by_shape_are_redacted_and_prose_is_not(text: str, expected: str) -> None:

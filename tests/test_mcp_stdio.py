@@ -169,3 +169,26 @@ async def test_a_byte_that_is_not_utf8_is_read_as_a_replacement_character(
         (Status.OK, "caf\ufffd"),
         (Status.OK, "fine"),
     ]
+
+
+async def test_a_credential_handed_to_a_stdio_server_in_its_environment_is_scrubbed(
+    tmp_path: Path, patient_clock: Any
+) -> None:
+    """Most MCP servers get their key in their environment (``CRM_API_KEY``): fanout never
+    sees it sent, and a tool answer quoting it (an upstream 401) reached the model. A
+    variable named for something else is no credential."""
+    key, region = "crm-9b1f4e7a2c6d8e0f", "eu-central-pool"
+    env = {"CRM_API_KEY": key, "CRM_REGION": region}
+    with (tmp_path / "server.log").open("w") as errlog:
+        async with fanout.mcp.open_stdio(
+            sys.executable, str(SERVER), "stdio", env=env, errlog=errlog
+        ) as server:
+            registry = Registry()
+            await fanout.mcp.register_tools(registry, server)
+            runner = Runner(registry, scopes=[server.limits()])
+            said = f"upstream said 401: key {key} is revoked ({region})"
+            turn = await runner.run_turn([ToolCall("a", "plain", {"text": said})])
+    (result,) = turn.results
+    assert result.status is Status.OK
+    assert key not in result.content
+    assert region in result.content
