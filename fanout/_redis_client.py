@@ -146,7 +146,8 @@ def _checking_hostname(url: str, query: dict[str, list[str]]) -> str:
 
 def _without_password(url: str) -> str:
     """``url`` fit for an error message: the password, if any, becomes ``***``, in the
-    userinfo or in the query (``?password=``, which coredis reads too).
+    userinfo or in the query (``?password=``, which coredis reads too); a user with no
+    password, too.
 
     The userinfo runs to the URL's last ``@``: a password holding an unencoded
     ``/``, ``?`` or ``#`` (base64 holds ``/``) ends what ``urlsplit`` takes
@@ -157,6 +158,8 @@ def _without_password(url: str) -> str:
     userinfo, at, after = rest.rpartition("@")
     if separator and at and ":" in userinfo:
         url = f"{scheme}://{userinfo.partition(':')[0]}:***@{after}"
+    elif separator and at:  # a user alone may be the password itself (``redis://<token>@``)
+        url = f"{scheme}://***@{after}"
     try:
         parts = urlsplit(url)
     except ValueError:

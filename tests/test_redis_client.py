@@ -103,6 +103,11 @@ def test_a_refused_url_never_shows_its_password(cluster: bool) -> None:
         client_from_url("redis://app:hunter2@127.0.0.1:port", cluster=cluster)
     assert "hunter2" not in str(refused.value)
     assert "redis://app:***@127.0.0.1:port" in str(refused.value)
+    # A user alone may be the password itself (a provider's token as the user).
+    with pytest.raises(ConfigurationError) as refused:
+        client_from_url("redis://Sx9kL2qZ7tR4vX8m@127.0.0.1:port", cluster=cluster)
+    assert "Sx9kL2qZ7tR4vX8m" not in str(refused.value)
+    assert "redis://***@127.0.0.1:port" in str(refused.value)
 
 
 @given(
