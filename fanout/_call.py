@@ -464,18 +464,31 @@ async def _invoke(
                 failure(call, Status.TIMED_OUT, str(idle), started=state.started, kind=spec.kind)
             )
 
+        # What the tool raises is carried out of the watch's nursery, not raised in its
+        # body: trio writes the body's exception with ``repr`` as it closes the nursery,
+        # and one whose ``__repr__`` raised left it half-closed (an open runner's trio
+        # run died, "Nursery stack corrupted"). Only what must go up goes through it.
+        raised: BaseException | None = None
         try:
             async with trio.open_nursery() as watching:
                 watching.start_soon(watch.watch, answer_idle)
                 with watch.scope:
-                    value = await _call_fn(spec, state, threads)
+                    try:
+                        value = await _call_fn(spec, state, threads)
+                    except BaseException as exc:
+                        if split_going_up(exc)[0] is not None:
+                            raise
+                        raised = exc
                     watching.cancel_scope.cancel()
-                    return value
         except BaseExceptionGroup as group:
             # The watch never fails: what the nursery wrapped is the tool's own.
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
+        if raised is not None:
+            raise raised
+        if not watch.scope.cancelled_caught:
+            return value
         raise idle
     except Exception:
         raise

@@ -381,6 +381,18 @@ class ExitsWhenPrintedError(Exception):
         raise SystemExit("printing me exits")
 
 
+class ReprRaisesError(Exception):
+    """An exception whose ``__str__`` and ``__repr__`` raise: trio writes a nursery body's
+    exception with ``repr``, and an idle-watched tool raising this broke the watch's
+    nursery (an open runner's trio run died)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
 class SurrogateError(Exception):
     def __str__(self) -> str:
         return "bad \ud800 text"
@@ -415,6 +427,7 @@ raised = st.one_of(
     st.builds(ValueError, st.text(max_size=20)),
     st.builds(UnprintableError),
     st.builds(ExitsWhenPrintedError),
+    st.builds(ReprRaisesError),
     st.builds(SurrogateError),
     st.builds(HugeMessageError),
     st.builds(StrReturnsNonTextError),
@@ -441,12 +454,14 @@ raised = st.one_of(
     hosted=st.booleans(),
     sync=st.booleans(),
     kind=st.sampled_from([Kind.READS, Kind.MUTATING]),
+    idle=st.sampled_from([None, 5.0]),
 )
 def test_whatever_a_tool_raises_is_that_calls_error_and_no_one_elses(
-    exc: BaseException, hosted: bool, sync: bool, kind: Kind
+    exc: BaseException, hosted: bool, sync: bool, kind: Kind, idle: float | None
 ) -> None:
     """Any exception but Cancelled/KeyboardInterrupt/GeneratorExit: that call's own error,
-    started, named by its type; the sibling still ok; nothing escapes the caller."""
+    started, named by its type; the sibling still ok; nothing escapes the caller; with
+    an idle timeout too (the tool then runs beside its idle watch)."""
 
     async def t_async() -> str:
         raise exc
@@ -454,10 +469,10 @@ def test_whatever_a_tool_raises_is_that_calls_error_and_no_one_elses(
     def t_sync() -> str:
         raise exc
 
-    reg = _one_tool_registry(t_async, kind=kind)
+    reg = _one_tool_registry(t_async, kind=kind, idle_timeout=idle)
     if sync:
         # A worker thread: virtual time jumps only after 50 ms of real idleness (autojump).
-        reg = _one_tool_registry(t_sync, kind=kind, timeout=None)
+        reg = _one_tool_registry(t_sync, kind=kind, timeout=None, idle_timeout=idle)
     calls = [ToolCall("toolu_a", "t"), ToolCall("toolu_b", "sibling")]
     played = play(Runner(reg), calls, hosted=hosted, autojump=0.05 if sync else 0.0)
     assert_every_id_answered_once(calls, played)
