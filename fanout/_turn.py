@@ -87,7 +87,8 @@ class TurnCounts:
 
     started: int = 0
     running: int = 0
-    # A KeyboardInterrupt went up through a turn: it stops the runner's other turns too.
+    # A KeyboardInterrupt went up through a turn: it stops the runner's other turns running
+    # with it too (a turn that begins with none running begins without it).
     interrupted: bool = False
 
 
@@ -203,6 +204,10 @@ class Turn:
         self._turn_budget = Budget(self._deadline, self._settings.inline_wait)
         self._scope.deadline = self._deadline + _BACKSTOP
         self._counts.started += 1
+        if self._counts.running == 0:
+            # An interrupt stops the turns running with it, not those after it: a caller
+            # that caught it and went on was told of it by every later turn.
+            self._counts.interrupted = False
         self._counts.running += 1
         interrupted: KeyboardInterrupt | None = None
         try:

@@ -118,6 +118,21 @@ async def test_a_keyboard_interrupt_in_an_open_runner_comes_out_as_itself(
         assert "a KeyboardInterrupt stopped the turn" in result.content
 
 
+async def test_a_keyboard_interrupt_caught_by_the_caller_stops_only_its_own_turns(
+    autojump_clock: Any,
+) -> None:
+    """The caller catches the interrupt around ``run_turn`` and goes on with the runner:
+    a later turn's call cut off by its deadline says so (every later call was answered
+    "a KeyboardInterrupt stopped the turn")."""
+    runner = fanout.Runner(_interrupting(), turn_timeout=2)
+    with pytest.raises(KeyboardInterrupt):
+        await runner.run_turn([fanout.ToolCall("a", "boom", {"x": 1})])
+    later = await runner.run_turn([fanout.ToolCall("b", "slow", {"x": 1})])
+    (result,) = later.results
+    assert result.status is fanout.Status.TIMED_OUT
+    assert "the turn's deadline of 2s passed" in result.content
+
+
 def _streamed_weather(cities: list[str]) -> Any:
     async def stream() -> Any:
         yield {"type": "message_start", "message": {"id": "m", "role": "assistant"}}
