@@ -67,11 +67,13 @@ class StreamDecoder(Protocol):
 
 
 def _field(value: Any, name: str) -> Any:
-    """``value[name]`` or ``value.name``, whichever the event is; None when absent."""
+    """``value[name]`` or ``value.name``, whichever the event is; None when absent. Text is
+    plain text: a ``str`` subclass (a proxy, a lazy string) is read as the text it holds,
+    as `run_turn` reads a call's id, so its own ``__hash__`` and ``__eq__`` never run (an
+    id compared by identity was answered twice, one whose hash raised lost the calls)."""
     data = plain(value)
-    if isinstance(data, Mapping):
-        return data.get(name)
-    return getattr(data, name, None)
+    found = data.get(name) if isinstance(data, Mapping) else getattr(data, name, None)
+    return str.__str__(found) if isinstance(found, str) and type(found) is not str else found
 
 
 def _text(value: Any) -> str:

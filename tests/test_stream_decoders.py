@@ -125,6 +125,37 @@ def test_an_anthropic_call_s_input_is_its_start_s_unless_deltas_follow(
     ]
 
 
+class _SameByIdentity(str):
+    """A proxy id compared by identity, as some lazy strings are."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+class _Unhashable(str):
+    def __hash__(self) -> int:
+        raise TypeError("no hash for you")
+
+
+@pytest.mark.parametrize("kind", [_SameByIdentity, _Unhashable])
+def test_a_streamed_id_that_is_a_str_subclass_is_read_as_its_text(kind: type[str]) -> None:
+    """As `run_turn` reads a call's id: a ``str`` subclass is its plain text, whose own
+    ``__eq__`` and ``__hash__`` never run (one compared by identity was answered twice;
+    one whose hash raised lost the calls after it)."""
+    decoder = fanout.AnthropicStream()
+    events = []
+    for index, call_id in enumerate([kind("toolu_1"), kind("toolu_2")]):
+        block = {"type": "tool_use", "id": call_id, "name": "lookup", "input": {"n": index}}
+        events += [
+            {"type": "content_block_start", "index": index, "content_block": block},
+            {"type": "content_block_stop", "index": index},
+        ]
+    decoded = [call for event in events for call in decoder.feed(event)]
+    assert [(type(c.id), c.id) for c in decoded] == [(str, "toolu_1"), (str, "toolu_2")]
+
+
 @given(
     spec=calls_strategy,
     size=st.integers(1, 8),
