@@ -107,7 +107,9 @@ def _failure_text(
     """The canonical JSON of a non-ok answer; remembered, since a deadline ends many alike."""
     body: dict[str, Any] = {
         "status": status.value,
-        "tool": tool,
+        # The model's name for the tool, cut as a message is: a refusal of an unknown tool
+        # named in 100,000 characters was as long.
+        "tool": truncate(tool, _MAX_MESSAGE),
         "message": truncate(clean_text(message), _MAX_MESSAGE),
         "started": started,
     }

@@ -47,6 +47,8 @@ def usable_wait(value: object) -> float | None:
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if isinstance(value, int):  # compared as an int: ``float(10**400)`` overflows
+        return float(min(max(value, 0), int(MAX_WAIT)))
     if math.isnan(value):
         return None
     return min(max(float(value), 0.0), MAX_WAIT)

@@ -84,6 +84,16 @@ def test_a_long_message_is_cut_to_500_characters_with_a_marker() -> None:
     assert message["message"].endswith("more characters]")
 
 
+def test_a_tool_name_the_model_wrote_long_is_cut_as_a_message_is() -> None:
+    """Every non-ok answer is small: a refusal of an unknown tool named in 100,000
+    characters carried the name whole."""
+    name = "search_" + "x" * 100_000
+    call = ToolCall("c1", name, {})
+    result = failure(call, Status.REFUSED, "no such tool", started=False, kind=Kind.READS)
+    assert len(result.content) < 1_200
+    assert json.loads(result.content)["tool"].startswith("search_xxx")
+
+
 def test_output_that_cannot_be_json_is_an_error_answer() -> None:
     """A value that contains itself is answered error, saying so, never a crash."""
     looped: list[Any] = []
