@@ -137,11 +137,35 @@ class CallState:
     # until one comes: most calls have none, and an empty list apiece is garbage
     # collector work for nothing).
     followers: list[CallState] | None = attrs.field(default=None, repr=False)
+    # What of the call may still run after it was answered: a worker thread left to
+    # finish, a task in the runner's nursery still unwinding; each set as it ends (None
+    # until one is out). `work_ended` waits for them.
+    unfinished: list[trio.Event] | None = attrs.field(default=None, repr=False)
+    # What to do as a worker thread of the call ends (a write drops the cached reads).
+    on_thread_end: Callable[[], None] | None = attrs.field(default=None, repr=False)
     _rng: random.Random | None = attrs.field(default=None, alias="_rng", repr=False)
 
     @property
     def call(self) -> ToolCall:
         return self.plan.call
+
+    def work_begun(self) -> trio.Event:
+        """Something of the call that may outlive its answer began: set what this returns
+        as it ends."""
+        ended = trio.Event()
+        self.unfinished = [*(self.unfinished or ()), ended]
+        return ended
+
+    async def work_ended(self) -> None:
+        """Wait until nothing of the call runs any more: not its task, not its thread.
+
+        Answered at its deadline, a sync tool's thread is left to finish, and was taken
+        for finished: the next write of a serial phase ran beside it, a write ran
+        while a read's thread still read, and a cached read from before it was served
+        after it ended.
+        """
+        for ended in self.unfinished or ():
+            await ended.wait()
 
     @property
     def rng(self) -> random.Random:
@@ -531,14 +555,15 @@ async def _in_a_thread(
     false" and ran). ``abandon_on_cancel``: a tool that never returns cannot hold the
     turn past its deadline; its thread is left to finish on its own, in its place.
     """
-    place = _ThreadPlace(threads)
+    place = _ThreadPlace(threads, state)
     await threads.acquire_on_behalf_of(place)
+    place.taken()
     if state.result is not None:
         # Answered while it waited, and woken by a thread given back before the
         # cancellation that answer brings (a deadline cancels a batch at a time, a
         # sibling's failure in the runner's nursery a checkpoint later): it never
         # starts. (Run, a write answered "not started" charged the card.)
-        threads.release_on_behalf_of(place)
+        place.release_on_behalf_of(place)
         raise _AnsweredFirst
     state.started = True
     try:
@@ -547,22 +572,33 @@ async def _in_a_thread(
         return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=limiter)
     finally:
         if not place.handed:  # cancelled before trio took the place: give it back
-            threads.release_on_behalf_of(place)
+            place.release_on_behalf_of(place)
 
 
 class _ThreadPlace:
     """One of the ``max_threads`` places, taken already: trio's ``run_sync`` takes it
-    from here without a wait, and gives it back when its thread has ended."""
+    from here without a wait, and gives it back when its thread has ended, abandoned or
+    not, which is when the call's work has ended (`CallState.work_ended`)."""
 
-    def __init__(self, threads: trio.CapacityLimiter) -> None:
+    def __init__(self, threads: trio.CapacityLimiter, state: CallState) -> None:
         self._threads = threads
+        self._state = state
+        self._ended: trio.Event | None = None
         self.handed = False
+
+    def taken(self) -> None:
+        """The place is this call's now: its work runs until the place is given back."""
+        self._ended = self._state.work_begun()
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
         self.handed = True
 
     def release_on_behalf_of(self, borrower: object) -> None:
         self._threads.release_on_behalf_of(self)
+        if self._ended is not None:
+            self._ended.set()
+        if self._state.on_thread_end is not None:
+            self._state.on_thread_end()
 
 
 class _AnsweredFirst(Exception):

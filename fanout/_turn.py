@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import math
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -249,6 +250,14 @@ class Turn:
             watching.start_soon(self._watch_deadlines)
             with self._noting_crashes(), self._scope:
                 await self._run_together(self._arrivals, register=True)
+                if any(state.result is None for state in self._writes):
+                    # The reads are answered; the writes wait until they have ended too
+                    # (a read's thread left to finish, one unwinding in the runner's
+                    # nursery), or the deadline answers them.
+                    writes = set(self._writes)
+                    for state in self._states:
+                        if state not in writes:
+                            await state.work_ended()
                 await self._mutating_phase(self._writes)
             self._phases_over = True
             watching.cancel_scope.cancel()
@@ -473,7 +482,9 @@ class Turn:
         since: float,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """A call in the runner's nursery: whatever happens, it must not crash that nursery."""
+        """A call in the runner's nursery: whatever happens, it must not crash that nursery.
+        It may go on unwinding after it was answered: its work ends with its task."""
+        ended = state.work_begun()
         try:
             await self._run_one(state, since, task_status)
         except (trio.Cancelled, KeyboardInterrupt):
@@ -482,6 +493,8 @@ class Turn:
             log_failure(
                 _log, "fanout: call %s failed after it was answered", state.call.id, exc=exc
             )
+        finally:
+            ended.set()
 
     async def _mutating_phase(self, writes: list[CallState]) -> None:
         if self._mutating == "parallel":
@@ -493,9 +506,13 @@ class Turn:
 
             await self._run_together(arrivals, register=False)
         else:
+            before: CallState | None = None
             for state in writes:
+                if before is not None:
+                    await before.work_ended()  # its thread too, if it was left to finish
                 if state.result is None:
                     await self._run_alone(state)
+                    before = state
 
     async def _run_alone(self, state: CallState) -> None:
         """Run one write of a serial phase to its end before the next begins: in the
@@ -505,21 +522,21 @@ class Turn:
         host = self._host
         if host is None:
             await self._run_one(state)
-            return
-        ended = trio.Event()
+        else:
+            ended = trio.Event()
 
-        async def run_to_its_end() -> None:
+            async def run_to_its_end() -> None:
+                try:
+                    await self._run_hosted(state, trio.current_time())
+                finally:
+                    ended.set()
+
             try:
-                await self._run_hosted(state, trio.current_time())
-            finally:
-                ended.set()
-
-        try:
-            host.start_soon(run_to_its_end)
-        except RuntimeError:  # the runner's nursery is closing: run it here
-            await self._run_one(state)
-            return
-        await ended.wait()
+                host.start_soon(run_to_its_end)
+            except RuntimeError:  # the runner's nursery is closing: run it here
+                await self._run_one(state)
+            else:
+                await ended.wait()
 
     async def _run_one(
         self,
@@ -579,6 +596,10 @@ class Turn:
         A failure of fanout's own is answered, not raised.
         """
         stamp = self._run.cache.stamp()
+        if state.plan.kind is Kind.MUTATING:
+            # A sync write's thread left to finish ends later than its task: the reads
+            # are dropped again then.
+            state.on_thread_end = functools.partial(invalidate_for, self._run, state.plan)
         try:
             # Any write, repeatable or not, may make reads stale.
             invalidate_for(self._run, state.plan)
