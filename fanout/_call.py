@@ -143,6 +143,9 @@ class CallState:
     unfinished: list[trio.Event] | None = attrs.field(default=None, repr=False)
     # What to do as a worker thread of the call ends (a write drops the cached reads).
     on_thread_end: Callable[[], None] | None = attrs.field(default=None, repr=False)
+    # What the tool's worker thread returned, boxed, though no one awaited it any more (a
+    # write answered at its timeout, its thread left to finish): its own answer, late.
+    thread_returned: tuple[Any] | None = attrs.field(default=None, repr=False)
     _rng: random.Random | None = attrs.field(default=None, alias="_rng", repr=False)
 
     @property
@@ -155,6 +158,10 @@ class CallState:
         ended = trio.Event()
         self.unfinished = [*(self.unfinished or ()), ended]
         return ended
+
+    def work_ended_now(self) -> bool:
+        """Whether nothing of the call runs any more (`work_ended` would not wait)."""
+        return all(ended.is_set() for ended in self.unfinished or ())
 
     async def work_ended(self) -> None:
         """Wait until nothing of the call runs any more: not its task, not its thread.
@@ -566,10 +573,16 @@ async def _in_a_thread(
         place.release_on_behalf_of(place)
         raise _AnsweredFirst
     state.started = True
+
+    def runs() -> Any:
+        value = fn()
+        state.thread_returned = (value,)  # read once the thread has ended
+        return value
+
     try:
         # Typed as a CapacityLimiter; trio takes any object with its two methods.
         limiter = cast("trio.CapacityLimiter", place)
-        return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=limiter)
+        return await trio.to_thread.run_sync(runs, abandon_on_cancel=True, limiter=limiter)
     finally:
         if not place.handed:  # cancelled before trio took the place: give it back
             place.release_on_behalf_of(place)

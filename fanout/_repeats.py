@@ -21,13 +21,13 @@ A tool declared ``repeatable`` (a die roll) takes part in none of this.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from ._answers import failure
-from ._budget import Verdict
+from ._budget import Budget, Verdict
 from ._call import describe, let_the_deadline_answer
 from ._canonical import shown
 from ._events import EventDetail, EventKind
@@ -38,12 +38,21 @@ from ._redact import scrubbed
 from ._values import Kind, Status, ToolResult
 
 if TYPE_CHECKING:
-    from ._budget import Budget
+    from collections.abc import Callable
+
     from ._call import CallPlan, CallState
     from ._events import Recorder
     from ._run import Run
 
-__all__ = ["cached_answer", "claim", "hold_claim", "join_flight", "remember", "settle"]
+__all__ = [
+    "cached_answer",
+    "claim",
+    "hold_claim",
+    "join_flight",
+    "remember",
+    "settle",
+    "settle_when_ended",
+]
 
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0  # seconds between looks at a key another call holds
 _STORE_TIMEOUT = 1.0  # the longest a store may take to settle a claim, within the deadline
@@ -236,6 +245,30 @@ async def hold_claim(run: Run, key: str) -> None:
             log_failure(
                 _log, "fanout: renewing a write's claim failed", exc=exc, level=logging.WARNING
             )
+
+
+async def settle_when_ended(run: Run, state: CallState, late: Callable[[Any], ToolResult]) -> None:
+    """Settle a claimed write once its work has ended, however long after its answer.
+
+    A write cut off by its deadline may go on: a sync tool's thread left to
+    finish, a commit it shielded. Its claim is held meanwhile (a re-issue of
+    the same call waits for it rather than run beside it), and what it
+    returned in the end is what is kept (``late`` makes it an answer, from a
+    thread's return value): released as the deadline passed, the claim let
+    each re-issue run the write again, three times where it took effect once;
+    bounded by the deadline, a store that awaits before recording (Redis)
+    never kept an answer that came after it. Recording is bounded by the
+    store's own timeout from when the work ended. Runs as trio's system task,
+    outside the turn, which has answered and need not wait.
+    """
+    key = state.plan.idempotency_key
+    async with trio.open_nursery() as holding:
+        holding.start_soon(hold_claim, run, key)
+        await state.work_ended()
+        holding.cancel_scope.cancel()
+    if state.own_answer is None and state.thread_returned is not None:
+        state.own_answer = late(state.thread_returned[0])
+    await settle(run, state, Budget(deadline=trio.current_time() + _STORE_TIMEOUT))
 
 
 async def settle(run: Run, state: CallState, budget: Budget) -> None:

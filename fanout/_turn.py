@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import attrs
 import trio
 
-from ._answers import failure
+from ._answers import failure, success
 from ._binding import ArgumentError
 from ._budget import Budget
 from ._call import CallSettings, CallState, describe, execute
@@ -49,6 +49,7 @@ from ._repeats import (
     join_flight,
     remember,
     settle,
+    settle_when_ended,
     shared,
 )
 from ._validate import finite
@@ -588,7 +589,12 @@ class Turn:
                 self._answer(state, self._interrupted(state))
             give_up()  # a call answered before admission (a replay, a crash) too
             if state.claimed:
-                await settle(self._run, state, budget)
+                if trio.current_time() < budget.deadline and state.work_ended_now():
+                    await settle(self._run, state, budget)
+                else:  # cut off, or still running: kept once it ends (`settle_when_ended`)
+                    trio.lowlevel.spawn_system_task(
+                        settle_when_ended, self._run, state, self._late_answer(state)
+                    )
 
     async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
         """Answer one call: a replay of a write already done, or a run of it.
@@ -637,6 +643,11 @@ class Turn:
             # And again as a write ends, however: a read that ran beside it may hold what
             # it changed.
             invalidate_for(self._run, state.plan)
+
+    def _late_answer(self, state: CallState) -> Callable[[Any], ToolResult]:
+        """How what ``state``'s tool returned after its answer becomes its own answer."""
+        limit = self._settings.max_output_chars
+        return lambda value: success(state.call, value, limit=limit, secrets=state.secrets)
 
     def _tool_run(
         self, state: CallState, budget: Budget, queued: Callable[[], None]

@@ -72,3 +72,31 @@ async def test_an_answer_the_store_cannot_read_refuses_the_claim(redis_url: str)
         # The store did not own the caller's client, so leaving it left the client open.
         await client.set(f"{prefix}idem:k", "still here")
         assert await client.get(f"{prefix}idem:k") == "still here"
+
+
+async def test_a_write_that_commits_past_its_deadline_is_kept_in_redis(redis_url: str) -> None:
+    """A write answered ``timed_out`` whose commit, shielded, returns after its deadline:
+    what it returned is kept, and a re-issue is answered with it. (Recorded under the
+    expired deadline, Redis's write was cancelled at once, and each re-issue committed
+    again once the claim left behind had lapsed.)"""
+    commits: list[str] = []
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.MUTATING, timeout=0.2)
+    async def commit(order: str) -> str:
+        commits.append(order)
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0.4)  # a commit that completes whatever happens
+        return f"committed {order}"
+
+    async with RedisIdempotencyStore.from_url(redis_url, prefix=unique_prefix()) as store:
+        run = fanout.Run("conversation", store=store, claim_lease=1.0)
+        runner = fanout.Runner(registry)
+        first = await runner.run_turn([fanout.ToolCall("a", "commit", {"order": "42"})], run=run)
+        await trio.sleep(0.5)  # the commit has returned, and been recorded
+        again = await runner.run_turn([fanout.ToolCall("b", "commit", {"order": "42"})], run=run)
+    assert first.results[0].status is fanout.Status.TIMED_OUT
+    assert (again.results[0].status, again.results[0].content) == (
+        fanout.Status.OK, "committed 42"
+    )  # fmt: skip
+    assert commits == ["42"]

@@ -134,3 +134,35 @@ def test_a_cached_read_is_not_served_from_before_a_write_whose_thread_ended_late
         return seen
 
     assert trio.run(main) == ["100", "120"]
+
+
+def test_a_sync_write_answered_at_its_timeout_keeps_what_its_thread_returned() -> None:
+    """Its thread left to finish, the write took effect: its claim is held until then,
+    and what it returned is what a re-issue in the run is given. (The claim was let go
+    as the write was answered: the re-issue during the thread ran it beside it, and one
+    after ran it again, three charges for one.)"""
+    charges: list[float] = []
+    registry = Registry()
+
+    @registry.tool(kind=Kind.MUTATING, timeout=TIMEOUT)
+    def charge(amount: float) -> str:
+        charges.append(amount)
+        time.sleep(0.3)
+        return f"charged {amount}"
+
+    runner = Runner(registry)
+    run = fanout.Run("conversation", claim_lease=1.0)
+    call = {"amount": 9.99}
+
+    async def main() -> list[fanout.ToolResult]:
+        first = await runner.run_turn([ToolCall("a", "charge", call)], run=run)
+        during = await runner.run_turn([ToolCall("b", "charge", call)], run=run)
+        await trio.sleep(0.5)  # the first thread has returned
+        after = await runner.run_turn([ToolCall("c", "charge", call)], run=run)
+        return [first.results[0], during.results[0], after.results[0]]
+
+    first, during, after = trio.run(main)
+    assert charges == [9.99]
+    assert first.status is fanout.Status.TIMED_OUT
+    assert during.status is not fanout.Status.OK  # it waited for the claim, and ran nothing
+    assert (after.status, after.content) == (fanout.Status.OK, "charged 9.99")
