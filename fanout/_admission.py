@@ -139,8 +139,7 @@ def _check_open(
             why = f"has a queue that needs about {estimate:.3f}s to drain, {explained}"
         return Denial(
             Status.RATE_LIMITED,
-            f"scope {scope.name!r} {why}; this call was answered at once instead of "
-            "queueing, and was not sent",
+            f"scope {scope.name!r} {why}; answered at once instead of queueing, it was not sent",
             scope.name,
             estimate,
         )

@@ -266,9 +266,13 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         if isinstance(due, Denial):
             if trio.current_time() >= within.budget.deadline:
                 await let_the_deadline_answer()
+            # A retry refused: the call was sent before, and its effect may be known
+            # unknown (admission's words are for a call never sent).
+            message = f"its retry: {due.message}" if state.started else due.message
             denied = failure(
-                call, due.status, due.message, started=state.started, kind=spec.kind,
+                call, due.status, message, started=state.started, kind=spec.kind,
                 scope=due.scope, retry_after=due.retry_after,
+                effect_unknown=state.effect_unknown,
             )  # fmt: skip
             within.answered(denied)
             return denied
@@ -412,7 +416,7 @@ async def _run_tool(
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         went_fine = went_fine and not context.refused
-        state.effect_unknown |= context.effect_unknown
+        state.effect_unknown |= context.effect_unknown or _partly_sent(signal, context)
         return signal
     except Exception as exc:
         wrapped = _signal_within(exc)
@@ -420,6 +424,7 @@ async def _run_tool(
         if wrapped is not None:  # an SDK re-raised fanout's signal as its own error
             went_fine = not isinstance(wrapped, RateLimitedError | NotSentError)
             went_fine = went_fine and not context.refused
+            state.effect_unknown |= _partly_sent(wrapped, context)
             return wrapped
         went_fine = True
         message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
@@ -446,6 +451,16 @@ _BROKE_OFF = (
     "the connection broke after the call was sent; check whether it took effect before "
     "re-issuing it"
 )
+
+
+def _partly_sent(signal: ToolSignal, context: CallContext) -> bool:
+    """Whether a write's request was not sent after an earlier one of it was answered: its
+    effect is then unknown (a POST charged, its receipt's GET not affordable, was
+    answered "not sent" and told to re-issue it)."""
+    return (
+        isinstance(signal, NotSentError) and context.answered > 0
+        and context.kind is Kind.MUTATING
+    )  # fmt: skip
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:

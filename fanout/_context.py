@@ -37,7 +37,9 @@ __all__ = ["CallContext", "current_call"]
 class CallContext:
     """Everything about the running call that a tool or the HTTP layer may use.
 
-    ``requests`` counts requests sent in this attempt: the runner reserved
+    ``requests`` counts requests sent in this attempt (``answered``, those a
+    server answered: a write one of whose requests was answered and a later
+    one not sent has taken effect in part): the runner reserved
     one token for the attempt, which covers the first request; the HTTP layer
     charges each further request to the scopes again. ``secrets`` collects the
     credentials the HTTP layer sent, so the answer can be scrubbed of them
@@ -75,6 +77,7 @@ class CallContext:
     recorder: Recorder
     secrets: set[str] = attrs.field(factory=set, repr=False)
     requests: int = 0
+    answered: int = 0  # of them, those the server answered
     effect_unknown: bool = False
     admitted_at: float = -math.inf
     booked_by: float = -math.inf

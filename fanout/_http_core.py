@@ -504,6 +504,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             finally:
                 watch.back()
             answered = True
+            context.answered += 1
         finally:
             if not answered:
                 place.give_back()

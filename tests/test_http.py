@@ -144,6 +144,45 @@ async def test_a_calls_duration_leaves_out_its_scopes_taking_the_answer_in(
     assert scope.statistics().latency == pytest.approx(0.1, abs=1e-3)
 
 
+async def test_a_write_partly_sent_says_its_effect_is_unknown(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """A write's POST is answered, and its next request cannot be afforded (its token is
+    5 s off, past what fanout waits inline): it was answered "not sent", with no word of
+    the POST, and told to re-issue it. Likewise a write whose request broke after it left,
+    whose retry its scope refused."""
+    async with api(ServerConfig(rate=None), lib) as (server, client):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.MUTATING, scopes=["payments"])
+        async def charge(amount: float) -> str:
+            (await client.post("/charges", json={"amount": amount})).raise_for_status()
+            return (await client.get("/receipts/latest")).text
+
+        runner = Runner(reg, scopes=[Scope("payments", rate=0.2, burst=1)])
+        turn = await runner.run_turn([ToolCall("c1", "charge", {"amount": 9.99})])
+    (result,) = turn.results
+    assert server.count() == 1
+    assert result.status is Status.RATE_LIMITED
+    assert json.loads(result.content)["effect"].startswith("unknown")
+
+    def broken(request: Any) -> Any:
+        raise lib.module.ReadError("connection reset mid-body", request=request)
+
+    reg = Registry()
+    client = lib.mock(broken)
+
+    @reg.tool(kind=Kind.MUTATING, scopes=["payments"])
+    async def pay(amount: float) -> str:
+        return (await client.post("http://api.test/charges", json={"amount": amount})).text
+
+    runner = Runner(reg, scopes=[Scope("payments", rate=0.25, burst=1)])
+    turn = await runner.run_turn([ToolCall("c1", "pay", {"amount": 9.99})])
+    body = json.loads(turn.results[0].content)
+    assert body["message"].startswith("its retry: scope 'payments'")
+    assert body["effect"].startswith("unknown")
+
+
 async def test_each_request_of_a_call_is_charged(autojump_clock: Any, lib: Library) -> None:
     """A tool making three requests takes three tokens, paced by the scope's rate (the first
     over a new connection, which may be read ``TOGETHER`` late, as above)."""
