@@ -1275,8 +1275,10 @@ async def test_a_bucket_redis_lost_is_made_again_no_fuller_than_it_was_seen(
         again = await scope.reserve(1, math.inf)
         assert again is not None
         # The next token is due a tenth of a second after the burst was seen spent,
-        # however long the flush took (a loaded machine took 17 ms).
-        assert before_last + 0.1 - 0.005 <= again.start <= seen_by + 0.1 + 0.005
+        # however long the flush took (a loaded machine took 17 ms), to within how well
+        # Redis's clock is read here (a round trip: 0.4 ms early once). Made again full,
+        # the bucket would have let it go at once.
+        assert before_last + 0.1 - 0.02 <= again.start <= seen_by + 0.1 + 0.02
 
 
 async def run_stopping(turn: fanout.Turn, redis: RedisServer, *, after: float) -> float:
