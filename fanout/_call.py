@@ -285,12 +285,6 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             # a slot the failed call gave back woke it before its cancellation came, and
             # a write answered "cancelled, not started" charged the card.)
             return state.result
-        # A sync tool has started once a worker thread runs it (`_call_fn`): one that
-        # waited for a thread, all of them held by tools that ignored their cancellation,
-        # was answered timed_out "started" though it never ran.
-        # And once started, in any attempt, it has: a write retried after it ran, whose
-        # retry waited for a thread to its deadline, was answered "not started".
-        state.started = state.started or spec.is_async
         for scope in plan.scopes:
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
@@ -303,6 +297,14 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         )  # fmt: skip
         for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
+        # Started as the tool is invoked, not before: a scope's hook or an instrument that
+        # raised just before was answered "started: true, may have taken effect". A sync
+        # tool has started once a worker thread runs it (`_call_fn`): one that waited for
+        # a thread, all of them held by tools that ignored their cancellation, was
+        # answered timed_out "started" though it never ran. And once started, in any
+        # attempt, it has: a write retried after it ran, whose retry waited for a thread
+        # to its deadline, was answered "not started".
+        state.started = state.started or spec.is_async
         outcome = await _run_tool(state, spec, context, within)
         if isinstance(outcome, ToolResult):
             # Final: answered before its slots go back, so that a call that fails under
@@ -442,7 +444,15 @@ async def _run_tool(
             warm = not context.opened_connection
             reused = warm and context.reused_connection
             for scope in scopes:
-                scope.observe_call(elapsed, ok=went_fine, warm=warm, reused=reused)
+                try:
+                    scope.observe_call(elapsed, ok=went_fine, warm=warm, reused=reused)
+                except Exception as exc:
+                    # What the scope learns is its own: one of yours that fails to learn
+                    # leaves the answer the tool's (a write that took effect was answered
+                    # "fanout failed ... not finished").
+                    log_failure(
+                        _log, "fanout: scope %s failed to observe a call", scope.name, exc=exc
+                    )
 
 
 _TOOL_RAISED = "the tool raised an error; fix the arguments or try another approach"

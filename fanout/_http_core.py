@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import functools
 import itertools
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -57,6 +58,7 @@ from ._events import EventDetail, EventKind
 from ._exceptions import ConfigurationError, NotSentError, RateLimitedError, TransientError
 from ._headers import http_date, parse_rate_limit_headers
 from ._library_log import scrub_library_log
+from ._logs import log_failure
 from ._pools import PoolLoads, PoolUse
 from ._redact import REDACTED, read_as_credentials, redact_text, redact_url
 from ._retry_info import read_capped, retry_delay
@@ -74,7 +76,17 @@ if TYPE_CHECKING:
     from ._context import CallContext
     from ._values import RateLimitInfo
 
-__all__ = ["GuardedBody", "HttpCore", "Seam", "TransportBase", "charge_mounted", "server_scope"]
+__all__ = [
+    "GuardedBody",
+    "HttpCore",
+    "Seam",
+    "TransportBase",
+    "charge_mounted",
+    "charged_client",
+    "server_scope",
+]
+
+_log = logging.getLogger("fanout")
 
 # Worth another try: a server's failure or its overload (529: Anthropic's), or its
 # timeout waiting for the request (408), as the OpenAI and Anthropic SDKs retry them.
@@ -532,13 +544,19 @@ class HttpCore(Generic[RequestT, ResponseT]):
         # window kept that as its margin in every window (1.10-1.18x the fastest).
         taking_in = trio.current_time()
         for scope in scopes_stated(context.scopes, info):
-            await scope.observe_headers(
-                info, sent_at=sent_at, refused=refused or overloaded,
-                opened=watch.opened,
-                left_with=place.leaving.get(id(scope)), overloaded=overloaded,
-                booked_by=context.booked_by if first else None, left_at=watch.left_at,
-                connecting=watch.connecting if watch.opened else None,
-            )  # fmt: skip
+            try:
+                await scope.observe_headers(
+                    info, sent_at=sent_at, refused=refused or overloaded,
+                    opened=watch.opened,
+                    left_with=place.leaving.get(id(scope)), overloaded=overloaded,
+                    booked_by=context.booked_by if first else None, left_at=watch.left_at,
+                    connecting=watch.connecting if watch.opened else None,
+                )  # fmt: skip
+            except Exception as exc:
+                # The server answered; what a scope of yours makes of it is its own. Raised
+                # to the tool, a write the server had charged was answered as the tool's
+                # error, with no word of its effect, and kept for replay.
+                log_failure(_log, "fanout: scope %s failed to read an answer", scope.name, exc=exc)
         context.held += trio.current_time() - taking_in
         if context.recorder.active:
             detail = _response_detail(response, info)

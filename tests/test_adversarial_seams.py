@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -733,3 +734,64 @@ def test_a_part_that_raises_anything_fails_its_own_call_never_its_siblings(
     _assert_one_honest_answer_each(calls, turn)
     assert turn.results[1].status is Status.OK, turn.results[1]
     assert max(e.time for e in turn.trace) <= started + 60
+
+
+# -- a scope whose hooks around the tool raise ---------------------------------------------
+
+
+class _HookRaises(Scope):
+    """A scope of yours whose hook ``hook`` raises (a metrics export that fails)."""
+
+    def __init__(self, name: str, hook: str) -> None:
+        super().__init__(name)
+        self._hook = hook
+
+    def _fail(self, hook: str) -> None:
+        if hook == self._hook:
+            raise ConnectionError(f"the metrics export in {hook} failed")
+
+    def attempt_began(self, admitted_at: float) -> None:
+        self._fail("attempt_began")
+        super().attempt_began(admitted_at)
+
+    def observe_call(self, seconds: float, **kwargs: Any) -> None:
+        self._fail("observe_call")
+        super().observe_call(seconds, **kwargs)
+
+    async def observe_headers(self, info: Any, **kwargs: Any) -> None:
+        self._fail("observe_headers")
+        await super().observe_headers(info, **kwargs)
+
+
+@pytest.mark.parametrize("hook", ["attempt_began", "observe_call", "observe_headers"])
+def test_a_scope_hook_that_raises_leaves_a_writes_answer_true(hook: str) -> None:
+    """Before the tool runs, a hook that raises means the write never started, and its
+    answer says so (it said "started: true, may have taken effect"); after (the server
+    answered, the tool returned), the write's own answer stands (it was "fanout failed
+    ... not finished", or the scope's error taken for the tool's, with no word of the
+    charge the server made)."""
+    charged: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        charged.append(json.loads(request.content)["amount"])
+        return httpx.Response(200, json={"charged": True})
+
+    client = fanout.http_client(httpx.MockTransport(handler))
+    registry = Registry()
+
+    @registry.tool(kind=Kind.MUTATING, scopes=["payments"])
+    async def charge(amount: float) -> str:
+        response = await client.post("http://api.test/charges", json={"amount": amount})
+        return f"charged {amount}: {response.json()['charged']}"
+
+    runner = Runner(registry, scopes=[_HookRaises("payments", hook)])
+    turn = trio.run(runner.run_turn, [ToolCall("c1", "charge", {"amount": 9.99})])
+    (result,) = turn.results
+    if hook == "attempt_began":
+        assert charged == []
+        assert result.status is Status.ERROR
+        assert _body(result)["started"] is False
+        assert "effect" not in _body(result)
+    else:
+        assert charged == [9.99]
+        assert (result.status, result.content) == (Status.OK, "charged 9.99: True")
