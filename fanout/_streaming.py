@@ -121,7 +121,7 @@ class StreamingTurn(Turn):
                 # runtime" (reads running fine among them) and the error was lost.
                 if goes_up(exc):
                     raise
-                self._stream_error = exc
+                self._stream_error = _as_the_streams(exc)
                 return self._end(
                     f"the stream broke off ({describe(exc)}) before this call's arguments "
                     "were complete"
@@ -220,3 +220,17 @@ class StreamingTurn(Turn):
                 "the message broke off before it was complete; a write from an incomplete "
                 "message is not run. Re-request it if still needed",
             )
+
+
+def _as_the_streams(exc: BaseException) -> BaseException:
+    """The stream's own error, to raise once its calls are answered: a ``Cancelled`` it
+    kept from an earlier cancellation and raised again (alone or in a group), when
+    nothing around it was cancelled, is no cancellation of the caller's. Raised as
+    itself, it went through every scope of the caller's and ended ``trio.run``."""
+    if not isinstance(exc, trio.Cancelled | BaseExceptionGroup):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[0] is None:
+        return exc
+    error = RuntimeError("the stream raised a cancellation when nothing had cancelled it")
+    error.__cause__ = exc
+    return error

@@ -555,3 +555,40 @@ async def test_a_stream_whose_iterator_cannot_be_made_raises_its_error() -> None
 
     with pytest.raises(ConnectionError, match="closed by the server"):
         await Runner(Registry()).run_stream(Closed(), fanout.AnthropicStream())
+
+
+async def test_a_cancellation_the_stream_kept_and_raised_is_its_error_not_the_callers(
+    autojump_clock: Any,
+) -> None:
+    """A stream (a retry helper around an SDK's) raises a ``Cancelled`` it kept from an
+    earlier, finished timeout: its calls are answered, and ``run`` raises the stream's
+    error, which is no cancellation (raised as itself, it went through the caller's own
+    scopes and ended ``trio.run``)."""
+    kept: list[trio.Cancelled] = []
+    with trio.move_on_after(0.001):
+        try:
+            await trio.sleep(1)
+        except trio.Cancelled as cancelled:
+            kept.append(cancelled)
+            raise
+    registry = fanout.Registry()
+
+    @registry.tool(kind=fanout.Kind.READS)
+    async def lookup(x: int) -> str:
+        return "found"
+
+    async def events() -> Any:
+        block = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"x": 1}}
+        yield {"type": "content_block_start", "index": 0, "content_block": block}
+        yield {"type": "content_block_stop", "index": 0}
+        raise kept[0]
+
+    turn = fanout.Runner(registry).stream_turn(events(), fanout.AnthropicStream())
+    raised: BaseException | None = None
+    try:
+        await turn.run()
+    except BaseException as exc:  # caught whatever it is: a Cancelled would end the test
+        raised = exc
+    assert isinstance(raised, RuntimeError), repr(raised)
+    assert "raised a cancellation" in str(raised)
+    assert [(r.tool_use_id, r.status) for r in turn.results] == [("toolu_1", fanout.Status.OK)]
