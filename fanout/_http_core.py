@@ -538,11 +538,6 @@ class HttpCore(Generic[RequestT, ResponseT]):
         ):
             info, read = await self._wait_in_body(response, info)
         overloaded = context.refused = response.status_code == 503
-        # Taking the answer in is the scopes' time, not the server's: a shared scope's
-        # Redis round trips here (its ops queued behind other processes') made call
-        # durations vary by 0.18 s where round trips varied by 0.03, and a shared
-        # window kept that as its margin in every window (1.10-1.18x the fastest).
-        taking_in = trio.current_time()
         for scope in scopes_stated(context.scopes, info):
             try:
                 await scope.observe_headers(
@@ -557,7 +552,6 @@ class HttpCore(Generic[RequestT, ResponseT]):
                 # to the tool, a write the server had charged was answered as the tool's
                 # error, with no word of its effect, and kept for replay.
                 log_failure(_log, "fanout: scope %s failed to read an answer", scope.name, exc=exc)
-        context.held += trio.current_time() - taking_in
         if context.recorder.active:
             detail = _response_detail(response, info)
             _emit(context, EventKind.RESPONSE, scope=info.scope, detail=detail)

@@ -119,31 +119,6 @@ async def test_known_limits_cause_no_429_and_one_request_per_call(
         assert server.max_starts_in_window(window) <= 2 + 4 * window
 
 
-@attrs.define(eq=False)
-class SlowToTakeIn(Scope):
-    """A scope whose answers take ``taking_in`` s to take in (a shared one's Redis trips)."""
-
-    taking_in: float = 0.3
-
-    async def observe_headers(self, info: Any, **kwargs: Any) -> None:
-        await trio.sleep(self.taking_in)
-        await super().observe_headers(info, **kwargs)
-
-
-async def test_a_calls_duration_leaves_out_its_scopes_taking_the_answer_in(
-    autojump_clock: Any, lib: Library
-) -> None:
-    """A call's duration is a sample of how fast the server answers (its scopes learn
-    latency and size margins from it): the time its scopes take to take the answer in
-    is theirs. (Counted, a shared window's Redis round trips made durations vary by
-    0.18 s where the server's varied by 0.03, and every window began that much later.)"""
-    async with api(ServerConfig(rate=100, burst=10, latency=0.1), lib) as (_, client):
-        scope = SlowToTakeIn("key", rate=100, burst=10)
-        turn = await Runner(fetch_registry(client), scopes=[scope]).run_turn(calls(3))
-    assert [r.status for r in turn.results] == [Status.OK] * 3
-    assert scope.statistics().latency == pytest.approx(0.1, abs=1e-3)
-
-
 async def test_a_write_partly_sent_says_its_effect_is_unknown(
     autojump_clock: Any, lib: Library
 ) -> None:
