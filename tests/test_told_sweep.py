@@ -814,3 +814,34 @@ def test_a_refusal_read_off_keeps_its_connection(seed: int) -> None:
     assert server.count(status=429) <= 1
     assert all(r.status is Status.OK for r in told.results)
     assert makespan < 1.8 * (29 / 20 + 0.02 + 0.15)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    model=st.sampled_from(["fixed", "sliding"]),
+    limit=st.integers(2, 12),
+    per=st.sampled_from([1.0, 2.0, 3.0]),
+    rounding=st.sampled_from(["up", "nearest", "down"]),
+    as_epoch=st.booleans(),
+    headers=st.sampled_from(["draft", "x"]),
+    calls=st.integers(10, 40),
+)
+def test_a_told_window_draws_one_429_at_most_however_its_reset_is_rounded(
+    model: str, limit: int, per: float, rounding: str, as_epoch: bool, headers: str, calls: int
+) -> None:
+    """A window's reset in whole seconds, rounded down (Go's ``time.RFC3339``,
+    ``int(epoch)``), names a time up to a second before its place is back: read as
+    rounded up, a told window sent a request at each reset, and drew a 429 each time
+    (5-10 against 10 per 2 s). One shows the server rounds down, and the scope reads
+    each reset a second later from then on; a reset of 0 with nothing left shows it
+    at once."""
+    config = ServerConfig(
+        rate=limit / per, burst=limit, model=model, latency=0.1, headers=headers,  # type: ignore[arg-type]
+        reset_rounding=rounding, reset_as_epoch=as_epoch,  # type: ignore[arg-type]
+    )  # fmt: skip
+    scope = Scope("key", limit=limit, per=per)
+    server, turn = trio.run(
+        learn, config, calls, scope, clock=trio.testing.MockClock(autojump_threshold=0)
+    )
+    assert server.count(status=429) <= 1
+    assert all(r.status is Status.OK for r in turn.results)
