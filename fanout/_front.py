@@ -1779,6 +1779,7 @@ class ScopeFront:
             # Read off the ledger only where the margin asks (a window): this runs as
             # each request leaves (`headers_left`, `wire_wait`).
             answers_hold_their_own=windowed and self._answers_hold_their_own(),
+            told_window=self.per is not None and self._learner is None,
         )
         return self._lags.margin(sight, self._ledger)
 

@@ -74,3 +74,22 @@ def test_a_worst_case_a_429_made_true_is_measured_by_the_first_warm_call() -> No
     assert lags.measure_assumed(0.1)
     assert round(lags.arrival, 9) == 0.05
     assert not lags.measure_assumed(0.1)  # measured once
+
+
+def test_a_told_window_not_seen_leaving_keeps_how_round_trips_vary_not_durations() -> None:
+    """A shared told window: its calls' durations hold its own Redis trips (0.05 to 0.23 s)
+    where the server's round trips varied by 10 ms; the trips are its margin, with its
+    whole send lag (kept as durations, every window of 10 a second began 0.18 s late).
+    A window it learned keeps the durations: how its requests went is a guess too."""
+    ledger = Ledger()
+    for duration, trip in ((0.05, 0.040), (0.23, 0.045), (0.12, 0.050)):
+        ledger.observe_latency(duration)
+        ledger.observe_wire_trip(trip)
+    lags = Lags()
+    lags.sent(0.003, 0.0, departures_seen=False)
+    told = Sight(wire=False, bucket_departures=False, window_departures=False, windowed=True,
+                 answers_hold_their_own=False, told_window=True)  # fmt: skip
+    learned = Sight(wire=False, bucket_departures=False, window_departures=False, windowed=True,
+                    answers_hold_their_own=False)  # fmt: skip
+    assert round(lags.margin(told, ledger), 9) == 0.01
+    assert round(lags.margin(learned, ledger), 9) == 0.18
