@@ -402,6 +402,9 @@ def _ends_late_however_quick(scopes: Sequence[ScopeLike], budget: Budget) -> Sho
     return None
 
 
+_BEFORE_THE_DEADLINE = 0.001  # seconds: the last moment to answer a wait that cannot fit
+
+
 async def _wait_for_a_rise(
     scopes: Sequence[ScopeLike],
     shortfall: Shortfall,
@@ -429,7 +432,10 @@ async def _wait_for_a_rise(
         return False
     scope = next(s for s in scopes if s.name == shortfall.scope)
     rose = scope.rate_rising()
-    last = min(budget.deadline - (scope.expected_latency() or 0.0), patience)
+    # With no latency known yet, a moment before the deadline: woken at it, the call
+    # was answered by the deadline as ``timed_out``, its wait unsaid.
+    latency = max(scope.expected_latency() or 0.0, _BEFORE_THE_DEADLINE)
+    last = min(budget.deadline - latency, patience)
     if rose is None or trio.current_time() >= last:
         return False
     if scope.statistics().bucket.blocked_until >= last:

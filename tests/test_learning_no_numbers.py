@@ -389,3 +389,36 @@ async def test_a_call_on_a_learning_scope_shut_past_its_deadline_is_answered_at_
     assert answered["c2"] < 0.1
     assert turn.results[2].retry_after_ms is not None
     assert turn.results[2].retry_after_ms >= 29_000
+
+
+async def test_a_wait_that_cannot_fit_on_a_learning_scope_is_answered_before_the_deadline(
+    autojump_clock: Any,
+) -> None:
+    """Bare 429s teach a scope a slow rate; a later call's token comes after its deadline.
+    With no latency known, the last moment it could start was the deadline itself, where
+    the deadline answered it ``timed_out``, its wait unsaid: it is answered
+    ``rate_limited`` with the wait a moment before."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, timeout=1.5, scopes=["api"])
+    async def throttled(x: int) -> str:
+        raise fanout.RateLimitedError("429", retry_after=0.2)
+
+    @registry.tool(kind=Kind.READS, timeout=1.5, scopes=["api"])
+    async def lookup(x: int) -> str:
+        return "found"
+
+    runner = Runner(registry, turn_timeout=5)
+    await runner.run_turn([ToolCall("t", "throttled", {"x": 0})])
+    await trio.sleep(30)
+    began = trio.current_time()
+    turn = await runner.run_turn(
+        [ToolCall("a", "lookup", {"x": 1}), ToolCall("b", "lookup", {"x": 2})]
+    )
+    first, second = turn.results
+    assert first.status is Status.OK
+    assert second.status is Status.RATE_LIMITED
+    assert second.retry_after_ms is not None
+    assert second.retry_after_ms > 0
+    (answered,) = [e.time for e in turn.trace if e.kind is EventKind.ANSWERED and e.call_id == "b"]
+    assert answered < began + 1.5
