@@ -592,9 +592,10 @@ class Turn:
                 if trio.current_time() < budget.deadline and state.work_ended_now():
                     await settle(self._run, state, budget)
                 else:  # cut off, or still running: kept once it ends (`settle_when_ended`)
-                    trio.lowlevel.spawn_system_task(
-                        settle_when_ended, self._run, state, self._late_answer(state)
-                    )
+                    with contextlib.suppress(RuntimeError):  # trio's run is ending: it lapses
+                        trio.lowlevel.spawn_system_task(
+                            settle_when_ended, self._run, state, self._late_answer(state)
+                        )
 
     async def _execute(self, state: CallState, budget: Budget, queued: Callable[[], None]) -> None:
         """Answer one call: a replay of a write already done, or a run of it.
