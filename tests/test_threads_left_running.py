@@ -48,26 +48,19 @@ class Inside:
 
 
 def _registry(inside: Inside, runs: dict[str, float]) -> Registry:
+    """``read`` and ``write``, each inside its body for as long as ``runs`` says."""
+
+    def body(name: str) -> str:
+        inside.enter(name)
+        try:
+            time.sleep(runs[name])
+            return name
+        finally:
+            inside.leave(name)
+
     registry = Registry()
-
-    @registry.tool(kind=Kind.READS, timeout=TIMEOUT)
-    def read(name: str) -> str:
-        inside.enter(name)
-        try:
-            time.sleep(runs[name])
-            return name
-        finally:
-            inside.leave(name)
-
-    @registry.tool(kind=Kind.MUTATING, timeout=TIMEOUT)
-    def write(name: str) -> str:
-        inside.enter(name)
-        try:
-            time.sleep(runs[name])
-            return name
-        finally:
-            inside.leave(name)
-
+    registry.add(body, name="read", kind=Kind.READS, timeout=TIMEOUT)
+    registry.add(body, name="write", kind=Kind.MUTATING, timeout=TIMEOUT)
     return registry
 
 
