@@ -266,8 +266,8 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
         if isinstance(due, Denial):
             if trio.current_time() >= within.budget.deadline:
                 await let_the_deadline_answer()
-            # A retry refused: the call was sent before, and its effect may be known
-            # unknown (admission's words are for a call never sent).
+            # A retry refused: the call ran before, and its effect may be unknown
+            # (admission's words are for a call never sent).
             message = f"its retry: {due.message}" if state.started else due.message
             denied = failure(
                 call, due.status, message, started=state.started, kind=spec.kind,
