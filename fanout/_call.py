@@ -418,7 +418,7 @@ async def _run_tool(
     except ToolSignal as signal:
         went_fine = not isinstance(signal, RateLimitedError | NotSentError)
         went_fine = went_fine and not context.refused
-        state.effect_unknown |= context.effect_unknown or _partly_sent(signal, context)
+        state.effect_unknown |= context.effect_unknown or _partly_sent(context)
         return signal
     except Exception as exc:
         wrapped = _signal_within(exc)
@@ -426,7 +426,7 @@ async def _run_tool(
         if wrapped is not None:  # an SDK re-raised fanout's signal as its own error
             went_fine = not isinstance(wrapped, RateLimitedError | NotSentError)
             went_fine = went_fine and not context.refused
-            state.effect_unknown |= _partly_sent(wrapped, context)
+            state.effect_unknown |= _partly_sent(context)
             return wrapped
         went_fine = True
         message = exc.description if isinstance(exc, _ToolRaised) else describe(exc)
@@ -463,14 +463,12 @@ _BROKE_OFF = (
 )
 
 
-def _partly_sent(signal: ToolSignal, context: CallContext) -> bool:
-    """Whether a write's request was not sent after an earlier one of it was answered: its
-    effect is then unknown (a POST charged, its receipt's GET not affordable, was
-    answered "not sent" and told to re-issue it)."""
-    return (
-        isinstance(signal, NotSentError) and context.answered > 0
-        and context.kind is Kind.MUTATING
-    )  # fmt: skip
+def _partly_sent(context: CallContext) -> bool:
+    """Whether a write stopped by a signal (a request not sent, or refused) had a request
+    the server took before: its effect is then unknown (a POST charged, its receipt's
+    GET not affordable or refused with a 429, was answered "not sent" and told to
+    re-issue it)."""
+    return context.answered > 0 and context.kind is Kind.MUTATING
 
 
 def _signal_within(exc: BaseException) -> ToolSignal | None:

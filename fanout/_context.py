@@ -38,8 +38,8 @@ class CallContext:
     """Everything about the running call that a tool or the HTTP layer may use.
 
     ``requests`` counts requests sent in this attempt (``answered``, those a
-    server answered: a write one of whose requests was answered and a later
-    one not sent has taken effect in part): the runner reserved
+    server admitted: a write one of whose requests was admitted and a later
+    one not sent, or refused, has taken effect in part): the runner reserved
     one token for the attempt, which covers the first request; the HTTP layer
     charges each further request to the scopes again. ``secrets`` collects the
     credentials the HTTP layer sent, so the answer can be scrubbed of them
@@ -77,7 +77,7 @@ class CallContext:
     recorder: Recorder
     secrets: set[str] = attrs.field(factory=set, repr=False)
     requests: int = 0
-    answered: int = 0  # of them, those the server answered
+    answered: int = 0  # of them, those the server admitted (answered, not refused)
     effect_unknown: bool = False
     admitted_at: float = -math.inf
     booked_by: float = -math.inf

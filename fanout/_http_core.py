@@ -404,6 +404,8 @@ def charged_client(
     be, and sent past a proxy the environment named). Its own transport is
     then fanout's. One TLS context serves all of them.
     """
+    if isinstance(transport, TransportBase):  # fanout's already: wrapped, charged twice
+        return charge_mounted(client_class(transport=transport, **client_options), wrap)
     if transport is not None:
         return charge_mounted(client_class(transport=wrap(transport), **client_options), wrap)
     options = dict(client_options)
@@ -516,7 +518,6 @@ class HttpCore(Generic[RequestT, ResponseT]):
             finally:
                 watch.back()
             answered = True
-            context.answered += 1
         finally:
             if not answered:
                 place.give_back()
@@ -578,6 +579,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             lambda exc: self._failed(context, exc, sent=True, body=True),
             place.give_back,
         )
+        context.answered += 1  # admitted: whatever the call does next, this one went
         return response
 
     async def _wait_in_body(

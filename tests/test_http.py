@@ -158,6 +158,40 @@ async def test_a_write_partly_sent_says_its_effect_is_unknown(
     assert body["effect"].startswith("unknown")
 
 
+async def test_a_write_whose_later_request_the_server_refuses_says_its_effect_is_unknown(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """The server takes a write's POST, then refuses its receipt's GET with a 429: the
+    write was answered ``rate_limited``, "not sent", with no word of the POST."""
+    async with api(ServerConfig(rate=0.5, burst=1, headers="none"), lib) as (server, client):
+        reg = Registry()
+
+        @reg.tool(kind=Kind.MUTATING, retry=fanout.RetryPolicy(attempts=1))
+        async def charge(amount: float) -> str:
+            (await client.post("/charges", json={"amount": amount})).raise_for_status()
+            return (await client.get("/receipts/latest")).text
+
+        turn = await Runner(reg).run_turn([ToolCall("c1", "charge", {"amount": 9.99})])
+    assert server.count(status=200) == 1
+    assert server.count(status=429) == 1
+    (result,) = turn.results
+    assert result.status is Status.RATE_LIMITED
+    assert json.loads(result.content)["effect"].startswith("unknown")
+
+
+async def test_a_fanout_transport_handed_to_http_client_is_not_wrapped_again(
+    autojump_clock: Any, lib: Library
+) -> None:
+    """Wrapped again, each request was charged twice: two events and two tokens apiece."""
+    module = fanout if lib.module is httpx else fanout.httpx2
+    async with api(ServerConfig(rate=None), lib) as (server, _):
+        client = module.http_client(lib.transport(), base_url=server.url)
+        turn = await Runner(fetch_registry(client)).run_turn(calls(3))
+        await client.aclose()
+    sent = [e for e in turn.trace if e.kind is fanout.EventKind.REQUEST_SENT]
+    assert len(sent) == server.count() == 3
+
+
 async def test_each_request_of_a_call_is_charged(autojump_clock: Any, lib: Library) -> None:
     """A tool making three requests takes three tokens, paced by the scope's rate (the first
     over a new connection, which may be read ``TOGETHER`` late, as above)."""
