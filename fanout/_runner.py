@@ -27,6 +27,7 @@ from ._collector import collection_paused
 from ._events import Instrument, Recorder
 from ._exceptions import ConfigurationError, InvalidTurnError, UsageError
 from ._going_up import keyboard_interrupt_in, only_going_up
+from ._redact import redact_text
 from ._registry import Registry
 from ._retry import RetryPolicy
 from ._run import Run
@@ -286,8 +287,17 @@ class Runner:
         return RunnerStatistics(
             turns_started=self._counts.started,
             turns_running=self._counts.running,
-            scopes=tuple(self._scopes[name].statistics() for name in sorted(self._scopes)),
+            scopes=tuple(
+                _named_safely(self._scopes[name].statistics()) for name in sorted(self._scopes)
+            ),
         )
+
+
+def _named_safely(stats: ScopeStatistics) -> ScopeStatistics:
+    """``stats`` with no credential in its scope's name: a scope named with its key (as the
+    README's own example once did) printed it in every snapshot, where the trace did not."""
+    name = redact_text(stats.name)
+    return stats if name == stats.name else attrs.evolve(stats, name=name)
 
 
 def _validated(calls: Sequence[ToolCall]) -> list[ToolCall]:

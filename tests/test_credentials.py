@@ -1038,3 +1038,30 @@ async def test_a_request_s_url_in_the_trace_is_scrubbed_of_a_key_learned_later()
     first = await runner.run_turn([ToolCall("c1", "info", {})])
     await runner.run_turn([ToolCall("c2", "use", {})])
     assert key not in repr(first.trace)
+
+
+def test_a_scope_named_with_its_key_shows_it_nowhere_once_sent() -> None:
+    """Named *with* the key it limits (the README's own example did): once the key is sent,
+    the trace's events and the runner's statistics read ``REDACTED`` for the scope."""
+    key = "scopekey-7c1e9a3f5b2d"
+
+    def handler(request: Any) -> Any:
+        return httpx.Response(200, text="ok")
+
+    async def main() -> tuple[fanout.RunnerStatistics, fanout.Turn]:
+        client = LIBRARIES["httpx"].client(httpx.MockTransport(handler), headers={"x-api-key": key})
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS, scopes=[key])
+        async def fetch() -> str:
+            return str((await client.get("http://api.test/x")).text)
+
+        runner = Runner(reg)
+        turn = await runner.run_turn([ToolCall("c1", "fetch", {})])
+        return runner.statistics(), turn
+
+    statistics, turn = trio.run(main)
+    assert turn.results[0].status is Status.OK
+    assert key not in repr(turn.trace)
+    assert key not in repr(statistics)
+    assert [s.name for s in statistics.scopes] == ["REDACTED"]
