@@ -44,11 +44,6 @@ def http_client(
     transport finds the running call itself (through ``current_call()``).
     """
     return charged_client(
-        FanoutTransport.seam,
-        httpx.AsyncClient,
-        transport,
-        lambda inner, **pool_options: FanoutTransport(
-            inner, secret_headers=secret_headers, secret_params=secret_params, **pool_options
-        ),
-        client_options,
-    )
+        FanoutTransport, httpx.AsyncClient, transport, client_options,
+        secret_headers=secret_headers, secret_params=secret_params,
+    )  # fmt: skip

@@ -386,15 +386,17 @@ _POOL_OPTIONS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
 
 
 def charged_client(
-    seam: Seam,
+    fanout_transport: Callable[..., Any],
     client_class: Callable[..., _Client],
     transport: Any,
-    wrap: Callable[..., Any],
     client_options: dict[str, Any],
+    *,
+    secret_headers: Iterable[str],
+    secret_params: Iterable[str],
 ) -> _Client:
-    """A ``client_class`` (an ``AsyncClient``) whose every transport is a ``FanoutTransport``
-    made by ``wrap(inner, **pool_options)``: its own, and each it mounts
-    (`charge_mounted`).
+    """A ``client_class`` (an ``AsyncClient``) whose every transport is a
+    ``fanout_transport`` (its library's ``FanoutTransport``, given ``secret_headers`` and
+    ``secret_params``): its own, and each it mounts (`charge_mounted`).
 
     Given no ``transport``, the client is built as httpx builds one, so that
     the options httpx gives its own transport (``verify=False``, ``http2=True``,
@@ -404,6 +406,13 @@ def charged_client(
     be, and sent past a proxy the environment named). Its own transport is
     then fanout's. One TLS context serves all of them.
     """
+    seam: Seam = fanout_transport.seam  # type: ignore[attr-defined]
+
+    def wrap(inner: Any, **pool_options: Any) -> Any:
+        return fanout_transport(
+            inner, secret_headers=secret_headers, secret_params=secret_params, **pool_options
+        )
+
     if isinstance(transport, TransportBase):  # fanout's already: wrapped, charged twice
         return charge_mounted(client_class(transport=transport, **client_options), wrap)
     if transport is not None:

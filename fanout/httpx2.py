@@ -43,11 +43,6 @@ def http_client(
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose requests are charged to the running call."""
     return charged_client(
-        FanoutTransport.seam,
-        httpx2.AsyncClient,
-        transport,
-        lambda inner, **pool_options: FanoutTransport(
-            inner, secret_headers=secret_headers, secret_params=secret_params, **pool_options
-        ),
-        client_options,
-    )
+        FanoutTransport, httpx2.AsyncClient, transport, client_options,
+        secret_headers=secret_headers, secret_params=secret_params,
+    )  # fmt: skip
