@@ -175,8 +175,10 @@ class ServerCount:
     ``limit`` is the limit the response stated with it (None: none), and
     ``reset_after`` its ``Reset``: by then at least one token it counted is
     back, whatever the server (a window's end, a bucket's next token or its
-    fill, a sliding log's oldest entry leaving). A log reads both
-    (`fanout._window.SlidingLog.sync`).
+    fill, a sliding log's oldest entry leaving), unless it was rounded down. A
+    log reads both (`fanout._window.SlidingLog.sync`), and takes the reset only
+    where it frees a token ``reset_lead`` s or more sooner than the log would
+    (`ScopeFront._reset_lead`).
     """
 
     remaining: float
@@ -190,6 +192,7 @@ class ServerCount:
     overtaking: float = 0.0
     limit: float | None = None
     reset_after: float | None = None
+    reset_lead: float = 0.0
 
     def of_limit(self, limit: float) -> bool:
         """Whether this counts against ``limit``: a count of another (an hourly quota's,

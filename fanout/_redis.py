@@ -309,12 +309,13 @@ class SharedWindow:
         elapsed: float = 0.0,
         reset: float = -1.0,
         late: float = -1.0,
+        lead: float = 0.0,
     ) -> BucketReply:
         """One log op (see ``WINDOW``)."""
         args = [
             op, lua_number(limit), lua_number(window), lua_number(cost), lua_number(extra),
             str(epoch), member, lua_number(slack), lua_number(elapsed), lua_number(reset),
-            lua_number(late),
+            lua_number(late), lua_number(lead),
         ]  # fmt: skip
         keys = [self.key, self.state_key, self.exhausted_key]
         raw = await self.link.run(op, functools.partial(self._script, keys=keys, args=args))

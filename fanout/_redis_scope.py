@@ -318,6 +318,7 @@ class RedisBackend:
         entry: str = "",
         reset: float = -1.0,
         late: float = -1.0,
+        lead: float = 0.0,
     ) -> BucketReply:
         """One op on the shared bucket or log; remember what it said for the sync methods."""
         self._opened()
@@ -325,7 +326,7 @@ class RedisBackend:
             reply = await self.log.run(
                 op, limit=self.burst, window=self.window, cost=cost, extra=extra,
                 slack=self.slack, epoch=booking[0], member=member, elapsed=elapsed,
-                reset=reset, late=late,
+                reset=reset, late=late, lead=lead,
             )  # fmt: skip
         else:
             reply = await self.bucket.run(
@@ -652,6 +653,7 @@ class RedisBackend:
                 await self._shared(
                     "sync", extra=count.remaining, elapsed=count.elapsed, reset=reset,
                     late=max(TOGETHER, count.late) if of_limit else -1.0,
+                    lead=count.reset_lead,
                 )  # fmt: skip
             return
         if self.rate is None:

@@ -20,6 +20,7 @@ from coredis.exceptions import RedisError
 
 from ._bucket import SURPLUS
 from ._exceptions import LimiterUnavailableError
+from ._learning import TOGETHER
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -344,7 +345,7 @@ return found
 # answer travelled, and an answer finds its booking.
 # A member "-<cost>|<ends>|<id>" is one the server showed it counts no longer: it
 # holds its tokens until ``ends`` exactly (``_window.SlidingLog.sync``).
-# ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed, reset, late. Ops:
+# ARGV: op, limit, window, cost, extra, epoch, member, slack, elapsed, reset, late, lead. Ops:
 #   reserve   book ARGV[4] as ARGV[7]; refuse, writing nothing, if the wait exceeds ARGV[5]
 #   peek      the wait for ARGV[4], consuming nothing
 #   confirm   booking ARGV[7] of epoch ARGV[6] goes now, if that epoch holds and
@@ -474,17 +475,18 @@ local function forget(sent, remaining, late)  -- answered entries the count left
   end
   return released
 end
-local function reset_by(sent, at)  -- one token it counted is back by ``at``: the oldest's
+-- One token it counted is back by ``at``: the oldest's, if that is ``lead`` sooner or more.
+local function reset_by(sent, at, lead)
   local oldest = nil
   for i = 1, #members do
     local first = string.sub(members[i], 1, 1)
     if (first == '=' or first == '-' or first == '~') and starts[i] <= sent
        and sent < ends[i] then
-      if ends[i] <= at then return false end
+      if ends[i] <= at + TOGETHER then return false end
       if first ~= '-' and not oldest then oldest = i end
     end
   end
-  if not oldest then return false end
+  if not oldest or starts[oldest] + span < at + lead then return false end
   if string.sub(members[oldest], 1, 1) == '=' then
     release(oldest, at)
     return true
@@ -575,7 +577,7 @@ elseif op == 'sync' then
   local reset, late = tonumber(ARGV[10]), tonumber(ARGV[11])
   if not write and late >= 0 then
     write = forget(sent, extra, late)
-    if reset >= 0 then write = reset_by(sent, now + reset) or write end
+    if reset >= 0 then write = reset_by(sent, now + reset, tonumber(ARGV[12])) or write end
     if write then void() end
   end
 elseif op == 'held' then
@@ -594,7 +596,7 @@ expire(KEYS[2], idle)
 local tokens = limit - load(now)
 return {granted, num(wait), num(tokens), num(math.max(0, blocked - now)),
         redis.call('PTTL', KEYS[3]), string.format('%d', epoch)}
-"""
+""".replace("TOGETHER", repr(TOGETHER))
 )
 
 # Leases: a sorted set of members scored by their expiry (server time).

@@ -48,7 +48,8 @@ Header definitions, shared by every style (a key with ``rate=None`` gets none):
   window ends (fixed) or its oldest request leaves it (sliding). Rounded *up*
   to whole seconds, except the ``openai`` duration (ms); ``reset_rounding``
   ``"nearest"`` or ``"down"`` rounds it as ``round()`` or ``int()`` would, so
-  a bucket with tokens to spare may say 0. The ``shopify``
+  a bucket with tokens to spare may say 0, and an epoch or RFC 3339 time up
+  to a second early (Go's ``time.RFC3339``, ``int(time.time() + ...)``). The ``shopify``
   style states no reset: only the fill level, ``limit - remaining`` of ``limit``;
   the ``azure`` style states only what remains.
 * Retry-After (429) = time until a request would be admitted; (503) = time
@@ -544,7 +545,7 @@ class ThrottlingServer:
             return []
         limit, remaining = bucket.limit, bucket.remaining(now)
         until = bucket.reset(now) + self.config.reset_late
-        full_at = _ceil(self._wall() + until)
+        full_at = _whole_seconds(self._wall() + until, self.config.reset_rounding)
         reset: object = _whole_seconds(until, self.config.reset_rounding)
         if style == "ietf":
             window = max(_ceil(bucket.limit / bucket.rate), 1)

@@ -437,7 +437,8 @@ class SlidingLog:
         if forgotten and self.told:
             released |= self._place_windows(sent, forgotten, late=count.late)
         if count.reset_after is not None:
-            released |= self._release_by_reset(sent, now + past_reset(count.reset_after))
+            until = now + past_reset(count.reset_after)
+            released |= self._release_by_reset(sent, until, lead=count.reset_lead)
         if released:
             self._void()
         return released
@@ -504,8 +505,9 @@ class SlidingLog:
         arrived = entry[3] - self.window  # the latest it can have reached the server
         return self._release(entry, self._phase.end_of(arrived) + TOGETHER)
 
-    def _release_by_reset(self, sent: float, until: float) -> bool:
-        """By ``until`` (a ``Reset``), at least one token the server counted is back.
+    def _release_by_reset(self, sent: float, until: float, *, lead: float = 0.0) -> bool:
+        """By ``until`` (a ``Reset``), at least one token the server counted is back:
+        taken where it comes back ``lead`` s or more sooner than the log would give it.
 
         The log holds every entry it counted (the request's own, answered, at
         least) past then: the oldest ends then instead. Phantoms are among
@@ -515,21 +517,31 @@ class SlidingLog:
         a window on. A bucket of 9 at 4/s whose ``Reset`` names its next token,
         learned as a log of 9 per 2.1 s, sent eight at once then, all refused.
         One answer after another says so of the same tokens: once one entry
-        ends by then, the rest hold. The request that takes its place shows by
-        its count what else the server forgot (`_release_forgotten`).
+        ends by then (or ``TOGETHER`` after: an epoch read against the server's
+        clock moves by a millisecond from one answer to the next, and a burst's
+        answers freed two tokens for one, two 429s), the rest hold. The request
+        that takes its place shows by its count what else the server forgot
+        (`_release_forgotten`).
+
+        However soon its request arrived: a window that began with it ends no
+        sooner. A reset that may have been rounded down (`ScopeFront._reset_lead`)
+        names a time before such a window's end, and a request sent then was
+        refused.
         """
         span = self._span
         counted = [
             e for e in self._entries
             if e[2] in (_ANSWERED, _RELEASED, _PHANTOM) and e[0] <= sent < _end(e, span)
         ]  # fmt: skip
-        if any(_end(e, span) <= until for e in counted):
+        if any(_end(e, span) <= until + TOGETHER for e in counted):
             return False
         oldest = next((e for e in counted if e[2] != _RELEASED), None)
         if oldest is None:
             return False
         if oldest[2] == _ANSWERED:
             oldest = min((e for e in counted if e[2] == _ANSWERED), key=_arrival)
+        if oldest[0] + span < until + lead:
+            return False
         # A phantom stands for as many requests as it holds tokens: one of them leaves.
         return self._release(oldest, until, tokens=1.0 if oldest[2] == _PHANTOM else oldest[1])
 

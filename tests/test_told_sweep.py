@@ -54,6 +54,7 @@ Known misses, left out of the bounds they break (and asserted otherwise):
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from typing import TYPE_CHECKING, Any
@@ -845,3 +846,52 @@ def test_a_told_window_draws_one_429_at_most_however_its_reset_is_rounded(
     )
     assert server.count(status=429) <= 1
     assert all(r.status is Status.OK for r in turn.results)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    model=st.sampled_from(["fixed", "sliding"]),
+    limit=st.integers(2, 12),
+    per=st.sampled_from([1.0, 2.0, 3.0]),
+    rounding=st.sampled_from(["up", "nearest", "down"]),
+    spelling=st.sampled_from(["relative", "epoch", "rfc3339"]),
+    wall_phase=st.floats(0.0, 0.999),
+    calls=st.integers(10, 40),
+)
+def test_a_told_window_begun_by_its_first_request_draws_no_429_however_its_reset_reads(
+    model: str,
+    limit: int,
+    per: float,
+    rounding: str,
+    spelling: str,
+    wall_phase: float,
+    calls: int,
+) -> None:
+    """A window that begins with the client's first request ends by the log's own end:
+    a whole-second reset, rounded however and spelled however, frees a token sooner
+    only where it would come back half a second sooner or more, and a request sent at
+    a reset rounded down is the scope's one 429 (it shows the rounding); its
+    ``Retry-After`` outlasts the window by half a second at most. Rounded up: no 429.
+
+    Read as rounded up, a truncated epoch (``int()``) or RFC 3339 time (Go's) freed a
+    token up to a second before the window ended, every burst's answers freed two, and
+    the requests that took them drew 429s and whole-second ``Retry-After`` waits (an
+    outside server: one to four 429s, 1.09-1.19 times the fastest)."""
+    config = ServerConfig(
+        rate=limit / per, burst=limit, model=model, latency=0.1,  # type: ignore[arg-type]
+        headers="anthropic" if spelling == "rfc3339" else "x",
+        reset_rounding=rounding, reset_as_epoch=spelling == "epoch",  # type: ignore[arg-type]
+    )  # fmt: skip
+    scope = Scope("key", limit=limit, per=per)
+    server, turn = trio.run(
+        functools.partial(learn, config, calls, scope, epoch=math.floor(EPOCH) + wall_phase),
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    refused = server.count(status=429)
+    assert refused <= (0 if rounding == "up" else 1)
+    assert all(r.status is Status.OK for r in turn.results)
+    fastest_makespan = (calls - 1) // limit * per + 0.1
+    # And a first answer: what waiting out a possibly late first arrival costs (as above);
+    # and what a 429's wait outlasted the window by, and its round trip.
+    lost = refused * (0.5 + 0.1)
+    assert max(r.end for r in server.records) <= 1.05 * fastest_makespan + 0.1 + lost + _EPS
