@@ -9,6 +9,7 @@ answers what a stream leaves unfinished.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from ._canonical import shown
 from ._exceptions import FanoutError, InvalidTurnError, UsageError
 from ._going_up import goes_up
 from ._logs import log_failure
-from ._turn import Turn
+from ._turn import Turn, model_order
 from ._values import ToolCall
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ class StreamingTurn(Turn):
     stream ended, broke off, or was cut off is answered too (``error``,
     ``timed_out`` or ``cancelled``), never lost; writes of a message that
     broke off are refused. The answers are those a turn built from the
-    finished message would give.
+    finished message would give, in its order: the order the calls began,
+    however their blocks ended (Anthropic's and Responses' may interleave).
 
     The stream's own error (a dropped connection, two calls with one id) is
     raised from ``run()`` once every call seen is answered.
@@ -173,9 +175,11 @@ class StreamingTurn(Turn):
                 f"two calls in the stream share the id {shown(call.id)}; each id needs one answer"
             )
             return None
-        state = self._state_for(call, len(self._states))
+        state = self._state_for(call, call.position)
         state.problem = problem
-        self._states.append(state)
+        # In the model's order, as `run_turn` answers the finished message: interleaved
+        # blocks end in another order than they began.
+        bisect.insort(self._states, state, key=model_order)
         self._ids.add(call.id)
         return state
 
@@ -196,7 +200,9 @@ class StreamingTurn(Turn):
                 _log, "fanout: a stream decoder failed to list its unfinished calls", exc=exc
             )
             return []
-        return [ToolCall(u.id, u.name or "<no tool name>", u.received or "") for u in begun]
+        return [
+            ToolCall(u.id, u.name or "<no tool name>", u.received or "", u.position) for u in begun
+        ]
 
     def _arrivals_cut_off(self) -> None:
         if not self._ended:

@@ -2,7 +2,8 @@
 
 A model that emits eight tool calls streams them over seconds. Each decoder
 here reads one SDK's events (SDK objects or their dicts) and hands back each
-call the moment its block is complete, in the model's order, so a streaming
+call the moment its block is complete, with its place in the model's order
+(interleaved blocks end in another order than they began), so a streaming
 turn can start it while the rest of the message is still being written:
 
 * ``AnthropicStream``: Messages streaming, a ``tool_use`` block from its
@@ -52,13 +53,16 @@ class Unfinished:
     id: str
     name: str
     received: str
+    position: int = 0  # how many calls of the message began before it
 
 
 class StreamDecoder(Protocol):
     """Reads one SDK's stream events into tool calls as their blocks complete."""
 
     def feed(self, event: Any) -> list[ToolCall]:
-        """The calls this event completed, in the model's order (usually none or one)."""
+        """The calls this event completed (usually none or one), each at its ``position``:
+        how many calls of the message began before it. Calls may end in another order
+        than they began; the turn answers them in the order they began."""
         ...
 
     def unfinished(self) -> list[Unfinished]:
@@ -86,6 +90,7 @@ class _Pending:
 
     id: str
     name: str
+    position: int  # how many calls began before it: its place in the model's order
     pieces: list[str] = attrs.field(factory=list)
     done: bool = False
     # Arguments the call began with, whole (an Anthropic ``content_block_start``'s
@@ -96,10 +101,10 @@ class _Pending:
         if arguments is None and not self.pieces and self.began_with is not None:
             arguments = self.began_with
         raw = arguments if arguments is not None else "".join(self.pieces)
-        return ToolCall(self.id, tool_name(self.name), decode_arguments(raw))
+        return ToolCall(self.id, tool_name(self.name), decode_arguments(raw), self.position)
 
     def unfinished(self) -> Unfinished:
-        return Unfinished(self.id, self.name, "".join(self.pieces))
+        return Unfinished(self.id, self.name, "".join(self.pieces), self.position)
 
 
 def _key(value: Any) -> Any:
@@ -134,7 +139,8 @@ class _Calls:
         if current is not None and current.id == call_id:
             return  # told again (a Responses item as it is done)
         began_with = arguments if isinstance(arguments, Mapping) and arguments else None
-        self._by_key[key] = pending = _Pending(call_id, _text(name), began_with=began_with)
+        pending = _Pending(call_id, _text(name), len(self._order), began_with=began_with)
+        self._by_key[key] = pending
         self._order.append(pending)
 
     def streaming(self, key: Any) -> _Pending | None:

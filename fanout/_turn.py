@@ -19,6 +19,7 @@ escapes the turn.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import enum
 import functools
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from ._registry import Registry
     from ._run import Run
 
-__all__ = ["MutatingPolicy", "OnFailure", "Turn", "TurnCounts"]
+__all__ = ["MutatingPolicy", "OnFailure", "Turn", "TurnCounts", "model_order"]
 
 _log = logging.getLogger("fanout")
 
@@ -385,16 +386,26 @@ class Turn:
             return False
         if plan.kind is not Kind.MUTATING:
             return True
-        if self._mutating == "one" and self._writes:
-            first = self._writes[0]
+        self._keep_write(state)
+        return False
+
+    def _keep_write(self, state: CallState) -> None:
+        """Keep a write for the mutating phase, in the model's order; under ``"one"``, only
+        the model's first, the other refused.
+
+        A streamed write may end before one that began earlier (interleaved blocks), and
+        no write runs before the message has ended: the one the model asked for first is
+        the one that runs, as in `run_turn`, not the one whose block ended first.
+        """
+        bisect.insort(self._writes, state, key=model_order)
+        if self._mutating == "one" and len(self._writes) > 1:
+            first, later = self._writes
+            self._writes = [first]
             self._refuse(
-                state,
-                f"{call.name} was requested in the same turn as another write "
+                later,
+                f"{later.call.name} was requested in the same turn as another write "
                 f"({first.call.name}); it was not run. Re-request it alone if still needed",
             )
-        else:
-            self._writes.append(state)
-        return False
 
     async def _run_together(
         self, arrivals: Callable[[], Awaitable[list[CallState] | None]], *, register: bool
@@ -877,6 +888,11 @@ class _Place:
         if self._task_status is not None:
             self._task_status.started()
             self._task_status = None
+
+
+def model_order(state: CallState) -> int:
+    """Where the model put a call in its message: the order a turn keeps its calls in."""
+    return state.call.position
 
 
 def _no_place() -> None:

@@ -3,6 +3,7 @@ of the finished message, whatever the stream does."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -344,6 +345,42 @@ async def test_a_repeat_arriving_after_its_leader_finished_shares_its_answer(
     turn = await Runner(registry(log)).run_stream(paced(events, 1.0), fanout.AnthropicStream())
     assert [key for key, _ in log] == ["a"]
     assert [r.content for r in turn.results] == ["value of a", "value of a"]
+
+
+def _ending_in_reverse(events: list[dict[str, Any]], ends: Callable[[Any], bool]) -> list[Any]:
+    """The same events, every call's ending moved after all the rest of its message, the
+    last call begun ending first: interleaved blocks, as a model may stream them."""
+    endings = [event for event in events if ends(event)]
+    others = [event for event in events if not ends(event)]
+    return others[:-1] + endings[::-1] + others[-1:]
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "responses"])
+@pytest.mark.parametrize("mutating", ["one", "serial"])
+async def test_interleaved_calls_are_answered_in_the_order_they_began(
+    fmt: str, mutating: str, autojump_clock: Any
+) -> None:
+    """Blocks that end in the reverse of the order they began: the answers, and which write
+    runs first (or alone), are the finished message's, as `run_turn` gives them."""
+    blocks: list[Block] = [
+        ("c1", "lookup", {"key": "a"}), ("c2", "save", {"key": "x"}),
+        ("c3", "double", {"x": 2}), ("c4", "save", {"key": "y"}),
+    ]  # fmt: skip
+    make_events, decoder = FORMATS[fmt]
+    events = _ending_in_reverse(make_events(blocks), functools.partial(_closes_a_call, fmt))
+    log: list[tuple[str, float]] = []
+    streamed = await Runner(registry(log), mutating=mutating).run_stream(
+        paced(events, 0.1), decoder()
+    )
+    whole_log: list[tuple[str, float]] = []
+    calls = [fanout.ToolCall(call_id, name, arguments) for call_id, name, arguments in blocks]
+    whole = await Runner(registry(whole_log), mutating=mutating).run_turn(calls)
+    assert [r.tool_use_id for r in streamed.results] == ["c1", "c2", "c3", "c4"]
+    assert [c.position for c in streamed.calls] == [0, 1, 2, 3]
+    assert streamed.results == whole.results
+    assert [key for key, _ in log if key.startswith("save")] == [
+        key for key, _ in whole_log if key.startswith("save")
+    ]
 
 
 async def _request_starts(
