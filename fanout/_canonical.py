@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "shown",
     "truncate",
     "truncation_marker",
+    "uncut",
 ]
 
 MAX_DEPTH = 200
@@ -246,17 +248,34 @@ def truncation_marker(dropped: int) -> str:
     return f"\n[truncated by fanout: {dropped} more characters]"
 
 
-def truncate(text: str, limit: int) -> str:
+def truncate(text: str, limit: int, *, total: int | None = None) -> str:
     """Cut ``text`` to at most ``limit`` characters, saying how much was dropped.
 
     The marker counts against the cap (sized for the largest count it could
     carry), so a cut text is never longer than ``limit`` unless the cap is
-    shorter than the marker itself.
+    shorter than the marker itself. ``total`` is the length of the text that
+    ``text`` begins, when it is the head of a longer one cut before: the
+    marker counts what that one dropped.
     """
-    if len(text) <= limit:
+    total = len(text) if total is None else total
+    if total <= limit:
         return text
-    keep = max(0, limit - len(truncation_marker(len(text))))
-    return text[:keep] + truncation_marker(len(text) - keep)
+    keep = max(0, limit - len(truncation_marker(total)))
+    return text[:keep] + truncation_marker(total - keep)
+
+
+# `truncation_marker`, at the end of a text, its count read back.
+_MARKED = re.compile(r"\n\[truncated by fanout: (\d+) more characters\]\Z")
+
+
+def uncut(text: str) -> tuple[str, int]:
+    """What `truncate` kept of a text, and how long the text was: ``text`` and its own
+    length when it was never cut."""
+    marked = _MARKED.search(text)
+    if marked is None:
+        return text, len(text)
+    kept = text[: marked.start()]
+    return kept, len(kept) + int(marked[1])
 
 
 def idempotency_key(run_id: str, tool: str, arguments: Any) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from ._canonical import canonical_json, truncation_marker
+from ._canonical import canonical_json, truncate, truncation_marker, uncut
 from ._exceptions import ConfigurationError
 from ._validate import require_one_of
 from ._validate import text as validate_text
@@ -38,6 +38,7 @@ __all__ = [
     "Image",
     "Part",
     "Text",
+    "cut_again",
     "cut_json",
     "defuse",
     "encode_parts",
@@ -167,14 +168,16 @@ def parts_in(value: Any) -> list[Part] | None:
     return None
 
 
-def encode_parts(parts: Sequence[Part], *, limit: int) -> str:
-    """The content string for blocks, their text cut to ``limit`` characters in all."""
+def encode_parts(parts: Sequence[Part], *, limit: int, total: int | None = None) -> str:
+    """The content string for blocks, their text cut to ``limit`` characters in all;
+    ``total``: the length of the text they hold the head of, when they were cut before."""
     # A text block with nothing but white space in it is refused by Anthropic ("text
     # content blocks must contain non-whitespace text"), and the history with it: left out.
     parts = [part for part in parts if not isinstance(part, Text) or part.text.strip()]
     if not parts:
         return ""
-    total = sum(len(part.text) for part in parts if isinstance(part, Text))
+    if total is None:
+        total = _text_length(parts)
     # Over the limit, the marker counts against the cap: room for text is what
     # is left beside a marker sized for the largest count it could carry.
     room = limit if total <= limit else max(0, limit - len(truncation_marker(total)))
@@ -193,6 +196,10 @@ def encode_parts(parts: Sequence[Part], *, limit: int) -> str:
             fields = attrs.asdict(part, filter=lambda _, v: v is not None)
             kept.append({"type": "image" if isinstance(part, Image) else "document", **fields})
     return MARKER + canonical_json(kept)
+
+
+def _text_length(parts: Sequence[Part]) -> int:
+    return sum(len(part.text) for part in parts if isinstance(part, Text))
 
 
 def parts_of(content: str) -> list[Part] | None:
@@ -225,20 +232,81 @@ def defuse(text: str) -> str:
     return " " + text if text.startswith(MARKER) else text
 
 
-def cut_json(text: str, limit: int) -> str:
+def cut_json(text: str, limit: int, *, total: int | None = None) -> str:
     """JSON ``text`` within ``limit`` characters, still a valid JSON document.
 
     A document over the limit is replaced by an object saying so, with as
     much of the original as fits as a string preview, so a model (or a
-    program) reading the answer always gets JSON it can parse.
+    program) reading the answer always gets JSON it can parse. ``total`` is
+    the original's length when ``text`` is only the preview of it.
     """
-    if len(text) <= limit:
+    total = len(text) if total is None else total
+    if total <= limit:
         return text
     keep = limit
     while True:
         envelope = canonical_json(
-            {"fanout_truncated": {"total_chars": len(text)}, "preview": text[: max(0, keep)]}
+            {"fanout_truncated": {"total_chars": total}, "preview": text[: max(0, keep)]}
         )
         if len(envelope) <= limit or keep <= 0:
             return envelope
         keep -= len(envelope) - limit
+
+
+def cut_again(content: str, limit: int) -> str:
+    """An ok answer's content, kept by a run (its cache, its idempotency store) as another
+    runner cut it, within ``limit``, cut as a fresh answer would be.
+
+    A runner with a smaller cap than the one that kept the answer handed the model all of
+    it. What was cut before is cut from what was kept, and says how long the original
+    was: text its marker's count, JSON its envelope's ``total_chars``, blocks the marker
+    in their text. Content is read as it was written: blocks by their marker, JSON
+    objects and arrays as JSON (a tool's text that is one is cut as JSON too), the rest
+    as text.
+    """
+    parts = parts_of(content)
+    if parts is not None:
+        return _parts_cut_again(parts, limit) if _text_length(parts) > limit else content
+    if len(content) <= limit:
+        return content
+    document = _document(content)
+    if document is None:
+        kept, total = uncut(content)
+        return truncate(kept, limit, total=total)
+    preview, total = _preview(document)
+    return cut_json(content, limit) if preview is None else cut_json(preview, limit, total=total)
+
+
+def _parts_cut_again(parts: list[Part], limit: int) -> str:
+    """Blocks cut (again) to ``limit``: the text their marker ended is taken back to what
+    was kept of it, and counted as long as the original was."""
+    total = 0
+    kept: list[Part] = []
+    for part in parts:
+        if isinstance(part, Text):
+            text, length = uncut(part.text)
+            total += length
+            part = Text(text)
+        kept.append(part)
+    return encode_parts(kept, limit=limit, total=total)
+
+
+def _document(content: str) -> dict[str, Any] | list[Any] | None:
+    """``content`` as a JSON object or array, or None when it is no such document."""
+    try:
+        document = json.loads(content)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict | list) else None
+
+
+def _preview(document: dict[str, Any] | list[Any]) -> tuple[str | None, int]:
+    """The preview `cut_json` kept of a document and the original's length; (None, 0) for
+    a document it never cut."""
+    if not isinstance(document, dict) or set(document) != {"fanout_truncated", "preview"}:
+        return None, 0
+    cut, preview = document["fanout_truncated"], document["preview"]
+    total = cut.get("total_chars") if isinstance(cut, dict) else None
+    if not isinstance(total, int) or not isinstance(preview, str):
+        return None, 0
+    return preview, total

@@ -34,6 +34,7 @@ from ._events import EventDetail, EventKind
 from ._going_up import split_going_up
 from ._idempotency import Claim, ClaimState, StoredAnswer
 from ._logs import log_failure
+from ._output import cut_again
 from ._redact import scrubbed
 from ._values import Kind, Status, ToolResult
 
@@ -100,15 +101,27 @@ def _cacheable(plan: CallPlan) -> bool:
     return spec.cache_ttl is not None and not spec.repeatable and spec.kind is not Kind.MUTATING
 
 
-def cached_answer(run: Run, plan: CallPlan, recorder: Recorder) -> ToolResult | None:
-    """A fresh cached answer for a cacheable read, or None."""
+def cached_answer(run: Run, plan: CallPlan, recorder: Recorder, *, limit: int) -> ToolResult | None:
+    """A fresh cached answer for a cacheable read, or None; within ``limit`` characters."""
     if not _cacheable(plan):
         return None
     content = run.cache.get(plan.idempotency_key)
     if content is None:
         return None
     recorder.emit(EventKind.CACHE_HIT, call_id=plan.call.id, tool=plan.call.name)
-    return ToolResult(plan.call.id, Status.OK, content)
+    return kept_answer(plan, Status.OK, content, limit)
+
+
+def kept_answer(plan: CallPlan, status: Status, content: str, limit: int) -> ToolResult:
+    """An answer the run kept, for ``plan``'s call, cut to ``limit`` as a fresh one is.
+
+    A run outlives the runner that kept the answer: a runner with a smaller
+    ``max_output_chars`` handed the model all of it. Only ok answers are cut,
+    as fresh ones are (a tool's own error is short already).
+    """
+    if status is Status.OK:
+        content = cut_again(content, limit)
+    return ToolResult(plan.call.id, status, content)
 
 
 def remember(
@@ -137,9 +150,10 @@ def is_idempotent_write(plan: CallPlan) -> bool:
 
 
 async def claim(
-    run: Run, state: CallState, budget: Budget, recorder: Recorder
+    run: Run, state: CallState, budget: Budget, recorder: Recorder, *, limit: int
 ) -> ToolResult | None:
-    """Claim a write's key: None to run it (the claim is now ours), or the answer instead.
+    """Claim a write's key: None to run it (the claim is now ours), or the answer instead
+    (a replay within ``limit`` characters).
 
     While another call holds the key, look again with growing pauses until
     it is answered (replay) or released (ours now), for as long as the
@@ -162,7 +176,7 @@ async def claim(
                 EventKind.REPLAYED, call_id=call.id, tool=call.name,
                 detail=EventDetail({"from": STORE_SCOPE}),
             )  # fmt: skip
-            return ToolResult(call.id, outcome.answer.status, outcome.answer.content)
+            return kept_answer(plan, outcome.answer.status, outcome.answer.content, limit)
         # The whole wait for another holder counts against the inline threshold.
         verdict = budget.judge(pause)
         if verdict is Verdict.SLEEP and budget.inline_wait is not None:

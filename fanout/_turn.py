@@ -380,7 +380,7 @@ class Turn:
                 state.started = leader.started
                 self._answer(state, shared(leader.result, state))
             return False
-        hit = cached_answer(self._run, plan, self._recorder)
+        hit = cached_answer(self._run, plan, self._recorder, limit=self._settings.max_output_chars)
         if hit is not None:
             self._answer(state, hit)
             return False
@@ -622,7 +622,8 @@ class Turn:
             # Any write, repeatable or not, may make reads stale.
             invalidate_for(self._run, state.plan)
             if is_idempotent_write(state.plan):
-                replay = await claim(self._run, state, budget, self._recorder)
+                limit = self._settings.max_output_chars
+                replay = await claim(self._run, state, budget, self._recorder, limit=limit)
                 if replay is not None:
                     self._answer(state, replay)
                     return

@@ -432,3 +432,56 @@ def test_a_store_that_never_answers_times_the_write_out_the_same_way_every_run()
     assert len(answers) == 1
     body = json.loads(answers.pop())
     assert (body["status"], body["message"]) == ("timed_out", "the call's own timeout of 1s passed")
+
+
+_LONG = "".join(f"line {i}; " for i in range(200))  # 1,890 characters
+_OUTPUTS: dict[str, Any] = {
+    "text": _LONG,
+    "json": {"lines": [f"line {i}" for i in range(200)]},
+    "blocks": [
+        fanout.Text(_LONG[:700]),
+        fanout.Image(b"\x89PNG\r\n\x1a\n" + bytes(range(256))),
+        fanout.Text(_LONG[700:]),
+    ],
+}
+
+
+def _kept_answers_registry() -> Registry:
+    reg = Registry()
+
+    @reg.tool(kind=Kind.MUTATING)
+    async def post(form: str) -> Any:
+        return _OUTPUTS[form]
+
+    @reg.tool(kind=Kind.READS, cache_ttl=60)
+    async def fetch(form: str) -> Any:
+        return _OUTPUTS[form]
+
+    return reg
+
+
+@pytest.mark.parametrize("tool", ["post", "fetch"])
+@pytest.mark.parametrize("form", sorted(_OUTPUTS))
+@pytest.mark.parametrize("first_cap", [300, 8000])
+async def test_a_kept_answer_is_cut_to_the_replaying_runners_cap(
+    tool: str, form: str, first_cap: int, autojump_clock: Any
+) -> None:
+    """A write replayed from the run's store, or a read from its cache, that a runner with a
+    larger cap kept (cut or whole): a runner capped at 100 hands over what its own fresh
+    answer would be, within its cap and marked as cut."""
+    call = {"form": form}
+    run = Run()
+    kept = await Runner(_kept_answers_registry(), max_output_chars=first_cap).run_turn(
+        [ToolCall("k1", tool, call)], run=run
+    )
+    small = Runner(_kept_answers_registry(), max_output_chars=100)
+    again = await small.run_turn([ToolCall("k2", tool, call)], run=run)
+    fresh = await small.run_turn([ToolCall("k3", tool, call)], run=Run())
+    answer = again.results[0]
+    kinds = [e.kind for e in again.trace]
+    assert fanout.EventKind.REPLAYED in kinds or fanout.EventKind.CACHE_HIT in kinds
+    assert answer.status is Status.OK
+    assert answer.content == fresh.results[0].content != kept.results[0].content
+    if form != "blocks":  # an image is never cut, and counts for nothing against the cap
+        assert len(answer.content) <= 100
+    assert "truncated" in answer.content
