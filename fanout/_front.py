@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import attrs
 import trio
@@ -50,6 +50,7 @@ from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
 from ._stated_counts import StatedCounts
 from ._told_counts import DepartureGate, WireCount
+from ._trio_runs import RunSeen
 from ._validate import (
     flag,
     one_of,
@@ -165,6 +166,14 @@ def _fastest(info: RateLimitInfo) -> float:
     return info.limit / (info.window - 1) if info.window > 1 else math.inf
 
 
+def _default_of(field: attrs.Attribute[Any], owner: object) -> object:
+    """What ``field`` of ``owner`` holds as it is built."""
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # a class, typed as a function
+        return default.factory(owner) if default.takes_self else default.factory()
+    return default
+
+
 def check_name(name: object) -> None:
     """A scope's name is a non-empty string."""
     if not isinstance(name, str) or not name:
@@ -277,6 +286,8 @@ class ScopeFront:
     )
     # When the requests were sent whose 429s learning spent (three at most, `probed`).
     _spent_on: list[float] = attrs.field(init=False, factory=list, repr=False)
+    # The trio.run its times were read in (`note_run`).
+    _seen: RunSeen = attrs.field(init=False, factory=RunSeen, repr=False)
 
     if TYPE_CHECKING:
         name: str
@@ -310,6 +321,29 @@ class ScopeFront:
             raise ConfigurationError('limit=/per= is a window; window="bucket" contradicts it')
         self.rate, self.burst = self.limit / self.per, float(self.limit)
         return self.per
+
+    def _build(self) -> None:
+        """Build the backend from the settings told and start the front on it: each scope
+        kind's own, called as it is made (after `_told_window`) and in a new trio.run."""
+        raise NotImplementedError
+
+    def note_run(self, run: object) -> None:
+        """Make the scope afresh if ``run``, the trio.run going on (`fanout._trio_runs`),
+        is a later one than its times were read in.
+
+        Nearly every part of a scope keeps times on trio's clock (buckets, logs,
+        holds, answers seen, learners), and a new run's clock starts elsewhere.
+        The scope is made again from the settings told, as if just built (the
+        rate and burst a window was read as are those it was built with):
+        what was learned and counted starts over. A scope shared by runners
+        is made afresh once, by the first of them to run a turn.
+        """
+        if self._seen.moved_to(run):
+            for field in attrs.fields(ScopeFront):
+                if not field.init and field.default is not attrs.NOTHING:
+                    setattr(self, field.name, _default_of(field, self))
+            self._build()
+        self.retry_budget.note_run(run)
 
     def _start_front(self, backend: Backend) -> None:
         """Called by each scope kind once its backend exists."""

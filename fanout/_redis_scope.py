@@ -63,6 +63,7 @@ from ._redis import (
 from ._redis_client import RedisClient, a_client, a_prefix, client_from_url
 from ._redis_keys import scope_key_base
 from ._slots import take_slot
+from ._trio_runs import current_run
 from ._validate import positive
 from ._window import SlidingLog, past_reset
 
@@ -990,12 +991,16 @@ class RedisScope(ScopeFront):
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"a scope needs a non-empty string name, not {self.name!r}")
+        self._told_window()
+        self._build()
+
+    def _build(self) -> None:
         base = scope_key_base(self.prefix, self.name)  # one cluster slot per scope
         link = RedisLink(self.client, self.name, self.op_timeout, self.recheck_after, self.fallback)
         leases = None
         if self.max_concurrency is not None:
             leases = SharedLeases(link, f"{base}:leases", self.max_concurrency, self.lease_ttl)
-        per = self._told_window()
+        per = self.per
         exhausted = f"{base}:exhausted"
         backend = RedisBackend(
             link, SharedBucket(link, f"{base}:bucket", exhausted),
@@ -1024,6 +1029,8 @@ class RedisScope(ScopeFront):
     async def __aenter__(self) -> Self:
         if self._nursery is not None:
             raise UsageError(f"RedisScope {self.name!r} is already open; enter it once")
+        # What it keeps here is on trio's clock: entered in a new trio.run, it starts afresh.
+        self.note_run(current_run())
         if self._owns_client:
             await self.client.__aenter__()
         try:

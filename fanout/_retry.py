@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._exceptions import ConfigurationError
+from ._trio_runs import RunSeen
 from ._validate import at_least, finite_non_negative, positive
 
 if TYPE_CHECKING:
@@ -78,6 +79,15 @@ class RetryBudget:
     _requests: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
     _retries: collections.deque[float] = attrs.field(init=False, factory=collections.deque)
     _refused: int = attrs.field(init=False, default=0)
+    _seen: RunSeen = attrs.field(init=False, factory=RunSeen)
+
+    def note_run(self, run: object) -> None:
+        """Forget the requests and retries of an earlier trio.run (`fanout._trio_runs`):
+        their times are on its clock, and one ahead of the new run's never left the window.
+        A budget shared by scopes forgets them once."""
+        if self._seen.moved_to(run):
+            self._requests.clear()
+            self._retries.clear()
 
     def record_request(self) -> None:
         """Count one request (first try or retry) sent to the scope."""

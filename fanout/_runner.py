@@ -33,6 +33,7 @@ from ._retry import RetryPolicy
 from ._run import Run
 from ._scope import Scope, ScopeLike, ScopeStatistics
 from ._streaming import StreamingTurn
+from ._trio_runs import current_run
 from ._turn import MutatingPolicy, OnFailure, Turn, TurnCounts
 from ._validate import require_at_least, require_non_negative, require_positive
 from ._values import ToolCall
@@ -138,6 +139,7 @@ class Runner:
         self._counts = TurnCounts()
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._run: object | None = None  # the trio.run of its latest turn (`_turn_begins`)
 
     async def __aenter__(self) -> Self:
         """Open the runner's nursery, where its turns' calls run and unwind."""
@@ -219,6 +221,26 @@ class Runner:
         state_for, options = self._turn_parts(run, timeout)
         return StreamingTurn(events, decoder, state_for, **options)
 
+    def _turn_begins(self) -> trio.Nursery | None:
+        """Ready the runner and its scopes for the trio.run going on; the runner's
+        nursery, if it is open.
+
+        A runner may serve many trio.runs (built at import, a notebook's run per
+        question), and what it keeps on trio's clock means nothing in a new one
+        (`fanout._trio_runs`). Asked once a turn, not once a call.
+        """
+        now_in = current_run()
+        if now_in is not self._run:
+            self._enter_run(now_in)
+        return self._nursery
+
+    def _enter_run(self, now_in: object) -> None:
+        """Its first turn in a trio.run: every scope is made afresh if its times are of an
+        earlier run (a runner's first turn too: a scope may have been built in one)."""
+        for scope in self._scopes.values():
+            scope.note_run(now_in)
+        self._run = now_in
+
     def _turn_parts(
         self, run: Run | None, timeout: float | None
     ) -> tuple[Callable[[ToolCall, int], CallState], dict[str, Any]]:
@@ -261,7 +283,7 @@ class Runner:
                 turn_id=f"turn-{self._turn_serial}",
             ),
             "counts": self._counts,
-            "host": lambda: self._nursery,
+            "begin": self._turn_begins,
         }
         return state_for, options
 

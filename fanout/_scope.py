@@ -131,6 +131,7 @@ class ScopeLike(Protocol):
     async def confirm(self, booking: Booking) -> bool: ...
     def voided(self) -> trio.Event | None: ...
     def retimed(self, booking: Booking) -> Booking: ...
+    def note_run(self, run: object) -> None: ...
     def warm_hold(self) -> float: ...
     def warm_request_left(self) -> None: ...
     def warm_request_back(self) -> None: ...
@@ -349,10 +350,14 @@ class Scope(ScopeFront):
     name: str
 
     def __attrs_post_init__(self) -> None:
-        per = self._told_window()
+        self._told_window()
+        self._build()
+
+    def _build(self) -> None:
         # A learned bucket is a guess: a guessed burst of one would pause after every call.
         told = self.rate is not None or not self.learn
         bucket = TokenBucket(self.rate, self._initial_burst(), every_fill=told)
+        per = self.per
         log = SlidingLog(self._initial_burst(), per, told=True) if per is not None else None
         limiter = trio.CapacityLimiter(self.max_concurrency) if self.max_concurrency else None
         self._start_front(LocalBackend(bucket, limiter, log))

@@ -120,12 +120,13 @@ class Turn:
         settings: CallSettings,
         recorder: Recorder,
         counts: TurnCounts,
-        host: Callable[[], trio.Nursery | None] = lambda: None,
+        begin: Callable[[], trio.Nursery | None] = lambda: None,
     ) -> None:
         self._counts = counts
-        # The runner's nursery, when the runner is open as the turn *runs*
-        # (the turn may have been built before ``async with runner:``).
-        self._host_of = host
+        # Called as the turn begins to run: readies the runner for the trio.run going
+        # on, and hands over its nursery if it is open then (the turn may have been
+        # built before ``async with runner:``).
+        self._begin = begin
         self._host: trio.Nursery | None = None
         self._states = list(states)
         self._registry = registry
@@ -201,7 +202,7 @@ class Turn:
                 f"since must be a trio.current_time() (a finite number), not {since!r}"
             )
         self._stage = _Stage.RUNNING
-        self._host = self._host_of()
+        self._host = self._begin()
         now = trio.current_time()
         self._deadline = (now if since is None else min(now, since)) + self._timeout
         self._turn_budget = Budget(self._deadline, self._settings.inline_wait)

@@ -1,0 +1,155 @@
+"""A runner, its scopes and a Run kept across trio.run calls: each run on its own clock.
+
+Each test runs twice, the first run's clock at 100,000 s (or the second's
+past the first's expiries), as a runner built at import serves a notebook's
+``trio.run`` per question. Nothing of the first clock may be waited for in
+the second.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+import trio.testing
+
+from fanout import Kind, RateLimitedError, Registry, Runner, Scope, Status, ToolCall
+from fanout.redis import RedisScope
+from tests.redis_support import shared_redis_url, unique_prefix
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from fanout import ToolResult
+
+_LATE = 100_000.0  # seconds: where the first run's clock is when it uses the runner
+
+
+def _in_two_runs(
+    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[Any]]
+) -> Any:
+    """Run ``first``, then ``second`` in a new trio.run, each on a mock clock from 0."""
+    trio.run(first, clock=trio.testing.MockClock(autojump_threshold=0))
+    return trio.run(second, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _calls(tool: str, count: int) -> list[ToolCall]:
+    return [ToolCall(f"c{i}", tool, {"n": i}) for i in range(count)]
+
+
+def _looking(starts: list[float]) -> Registry:
+    """A read on the scope "api" that notes when each call started."""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, scopes=["api"])
+    async def look(n: int) -> str:
+        starts.append(trio.current_time())
+        return f"seen {n}"
+
+    return registry
+
+
+def _late_then(runner: Runner, calls: int) -> Callable[[], Awaitable[None]]:
+    """A first run that uses ``runner`` once its clock is at 100,000 s."""
+
+    async def first() -> None:
+        await trio.sleep(_LATE)
+        await runner.run_turn(_calls("look", calls))
+
+    return first
+
+
+def _answered(runner: Runner, calls: int) -> Callable[[], Awaitable[tuple[ToolResult, ...]]]:
+    async def second() -> tuple[ToolResult, ...]:
+        return (await runner.run_turn(_calls("look", calls))).results
+
+    return second
+
+
+@pytest.mark.parametrize(
+    ("told", "second_starts"),
+    [
+        # A bucket's calls go out at its rate from the new run's 0.
+        ({"rate": 1, "burst": 1}, [0.0, 1.0]),
+        # A window's log starts empty; a scope told limit/per, which it reads as a rate
+        # and burst, is made again from what it was told.
+        ({"limit": 2, "per": 10}, [0.0, 0.0]),
+    ],
+)
+def test_a_told_scope_starts_afresh_in_a_new_run(
+    told: dict[str, float], second_starts: list[float]
+) -> None:
+    """A scope read at 100,000 s in one run paces the next run's calls from its own 0
+    (they were answered rate_limited, a wait of 28 hours)."""
+    starts: list[float] = []
+    runner = Runner(_looking(starts), scopes=[Scope("api", **told)])
+    results = _in_two_runs(_late_then(runner, 2), _answered(runner, 2))
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert starts[2:] == second_starts
+
+
+def test_what_a_learning_scope_was_told_in_one_run_holds_nothing_in_the_next() -> None:
+    """A learning scope refused at 100,000 s (a 429 asking 5 s) lets the next run's call
+    out at once, not at 100,005 s."""
+    starts: list[float] = []
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, scopes=["api"])
+    async def look(n: int) -> str:
+        starts.append(trio.current_time())
+        if len(starts) == 1:
+            raise RateLimitedError(retry_after=5.0)
+        return f"seen {n}"
+
+    runner = Runner(registry, scopes=[Scope("api")])
+    results = _in_two_runs(_late_then(runner, 1), _answered(runner, 1))
+    assert [r.status for r in results] == [Status.OK]
+    assert starts[0] == _LATE
+    assert starts[-1] == 0.0
+
+
+def test_a_scope_shared_by_two_runners_is_made_afresh_once_a_run() -> None:
+    """The first runner to run a turn in a new run makes the shared scope afresh; the other
+    finds it of this run and keeps what the first spent (its call waits for the next token)."""
+    starts: list[float] = []
+    shared = Scope("api", rate=1, burst=1)
+    one, other = (Runner(_looking(starts), scopes=[shared]) for _ in range(2))
+
+    async def first() -> None:
+        await trio.sleep(_LATE)
+        await one.run_turn(_calls("look", 1))
+        await other.run_turn(_calls("look", 1))
+
+    async def second() -> tuple[ToolResult, ...]:
+        await other.run_turn(_calls("look", 1))
+        return (await one.run_turn(_calls("look", 1))).results
+
+    results = _in_two_runs(first, second)
+    assert [r.status for r in results] == [Status.OK]
+    assert starts == [_LATE, _LATE + 1.0, 0.0, 1.0]
+
+
+@pytest.mark.redis
+def test_a_redis_scope_entered_again_in_a_new_run_starts_afresh() -> None:
+    """A RedisScope (its own client) entered in one run at 100,000 s and again in the next
+    serves the next run's calls at once: what it kept here on trio's clock is made again."""
+    starts: list[float] = []
+    with shared_redis_url() as url:
+        scope = RedisScope.from_url(url, name="api", prefix=unique_prefix(), rate=10, burst=2)
+        runner = Runner(_looking(starts), scopes=[scope])
+
+        async def first() -> None:
+            clock.jump(_LATE)
+            async with scope:
+                await runner.run_turn(_calls("look", 2))
+
+        async def second() -> tuple[ToolResult, ...]:
+            async with scope:
+                return (await runner.run_turn(_calls("look", 2))).results
+
+        clock = trio.testing.MockClock(rate=1)
+        trio.run(first, clock=clock)
+        results = trio.run(second, clock=trio.testing.MockClock(rate=1))
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert max(starts[2:]) < 1.0
