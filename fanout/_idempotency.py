@@ -24,6 +24,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from ._trio_runs import RunSeen, current_run
 from ._values import Status
 
 __all__ = ["Claim", "ClaimState", "IdempotencyStore", "MemoryIdempotencyStore", "StoredAnswer"]
@@ -67,13 +68,19 @@ class IdempotencyStore(Protocol):
 
 @attrs.define
 class MemoryIdempotencyStore:
-    """The in-process store: a dict of keys with expiry on ``trio.current_time()``."""
+    """The in-process store: a dict of keys with expiry on ``trio.current_time()``.
+
+    Kept across trio.runs (a ``Run`` kept by a notebook that runs one per
+    question), it re-bases its expiries on each new run's clock (`_now`).
+    """
 
     _entries: dict[str, tuple[float, StoredAnswer | None]] = attrs.field(init=False, factory=dict)
+    _seen: RunSeen = attrs.field(init=False, factory=RunSeen)
+    _last_read: float = attrs.field(init=False, default=0.0)  # on the clock of the run seen
 
     async def claim(self, key: str, *, lease: float) -> Claim:
         await trio.lowlevel.checkpoint()
-        now = trio.current_time()
+        now = self._now()
         entry = self._entries.get(key)
         if entry is not None and entry[0] > now:
             answer = entry[1]
@@ -83,18 +90,39 @@ class MemoryIdempotencyStore:
 
     async def renew(self, key: str, *, lease: float) -> bool:
         await trio.lowlevel.checkpoint()
-        now = trio.current_time()
+        now = self._now()
         entry = self._entries.get(key)
         if entry is None or entry[1] is not None or entry[0] <= now:
             return False
         self._entries[key] = (now + lease, None)
         return True
 
+    def _now(self) -> float:
+        """trio's time, the entries re-based first if they were kept in an earlier run.
+
+        Its clock starts elsewhere (`fanout._trio_runs`): an answer kept to
+        86,400 s expired at once on a clock that began past it, and its write
+        ran again. Each answer keeps the life it had left when this store last
+        read the old clock (the time between runs cannot be known, so it is not
+        counted: an answer outliving its TTL is replayed, never run twice); a
+        claim lapses, its holder having ended with its run.
+        """
+        now = trio.current_time()
+        if self._seen.moved_to(current_run()):
+            last = self._last_read
+            self._entries = {
+                key: (now + expires - last, answer)
+                for key, (expires, answer) in self._entries.items()
+                if answer is not None and expires > last
+            }
+        self._last_read = now
+        return now
+
     # Settling is cleanup, done even when the time for it is up: the work
     # comes before the checkpoint, as trio's own ``aclose`` methods do.
 
     async def finish(self, key: str, answer: StoredAnswer, *, ttl: float) -> None:
-        self._entries[key] = (trio.current_time() + ttl, answer)
+        self._entries[key] = (self._now() + ttl, answer)
         await trio.lowlevel.checkpoint()
 
     async def abandon(self, key: str) -> None:

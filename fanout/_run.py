@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from ._idempotency import IdempotencyStore, MemoryIdempotencyStore
+from ._trio_runs import RunSeen
 from ._validate import non_empty_text, positive
 
 if TYPE_CHECKING:
@@ -106,3 +107,12 @@ class Run:
     idempotency_ttl: float = attrs.field(default=24 * 3600.0, validator=positive)
     claim_lease: float = attrs.field(default=6.0, validator=positive)
     cache: ReadCache = attrs.field(init=False, factory=ReadCache)
+    _seen: RunSeen = attrs.field(init=False, factory=RunSeen, repr=False)
+
+    def note_run(self, run: object) -> None:
+        """Drop the read cache if ``run`` is a later trio.run than its answers' expiries
+        were read in (`fanout._trio_runs`): on the new run's clock, an answer cached at
+        100,000 s was fresh for another day. The store keeps its answers (it re-bases
+        their expiries itself): without them a write asked again would run twice."""
+        if self._seen.moved_to(run):
+            self.cache = ReadCache()

@@ -221,9 +221,9 @@ class Runner:
         state_for, options = self._turn_parts(run, timeout)
         return StreamingTurn(events, decoder, state_for, **options)
 
-    def _turn_begins(self) -> trio.Nursery | None:
-        """Ready the runner and its scopes for the trio.run going on; the runner's
-        nursery, if it is open.
+    def _turn_begins(self, run: Run) -> trio.Nursery | None:
+        """Ready the runner, its scopes and ``run`` for the trio.run going on; the
+        runner's nursery, if it is open.
 
         A runner may serve many trio.runs (built at import, a notebook's run per
         question), and what it keeps on trio's clock means nothing in a new one
@@ -232,6 +232,7 @@ class Runner:
         now_in = current_run()
         if now_in is not self._run:
             self._enter_run(now_in)
+        run.note_run(now_in)
         return self._nursery
 
     def _enter_run(self, now_in: object) -> None:
@@ -283,7 +284,7 @@ class Runner:
                 turn_id=f"turn-{self._turn_serial}",
             ),
             "counts": self._counts,
-            "begin": self._turn_begins,
+            "begin": lambda: self._turn_begins(run),
         }
         return state_for, options
 

@@ -14,7 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from fanout import Kind, RateLimitedError, Registry, Runner, Scope, Status, ToolCall
+from fanout import Kind, RateLimitedError, Registry, Run, Runner, Scope, Status, ToolCall
+from fanout.idempotency import idempotency_key
 from fanout.redis import RedisScope
 from tests.redis_support import shared_redis_url, unique_prefix
 
@@ -107,6 +108,78 @@ def test_what_a_learning_scope_was_told_in_one_run_holds_nothing_in_the_next() -
     assert [r.status for r in results] == [Status.OK]
     assert starts[0] == _LATE
     assert starts[-1] == 0.0
+
+
+def test_a_read_cached_in_one_run_is_read_again_in_the_next() -> None:
+    """A Run's cached answer expires on the clock it was cached on: the next run reads
+    again (on the new clock, an answer cached at 100,000 s for 60 s was fresh for a day)."""
+    reads: list[float] = []
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, cache_ttl=60)
+    async def price(n: int) -> str:
+        reads.append(trio.current_time())
+        return f"price {len(reads)}"
+
+    runner, run = Runner(registry), Run()
+
+    async def first() -> None:
+        await trio.sleep(_LATE)
+        await runner.run_turn(_calls("price", 1), run=run)
+
+    async def second() -> tuple[ToolResult, ...]:
+        return (await runner.run_turn(_calls("price", 1), run=run)).results
+
+    results = _in_two_runs(first, second)
+    assert [r.content for r in results] == ["price 2"]
+    assert reads == [_LATE, 0.0]
+
+
+def _sending(sent: list[float]) -> Registry:
+    registry = Registry()
+
+    @registry.tool(kind=Kind.MUTATING)
+    async def send(n: int) -> str:
+        sent.append(trio.current_time())
+        return f"sent {n}"
+
+    return registry
+
+
+def test_a_write_answered_in_one_run_is_replayed_in_the_next() -> None:
+    """A Run's stored answer outlives its run's clock: asked again in a run whose clock
+    is past the answer's TTL as the first counted it, the write is replayed, not sent again."""
+    sent: list[float] = []
+    runner, run = Runner(_sending(sent)), Run()
+
+    async def first() -> None:
+        await runner.run_turn(_calls("send", 1), run=run)
+
+    async def second() -> tuple[ToolResult, ...]:
+        await trio.sleep(run.idempotency_ttl + _LATE)
+        return (await runner.run_turn(_calls("send", 1), run=run)).results
+
+    results = _in_two_runs(first, second)
+    assert [(r.status, r.content) for r in results] == [(Status.OK, "sent 0")]
+    assert sent == [0.0]
+
+
+def test_a_claim_whose_holder_ended_with_its_run_lapses_in_the_next() -> None:
+    """A write's claim taken at 100,000 s by a holder that never finished (its run ended)
+    does not hold the same write in the next run: it runs at once."""
+    sent: list[float] = []
+    runner, run = Runner(_sending(sent)), Run()
+
+    async def first() -> None:
+        await trio.sleep(_LATE)
+        await run.store.claim(idempotency_key(run.run_id, "send", {"n": 0}), lease=6.0)
+
+    async def second() -> tuple[ToolResult, ...]:
+        return (await runner.run_turn(_calls("send", 1), run=run)).results
+
+    results = _in_two_runs(first, second)
+    assert [r.status for r in results] == [Status.OK]
+    assert sent == [0.0]
 
 
 def test_a_scope_shared_by_two_runners_is_made_afresh_once_a_run() -> None:
