@@ -58,13 +58,19 @@ _log = logging.getLogger("fanout")
 _UNAVAILABLE = "limiter unavailable"
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class CallSettings:
-    """The runner's knobs that shape one call."""
+    """The runner's knobs that shape one call.
 
-    retry: RetryPolicy
-    inline_wait: float | None
-    max_output_chars: int
+    ``threads`` are the ``max_threads`` places for sync tools, made again by the
+    runner in each new trio.run (`Runner`): a thread abandoned at a deadline gives
+    its place back to the run it began in, and in a later run never would. Every
+    turn holds these settings, not a copy, so a turn built before sees the new places.
+    """
+
+    retry: RetryPolicy = attrs.field(on_setattr=attrs.setters.frozen)
+    inline_wait: float | None = attrs.field(on_setattr=attrs.setters.frozen)
+    max_output_chars: int = attrs.field(on_setattr=attrs.setters.frozen)
     threads: trio.CapacityLimiter
 
 

@@ -237,7 +237,10 @@ class Runner:
 
     def _enter_run(self, now_in: object) -> None:
         """Its first turn in a trio.run: every scope is made afresh if its times are of an
-        earlier run (a runner's first turn too: a scope may have been built in one)."""
+        earlier run (a runner's first turn too: a scope may have been built in one), and
+        threads abandoned in an earlier run no longer hold places (`CallSettings`)."""
+        if self._run is not None:
+            self._settings.threads = trio.CapacityLimiter(self._settings.threads.total_tokens)
         for scope in self._scopes.values():
             scope.note_run(now_in)
         self._run = now_in

@@ -8,6 +8,7 @@ the second.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -201,6 +202,35 @@ def test_a_scope_shared_by_two_runners_is_made_afresh_once_a_run() -> None:
     results = _in_two_runs(first, second)
     assert [r.status for r in results] == [Status.OK]
     assert starts == [_LATE, _LATE + 1.0, 0.0, 1.0]
+
+
+def test_a_thread_abandoned_in_one_run_holds_no_place_in_the_next() -> None:
+    """A sync tool left running past its run's deadline kept its place among max_threads
+    for good (trio gives it back to the run it began in); the next run has them all.
+    (On the real clock: a mock clock jumps to the deadline while a thread works.)"""
+    release = threading.Event()
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, timeout=None)
+    def stuck(n: int) -> str:
+        if n == 0:
+            release.wait(10)
+        return f"done {n}"
+
+    runner = Runner(registry, max_threads=1)
+
+    async def first() -> None:
+        await runner.run_turn([ToolCall("c0", "stuck", {"n": 0})], timeout=0.05)
+
+    async def second() -> tuple[ToolResult, ...]:
+        return (await runner.run_turn([ToolCall("c1", "stuck", {"n": 1})], timeout=5)).results
+
+    try:
+        trio.run(first)
+        results = trio.run(second)
+    finally:
+        release.set()
+    assert [(r.status, r.content) for r in results] == [(Status.OK, "done 1")]
 
 
 @pytest.mark.redis
