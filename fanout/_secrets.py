@@ -10,7 +10,12 @@ scrubs every form a server may quote them in from each final answer:
 * its percent-encoded (once, or twice: a URL quoted inside another) and JSON-escaped
   spellings, and any mix of them;
 * a Basic credential's base64, its decoded ``user:password`` and the password;
-* a URL's userinfo password, and ``user:password``.
+* a URL's userinfo password, and ``user:password``;
+* each character as an HTML entity (``&#x61;``, ``&#97;``, ``&amp;``);
+* the value upper-cased and lower-cased, its UTF-8 as base64 (either alphabet,
+  padded or not) and as hex (either case), as a server may write it back;
+* its first `HEAD` characters, and whatever of a token follows them, as a log
+  shows a key's beginning (``sk-proj-abcdefghijkl...``).
 
 Which request parts are credentials is `fanout._credentials`. Values
 shorter than `MIN_LENGTH` are not scrubbed as text: they would match
@@ -23,11 +28,14 @@ answer is scrubbed of every key fanout has seen sent, not only its own call's
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
 import threading
 from collections import OrderedDict
+from html import unescape
+from html.entities import html5
 from typing import TYPE_CHECKING
 
 import attrs
@@ -73,10 +81,12 @@ class Secret:
     def pattern(self) -> str | None:
         """A regular expression for every spelling of the value a server may quote.
 
-        Each character may stand as itself, percent-encoded (either case) or
-        JSON-escaped, independently: libraries encode different characters
-        (httpx leaves ``/`` in a query, quotes ``+``), so a URL echoed back is
-        often a mix. None for a value too short to scrub.
+        Each character may stand as itself, percent-encoded (either case),
+        JSON-escaped or as an HTML entity, independently: libraries encode
+        different characters (httpx leaves ``/`` in a query, quotes ``+``), so a
+        URL echoed back is often a mix. So may the value in any case, its base64
+        and hex (`_base64`, `_hex`), and its head (`HEAD`). None for a value too
+        short to scrub.
         """
         return _pattern_for(self._value)
 
@@ -100,11 +110,77 @@ def scrubbable(value: str) -> bool:
 _UNSET = frozenset({"undefined", "[object object]", "undefined:undefined", "null:null"})
 
 
+HEAD = 20
+"""Characters: a key's beginning this long, shown as a log shows one (``sk-proj-abcd...``),
+is scrubbed with what of a token follows it (`_REST`)."""
+
+
 @functools.lru_cache(maxsize=1024)
 def _pattern_for(value: str) -> str | None:
     if not scrubbable(value):
         return None
-    return "".join(_spellings(char) for char in value)
+    forms = [
+        # In any case: a server that upper-cases what it quotes, or lower-cases it.
+        f"(?i:{_spelled(value)})",
+        *(_spelled(form, _LITERAL) for form in _recased(value)),
+        # Its padding, however spelled, goes with it.
+        *(_spelled(form, _LITERAL) + f"{_spellings('=')}{{0,2}}" for form in _base64(value)),
+        f"(?i:{_hex(value)})",
+    ]
+    if _shows_head(value):
+        forms.append(_spelled(value[:HEAD]) + _REST)
+    return "|".join(forms)  # the whole value is tried before its head
+
+
+# What a form of a value made by a program (base64, a case changed) holds that no one
+# escapes: only its other characters are spelled every way.
+_LITERAL = re.compile(r"[A-Za-z0-9]")
+
+
+def _spelled(form: str, literal: re.Pattern[str] | None = None) -> str:
+    """A pattern of every spelling of ``form``, but of its ``literal`` characters, which
+    stand only as themselves (each spelled every way, a form's pattern was ten times a
+    value's, and took 0.15 s to compile)."""
+    return "".join(
+        re.escape(char) if literal and literal.fullmatch(char) else _spellings(char)
+        for char in form
+    )
+
+
+# What of a token may follow a key's head: the rest of the key, raw or percent-encoded,
+# or the dots a log writes for it.
+_REST = r"(?:[A-Za-z0-9._~+/=-]|%[0-9A-Fa-f]{2})*+"
+
+
+def _recased(value: str) -> list[str]:
+    """``value`` upper- and lower-cased, as a server may write it back, where a pattern
+    ignoring case would not find it: a character whose other case is two ("ß", "SS"),
+    or folds apart from it (a dotless i, whose upper case is "I")."""
+    forms = dict.fromkeys(form for form in (value.upper(), value.lower()) if form != value)
+    return [
+        form for form in forms
+        if len(form) != len(value) or form.casefold() != value.casefold()
+    ]  # fmt: skip
+
+
+def _base64(value: str) -> list[str]:
+    """``value``'s UTF-8 as base64, in either alphabet, without its padding (which a
+    pattern takes after it, or not)."""
+    data = value.encode("utf-8")
+    encoded = (base64.b64encode(data), base64.urlsafe_b64encode(data))
+    return list(dict.fromkeys(form.decode().rstrip("=") for form in encoded))
+
+
+def _hex(value: str) -> str:
+    """``value``'s UTF-8 as hex, in lower case, which a pattern and a screen ignore."""
+    return value.encode("utf-8").hex()
+
+
+def _shows_head(value: str) -> bool:
+    """Whether ``value``'s head is a credential's: it is longer than its head, and no
+    value of parts (``user:password``, ``Bearer <token>``) whose parts are learned on
+    their own, and whose head would be a user name or a scheme."""
+    return len(value) > HEAD and not any(char.isspace() or char == ":" for char in value)
 
 
 @functools.lru_cache(maxsize=256)
@@ -123,8 +199,31 @@ def _spellings(char: str) -> str:
         re.escape(char), f"(?i:{re.escape(percent)})", f"(?i:{re.escape(twice)})",
         _nested(char, escaped), f"(?i:{_nested(char, unicode)})",
     }  # fmt: skip
-    alternatives |= _EXTRA_SPELLINGS.get(char, set())
+    alternatives |= _EXTRA_SPELLINGS.get(char, set()) | _entities(char)
     return "(?:" + "|".join(sorted(alternatives, key=len, reverse=True)) + ")"
+
+
+def _entities(char: str) -> set[str]:
+    """``char`` as HTML writes it: by number (``&#x61;``, ``&#97;``) or by name (``&amp;``,
+    ``&sol;``), as a page or an HTML-escaped answer quotes a key back."""
+    point = ord(char)
+    named = {re.escape(f"&{name}") for name in _ENTITY_NAMES.get(char, ())}
+    # Hex digits in either case as classes: an inline "(?i:...)" in every character's
+    # spellings made a pattern twice as slow to compile.
+    digits = "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{point:x}")
+    return named | {f"&#(?:[xX]0*{digits}|0*{point});"}
+
+
+def _names_of_characters() -> dict[str, list[str]]:
+    """Each character's HTML names, with their ";" (those without are legacy spellings)."""
+    names: dict[str, list[str]] = {}
+    for name, char in html5.items():
+        if name.endswith(";") and len(char) == 1:
+            names.setdefault(char, []).append(name)
+    return names
+
+
+_ENTITY_NAMES = _names_of_characters()
 
 
 _DEPTHS = (1, 2, 3)  # levels of JSON written into JSON: a server's body in a tool's answer
@@ -186,8 +285,8 @@ class SecretRegistry:
         self._patterns: tuple[Screened, ...] = ()
         self._current = True
         # What each secret long enough to scrub must show in a text that spells it
-        # only raw (`_plain`); rebuilt, under the lock, whenever the secrets change.
-        self._plain: tuple[str, ...] = ()
+        # only raw (`_raw_forms`); rebuilt, under the lock, whenever the secrets change.
+        self._raw: Screens = ((), frozenset())
         self._lock = threading.Lock()
         self.changes = 0  # how many times a new secret was learned: text scrubbed before is stale
 
@@ -213,7 +312,7 @@ class SecretRegistry:
                 if len(self._secrets) > self._limit:
                     self._secrets.popitem(last=False)
             if changed:
-                self._plain = _plain_forms(secret.reveal() for secret in self._all())
+                self._raw = _raw_forms(secret.reveal() for secret in self._all())
                 self._current = False
                 self.changes += 1
 
@@ -242,7 +341,7 @@ class SecretRegistry:
         Read without the lock, as `pattern` is: a reader racing a ``learn``
         checks the secrets from just before it.
         """
-        return _may_spell(text, self._plain)
+        return _may_spell(text, self._raw)
 
     def values(self) -> list[str]:
         with self._lock:
@@ -257,9 +356,15 @@ class SecretRegistry:
         return f"<known secrets: {len(self._secrets) + len(self._pinned)}>"
 
 
+# What a text folded (`_folded`) must hold for a secret's pattern to find it there: one
+# of its forms anywhere, or the first `_ANCHOR` letters of one of its encoded forms
+# (base64, hex) in a run of their letters (`_looked_in`). Each encoded form looked for
+# in the text, 256 secrets known tripled the time a short answer took to scrub; a
+# run's every window looked up in a set costs the same however many are known.
+Screens = tuple[tuple[str, ...], frozenset[str]]
 # A secret's pattern, and what a text must hold once decoded (`_decoded`) for the
-# pattern to find it there; None where the decoding cannot say (`_screen_of`).
-Screened = tuple[re.Pattern[str], str | None]
+# pattern to find it there; None where the decoding cannot say (`_screens_of`).
+Screened = tuple[re.Pattern[str], Screens | None]
 
 
 def compiled(secrets: Iterable[Secret]) -> tuple[Screened, ...]:
@@ -267,20 +372,54 @@ def compiled(secrets: Iterable[Secret]) -> tuple[Screened, ...]:
     that holds another is replaced whole before the other is looked for)."""
     ordered = sorted(secrets, key=lambda secret: len(secret.reveal()), reverse=True)
     return tuple(
-        (_compiled(pattern), _screen_of(secret.reveal()))
+        (_compiled(pattern), _screens_of(secret.reveal()))
         for secret in ordered
         if (pattern := secret.pattern()) is not None
     )
 
 
-# A secret whose every character is printable ASCII, but "%" and "\\": the escapes
-# `_decoded` undoes leave it as it is, and every spelling of it becomes it.
-_SCREENABLE = re.compile(r"[ !#$&-\[\]-~\"]+", re.ASCII)
+# A secret whose every character is printable ASCII, but "%", "\\" and "&": the escapes
+# `_decoded` undoes leave it as it is, and every spelling of it becomes one of its forms.
+_SCREENABLE = re.compile(r"[ !#$'-\[\]-~\"]+", re.ASCII)
 
 
-def _screen_of(value: str) -> str | None:
+def _screens_of(value: str) -> Screens | None:
     """What a text decoded must hold where it spells ``value`` (None: it cannot tell)."""
-    return _plain(value) if _SCREENABLE.fullmatch(value) else None
+    return _screens(value) if _SCREENABLE.fullmatch(value) else None
+
+
+@functools.lru_cache(maxsize=2 * _MAX_KNOWN)
+def _screens(value: str) -> Screens:
+    """``value``'s forms (its head where it shows one), folded."""
+    shown = value[:HEAD] if _shows_head(value) else value
+    anywhere = _fewest({_folded(form) for form in (shown, *_recased(value))})
+    return anywhere, frozenset(_folded(form)[:_ANCHOR] for form in (*_base64(value), _hex(value)))
+
+
+def _fewest(forms: set[str]) -> tuple[str, ...]:
+    """``forms`` but those that hold another: a text holding one of them holds one of these."""
+    return tuple(sorted(f for f in forms if not any(o != f and o in f for o in forms)))
+
+
+# Letters: the base64 of a value as short as any scrubbed (`MIN_LENGTH`), unpadded.
+_ANCHOR = 11
+# A run of base64's letters (either alphabet) or hex's, in a text folded.
+_ENCODED_RUN = re.compile(rf"[a-z0-9+/_-]{{{_ANCHOR},}}")
+
+
+def _looked_in(text: str) -> tuple[str, str]:
+    """``text`` folded, and its runs of encoded letters (`Screens`): read before a space
+    is folded into a "+", or all of a prose text would be one."""
+    lowered = text.casefold()
+    return _folded(lowered), "\n".join(_ENCODED_RUN.findall(lowered))
+
+
+def _holds(looked_in: tuple[str, str], screens: Screens) -> bool:
+    folded, runs = looked_in
+    anywhere, anchors = screens
+    if any(form in folded for form in anywhere):
+        return True
+    return any(runs[at : at + _ANCHOR] in anchors for at in range(len(runs) - _ANCHOR + 1))
 
 
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -291,20 +430,20 @@ _ESCAPED = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 def _decoded(text: str) -> str:
     """``text`` with the escapes a secret's spelling may use undone: percent-encoding,
-    JSON's ``\\uXXXX`` and one-letter escapes at any depth; then "+" and " " made one.
+    JSON's ``\\uXXXX`` and one-letter escapes at any depth, HTML's entities.
 
     Only to screen the patterns worth running: with 256 secrets known, a 1 MB answer
     holding a backslash (any JSON with a line break) was searched by each of them,
     twice, on the event loop (16 s for five such answers, where the turn had 2 s).
-    A printable ASCII secret spelled any way in ``text`` is in this, or raw in the
-    text itself (an escape undone next to a raw spelling may take its first
+    A printable ASCII secret spelled any way in ``text`` is in this, folded, or raw in
+    the text itself (an escape undone next to a raw spelling may take its first
     characters along: both are looked in).
     """
     for _ in range(2):  # once, and again for a URL quoted inside another
         text = _PERCENT.sub(lambda m: chr(int(m[1], 16)), text)
     text = _UNICODE.sub(lambda m: chr(int(m[1], 16)), text)
     text = _ESCAPE.sub(lambda m: _ESCAPED.get(m[1], m[1]), text)
-    return _plain(text)
+    return unescape(text) if "&" in text else text
 
 
 @functools.lru_cache(maxsize=2 * _MAX_KNOWN)
@@ -313,32 +452,33 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 # Every spelling `Secret.pattern` allows but a character's own holds "%" (percent-
-# encoded) or "\\" (JSON-escaped, "\\/"), except "+" read as a space: a text without
-# either spells a secret only as its raw value, up to "+" and " ".
+# encoded), "\\" (JSON-escaped, "\\/") or "&" and ";" (an HTML entity), except "+" read
+# as a space: a text without them spells a secret only as one of its forms, raw.
 def _raw_only(text: str) -> bool:
-    return "%" not in text and "\\" not in text
+    return "%" not in text and "\\" not in text and not ("&" in text and ";" in text)
 
 
-def _plain(text: str) -> str:
-    """``text`` with "+" and " " made one, so a raw spelling is a plain substring."""
-    return text.replace(" ", "+")
+def _folded(text: str) -> str:
+    """``text`` with case and "+" or " " made one, so that a raw spelling of a form
+    (the value upper-cased too) is a plain substring of the text's."""
+    return text.casefold().replace(" ", "+")
 
 
-def _plain_forms(values: Iterable[str]) -> tuple[str, ...]:
-    """The plain form of each value long enough to be scrubbed (`scrubbable`)."""
-    return tuple(_plain(value) for value in values if scrubbable(value))
+def _raw_forms(values: Iterable[str]) -> Screens:
+    """What a text must hold, folded, to spell one of ``values`` raw (those long enough
+    to be scrubbed, `scrubbable`)."""
+    screens = [_screens(value) for value in values if scrubbable(value)]
+    return tuple(f for s in screens for f in s[0]), frozenset().union(*(s[1] for s in screens))
 
 
-def _plain_of(secrets: Iterable[str | Secret]) -> tuple[str, ...]:
-    return _plain_forms(s.reveal() if isinstance(s, Secret) else s for s in secrets)
+def _raw_forms_of(secrets: Iterable[str | Secret]) -> Screens:
+    return _raw_forms(s.reveal() if isinstance(s, Secret) else s for s in secrets)
 
 
-def _may_spell(text: str, plain: tuple[str, ...]) -> bool:
-    """Whether ``text``, which spells secrets only raw (`_raw_only`), may hold one of ``plain``."""
-    if not plain:
-        return False
-    text = _plain(text)
-    return any(value in text for value in plain)
+def _may_spell(text: str, forms: Screens) -> bool:
+    """Whether ``text``, which spells secrets only raw (`_raw_only`), may hold one of
+    ``forms`` (`_raw_forms`)."""
+    return bool(forms[0] or forms[1]) and _holds(_looked_in(text), forms)
 
 
 _known = SecretRegistry(_MAX_KNOWN)
@@ -380,7 +520,7 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
         # Most texts (a URL, an answer) can spell a secret only raw, and hold none:
         # a look for each is cheaper than the pattern, which then need not be built.
         secrets = tuple(secrets)
-        if not (_known.may_be_in(text) or (secrets and _may_spell(text, _plain_of(secrets)))):
+        if not (_known.may_be_in(text) or (secrets and _may_spell(text, _raw_forms_of(secrets)))):
             return text
     # A call's secrets were learned when sent: only those the registry lacks
     # need a pattern of their own. An empty collection has none to look up
@@ -390,11 +530,11 @@ def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
         if secrets
         else ()
     )
-    screens: tuple[str, str] | None = None
-    for pattern, screen in (*own, *_known.patterns()):
-        if screen is not None:
-            screens = screens or (_plain(text), _decoded(text))
-            if screen not in screens[0] and screen not in screens[1]:
+    looked_in: tuple[tuple[str, str], ...] = ()
+    for pattern, screens in (*own, *_known.patterns()):
+        if screens is not None:
+            looked_in = looked_in or (_looked_in(text), _looked_in(_decoded(text)))
+            if not any(_holds(each, screens) for each in looked_in):
                 continue
         text = pattern.sub(REDACTED, text)
     return text

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from fanout import ConfigurationError, Secret
 from fanout._secrets import (
+    HEAD,
     MIN_LENGTH,
     REDACTED,
     SecretRegistry,
     _compiled,
     _known,
+    _raw_only,
     compiled,
     register_secret,
     scrub_secrets,
@@ -162,3 +165,79 @@ def test_an_unset_key_s_placeholder_is_never_scrubbed() -> None:
     assert not scrubbable("undefined")
     assert not scrubbable("[object Object]")
     assert scrub_secrets("Cannot read properties of undefined", ["undefined"]).endswith("undefined")
+
+
+# Keys as a tool may hold them: an API key's alphabet, and any printable character.
+_KEYS = st.one_of(
+    st.text("abcdefXYZ0123456789-_.", min_size=MIN_LENGTH, max_size=48),
+    st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=MIN_LENGTH, max_size=48),
+).filter(lambda key: scrubbable(key) and len(set(key.casefold())) >= 4)
+
+
+@st.composite
+def _html_escaped(draw: st.DrawFn, key: str) -> str:
+    """``key`` with each character raw, or an HTML entity by number or by name."""
+    named = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "/": "&sol;"}
+    forms = [[c, f"&#x{ord(c):x};", f"&#X{ord(c):04X};", f"&#{ord(c)};", named.get(c, c)]
+             for c in key]  # fmt: skip
+    return "".join(draw(st.sampled_from(each)) for each in forms)
+
+
+def _encoded(key: str) -> list[str]:
+    """``key`` written back whole in another form: case changed, base64, hex."""
+    data = key.encode()
+    return [
+        key.upper(), key.lower(),
+        base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode().rstrip("="),
+        data.hex(), data.hex().upper(),
+    ]  # fmt: skip
+
+
+@st.composite
+def _echoed(draw: st.DrawFn) -> tuple[str, str]:
+    """A key, and a spelling of it fanout did not read before (or, when the key is longer
+    than `HEAD`, its head as a log shows it)."""
+    key = draw(_KEYS)
+    choices = [draw(_html_escaped(key)), *_encoded(key)]
+    # A value of parts (``user:password``) shows no head: its parts are learned alone.
+    if len(key) > HEAD and not any(char.isspace() or char == ":" for char in key):
+        choices += [key[:HEAD] + "...", key[: draw(st.integers(HEAD, len(key)))]]
+    return key, draw(st.sampled_from(choices))
+
+
+# Each example compiles a key's pattern: a first one takes longer than a deadline.
+@settings(max_examples=300, deadline=None)
+@example(("zQ-echo-Key-0123456789abcdef", "ZQ-ECHO-KEY-0123456789ABCDEF"))
+@example(("zQ-echo-Key-0123456789abcdef", "zQ-echo-Key-01234567..."))
+@example(("p&ss<w>rd-2024", "p&amp;ss&lt;w&gt;rd-2024"))
+@given(echoed=_echoed())
+def test_a_key_echoed_in_another_spelling_is_scrubbed(echoed: tuple[str, str]) -> None:
+    """A server or tool that writes a key back HTML-escaped, upper- or lower-cased, as
+    base64 or hex of its bytes, or shows its first 20 characters, shows none of it: each
+    reached the model whole, fanout reading the key only character by character."""
+    key, echo = echoed
+    shown = echo.removesuffix("...")
+    assume(shown not in "said: [] (end)")
+    learned = SecretRegistry(limit=4)
+    learned.learn([Secret(key)])
+    text = f"said: [{echo}] (end)"
+    for scrubbed in (scrub_secrets(text, [key]), _every_pattern(text, [key])):
+        assert shown not in scrubbed
+        assert scrubbed.startswith("said: [")
+        assert scrubbed.endswith("] (end)")
+    assert learned.may_be_in(text) or not _raw_only(text)
+
+
+@settings(deadline=None)
+@given(key=_KEYS, cut=st.integers(1, HEAD - 1))
+def test_no_head_shorter_than_twenty_characters_and_no_user_name_is_scrubbed(
+    key: str, cut: int
+) -> None:
+    """A key's beginning is scrubbed only from its 20th character on, and a value made of
+    parts shows no head: an 8-character key's first characters, or a Basic login's
+    ``user:password`` whose head is the user, would be taken out of unrelated text."""
+    head = key[:cut]
+    assume(not scrubbable(head) or len(head) < HEAD)
+    assert scrub_secrets(f"<{head}>", [key + "-and-more"]) == f"<{head}>"
+    user = "svc-reporting-2024@example.com"
+    assert scrub_secrets(f"hello {user}", [f"{user}:{key}"]) == f"hello {user}"
