@@ -40,11 +40,14 @@ CREDENTIAL_HEADERS = frozenset(
         "ocp-apim-subscription-key",
         "x-amz-security-token",
         "private-token",
+        "mcp-session-id",
         "cookie",
         "set-cookie",
     }
 )
-"""Request headers whose whole value is a credential (names compared case-insensitively)."""
+"""Request headers whose whole value is a credential (names compared case-insensitively).
+
+An MCP session's id is one: whoever holds it acts in the session."""
 
 CREDENTIAL_PARAMS = frozenset(
     {

@@ -17,7 +17,8 @@ not be answered ``rate_limited`` with the server's wait.
 
 What the session is opened with (its URL, its headers) is read for the
 credentials it carries (`credentials_of`), so that answers, events and logs
-are scrubbed of them, whatever a server quotes back.
+are scrubbed of them, whatever a server quotes back; so is the session id
+the server gives it, as it comes and as each request carries it.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx2
+from mcp.client.streamable_http import MCP_SESSION_ID
 from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR
 
 from ._canonical import safe_text
 from ._credentials import CredentialNames, credentials_in
 from ._headers import parse_rate_limit_headers
 from ._redact import address, redact_text
+from ._secrets import learn
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -70,8 +73,10 @@ class AnsweredTransport(httpx2.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        _learn_session_id(request.headers)
         try:
             response = await self._inner.handle_async_request(request)
+            _learn_session_id(response.headers)
             content_type = response.headers.get("content-type", "").lower()
             if content_type.startswith("application/json"):
                 raw = b"".join([chunk async for chunk in response.aiter_raw()])
@@ -99,6 +104,16 @@ class AnsweredTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _learn_session_id(headers: httpx2.Headers) -> None:
+    """Learn the session id ``headers`` carry: whoever holds it acts in the session, and a
+    tool quoting its request's headers showed it to the model. Learned from the answer
+    that sets it (before the SDK can send it) and from each request (a server may hand
+    out another); not pinned, as a session's id ends with it."""
+    session_id = headers.get(MCP_SESSION_ID)
+    if session_id:
+        learn(credentials_in([(MCP_SESSION_ID, session_id)], "", CredentialNames()))
 
 
 def credentials_of(url: str, headers: Mapping[str, str]) -> set[Secret]:

@@ -132,6 +132,11 @@ def add_process_tools(server: MCPServer) -> None:
         """The request's headers, as a server that quotes what it was sent."""
         return json.dumps(dict(ctx.headers or {}))
 
+    @server.tool(annotations=READ)
+    async def session(ctx: Context) -> str:
+        """The session's id, bare, as a server's message may quote it."""
+        return f"your session is {(ctx.headers or {}).get('mcp-session-id')}"
+
     @server.tool(annotations=DESTROY)
     async def vanish(pause: float) -> str:
         """Wait ``pause`` seconds, then end this server's process mid-call."""

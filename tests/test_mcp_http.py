@@ -189,6 +189,18 @@ async def test_the_credentials_a_session_carries_never_reach_an_answer(url: str)
     assert "alice" not in server.scope
 
 
+async def test_the_session_id_the_server_gave_never_reaches_an_answer(server: McpServer) -> None:
+    """Whoever holds an MCP session's id acts in the session: quoted among the request's
+    headers, or bare in a server's message, it reads ``REDACTED`` (both showed it)."""
+    registry = Registry()
+    await fanout.mcp.register_tools(registry, server)
+    runner = Runner(registry, scopes=[server.limits()], turn_timeout=20)
+    turn = await runner.run_turn([ToolCall("w", "whoami", {}), ToolCall("s", "session", {})])
+    quoted, bare = turn.results
+    assert body(quoted)["mcp-session-id"] == "REDACTED"
+    assert bare.content == "your session is REDACTED"
+
+
 async def test_more_cut_off_calls_than_a_connection_pool_holds_do_not_jam_the_session(
     server: McpServer,
 ) -> None:
