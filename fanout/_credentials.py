@@ -256,6 +256,9 @@ def _cookie_values(header: str) -> set[str]:
 # A user that reads as a key, not a name: 16 or more characters of letters, digits and
 # "-_.", a digit among them.
 _KEYLIKE = re.compile(r"(?=[^0-9]*[0-9])[A-Za-z0-9._-]{16,}")
+# Passwords that say, by an API's convention, that the user is the key and the password
+# is a fixed word, no secret: Toggl's ``<token>:api_token``.
+_KEY_AS_USER_PASSWORDS = frozenset({"api_token"})
 
 
 def _basic_parts(credential: str) -> set[str]:
@@ -272,9 +275,22 @@ def _basic_parts(credential: str) -> set[str]:
     user, colon, password = decoded.partition(":")
     if not colon:
         return {decoded}
-    # With no password, the user is the key (Stripe's ``auth=(key, "")``); with one, even
-    # one too short to learn, the user is a name (learned, "support@example.com" was taken
-    # out of every answer of the process after a login with a 7-character password),
-    # unless it reads as a key: Freshdesk's and BambooHR's go as the user, "X" beside it.
-    parts = {decoded, password} if password else {decoded, user}
-    return parts | {user} if password and _KEYLIKE.fullmatch(user) else parts
+    if _user_is_the_key(user, password):
+        return {decoded, user}
+    return {decoded, password}
+
+
+def _user_is_the_key(user: str, password: str) -> bool:
+    """Whether a Basic login's user is its key rather than a name.
+
+    So with no password (Stripe's ``auth=(key, "")``), or with a word an API's
+    convention puts there (Toggl's ``api_token``, itself no secret: learned, the
+    word was taken out of every answer), or with a dummy password too short to
+    be one beside a user that reads as a key (Freshdesk's and BambooHR's ``X``).
+    Beside a real password the user is a name, however it reads: learned,
+    "support@example.com" (beside a 7-character password) and
+    "svc-reporting-2024" were taken out of every answer of the process.
+    """
+    if not password or password in _KEY_AS_USER_PASSWORDS:
+        return True
+    return len(password) < MIN_LENGTH and _KEYLIKE.fullmatch(user) is not None
