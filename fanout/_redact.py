@@ -108,11 +108,12 @@ _COOKIES_AHEAD = _key_ahead(_COOKIE_CHARS)
 # string), "', b'" (httpcore's DEBUG line, ``(b'name', b'value')`` pairs, and a JSON
 # list's ``"name", "value"``), or ": " (text, the value quoted or not). A JSON key
 # whose value is no string (``"Authorization": null``) has none to hide: replaced by a
-# bare REDACTED, the JSON no longer parsed.
+# bare REDACTED, the JSON no longer parsed. The quote that opens the value is the group
+# ``opened``: a value in quotes is the header's, whatever it reads as.
 _BETWEEN = (
-    rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*{_OPENS}"
-    rf"|{_QUOTE}{_SPACE}*[:=]{_SPACE}*(?:\[{_SPACE}*)?{_OPENS}"
-    rf"|{_SPACE}*[:=]{_SPACE}*{_OPENS}?)"
+    rf"(?:{_QUOTE}{_SPACE}*,{_SPACE}*(?={_OPENS})"
+    rf"|{_QUOTE}{_SPACE}*[:=]{_SPACE}*(?:\[{_SPACE}*)?(?={_OPENS})"
+    rf"|{_SPACE}*[:=]{_SPACE}*)(?P<opened>{_OPENS})?+"
 )
 # An authorization scheme fanout shows, or any other word before the credential
 # ("SSWS <token>", "Bot <token>"): such a word and the credential are replaced together.
@@ -122,6 +123,22 @@ _COOKIE_HEADERS = frozenset({"cookie", "set-cookie"})
 # A token is a credential's when it has a digit, or is long: "bearer authentication"
 # and Django's "pk_url_kwarg" are words.
 _TOKENISH = r"(?=[A-Za-z._~+/=-]*[0-9]|[A-Za-z0-9._~+/=-]{20})"
+# A header's value neither quoted nor after a scheme fanout shows may be prose: "Missing
+# X-Api-Key: no key was provided" lost "no key" (read as a scheme and its token). So
+# there a value is taken only if it reads as a credential: a token (`_TOKENISH`), or a
+# word of 8 or more characters that ends the line ("X-Api-Key: <key>" in a curl
+# command); after a word that reads as a scheme (a capital: "Bot", "SSWS"), one of 8
+# or more, or a token after any word.
+_ENDS_LINE = rf"(?=[{_HEADER_CHARS}]{{8,}}+(?![ \t]++[^\s]))"
+_SCHEMED = (
+    rf"(?:(?=(?-i:[A-Z])){_OTHER_SCHEME}(?=[{_HEADER_CHARS}]{{8}})|{_OTHER_SCHEME}{_TOKENISH})"
+    rf"(?!{_KEY_AHEAD})"
+)
+_BARE_HEADER_VALUE = rf"(?:{_SCHEMED}|{_TOKENISH}|{_ENDS_LINE}){_HEADER_VALUE}"
+_ANY_HEADER_VALUE = rf"(?:{_OTHER_SCHEME}(?!{_KEY_AHEAD})(?={_HEADER_VALUE}))?{_HEADER_VALUE}"
+# A cookie header's bare value after a colon is cookies only if it holds one (a name and
+# "=", or Gson's "\u003d"): "Cookie: none sent" is prose. After "cookie=" it is one.
+_COOKIE_BARE = r"(?:(?<==)|(?=[^\s=;,\"'\\]++(?:=|\\u003[dD])))"
 # Parameters that name a credential after a space or a comma too, as in AWS's
 # "Credential=..., SignedHeaders=..., Signature=<hex>" (the generic names, "key" and
 # "token", are left to their query form: "key=value pairs" is prose).
@@ -169,16 +186,15 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(_COOKIE_HEADERS)}){_BETWEEN})"
-                rf"(?!{_COOKIES_AHEAD}){_COOKIES_VALUE}"
+                rf"(?!{_COOKIES_AHEAD})(?(opened)|{_COOKIE_BARE}){_COOKIES_VALUE}"
             ),
             _value_replaced,
         ),
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(set(headers) - _COOKIE_HEADERS)}){_BETWEEN}"
-                rf"{_KNOWN_SCHEME}?)(?!{_KEY_AHEAD})"
-                rf"(?:{_OTHER_SCHEME}(?!{_KEY_AHEAD})(?={_HEADER_VALUE}))?"
-                rf"{_HEADER_VALUE}"
+                rf"(?P<scheme>{_KNOWN_SCHEME})?)(?!{_KEY_AHEAD})"
+                rf"(?(opened){_ANY_HEADER_VALUE}|(?(scheme){_ANY_HEADER_VALUE}|{_BARE_HEADER_VALUE}))"
             ),
             _value_replaced,
         ),

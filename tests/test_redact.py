@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import string
 from typing import Any
 
 import pytest
 import trio
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, Runner, ToolCall, ToolResult
 from fanout._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
 from fanout._redact import _redact_shapes, _replace_shapes, redact_text, redact_url
+from fanout._secrets import MIN_LENGTH
 
 
 @pytest.mark.parametrize(
@@ -243,3 +245,71 @@ def test_a_json_answer_still_parses_whatever_its_keys_and_values(answer: Any, ne
     parsed = json.loads(redacted)
     if nested:
         json.loads(parsed["body"])
+
+
+def _cased(names: frozenset[str]) -> st.SearchStrategy[str]:
+    """One of ``names``, as written in lower, upper or title case."""
+    return st.sampled_from(sorted(names)).flatmap(
+        lambda name: st.sampled_from([name, name.upper(), name.title()])
+    )
+
+
+_WORDS = st.lists(st.text(string.ascii_lowercase, min_size=1, max_size=12), min_size=2, max_size=6)
+_SCHEMES_FANOUT_SHOWS = {"bearer", "basic", "token"}
+_SAID = st.sampled_from(["", "Missing ", "error: ", "401 Unauthorized: "])
+
+
+def _written(text: str, how: str) -> str:
+    """``text`` as a tool writes it: raw, or as a JSON answer's string."""
+    return json.dumps({"message": text}) if how == "json" else text
+
+
+@settings(max_examples=300)
+@example(said="Missing ", name="X-Api-Key", words=["no", "key", "was", "provided"], how="raw")
+@example(said="", name="Cookie", words=["none", "sent"], how="raw")
+@given(
+    said=_SAID,
+    name=_cased(CREDENTIAL_HEADERS),
+    words=_WORDS,
+    how=st.sampled_from(["raw", "json"]),
+)
+def test_words_after_a_credential_header_name_are_kept(
+    said: str, name: str, words: list[str], how: str
+) -> None:
+    """Prose after a credential header's name is not its value: "Missing X-Api-Key: no key
+    was provided" lost "no key" (read as a scheme and its token), "Cookie: none sent" its
+    every word. Words without a digit, none of them a scheme fanout shows, are kept."""
+    assume(words[0] not in _SCHEMES_FANOUT_SHOWS)
+    text = _written(f"{said}{name}: {' '.join(words)}", how)
+    assert redact_text(text) == text
+
+
+_VALUE_CHARS = string.ascii_letters + string.digits + "._~+/=-"
+# Long enough to be a key fanout scrubs (a shorter one is in "401" too).
+_CREDENTIAL_VALUE = st.one_of(
+    st.text(_VALUE_CHARS, min_size=MIN_LENGTH, max_size=24).filter(
+        lambda value: any(char.isdigit() for char in value)
+    ),
+    st.text(_VALUE_CHARS, min_size=20, max_size=40),
+)
+
+
+@settings(max_examples=300)
+@given(
+    said=_SAID,
+    name=_cased(CREDENTIAL_HEADERS - {"cookie", "set-cookie"}),
+    value=_CREDENTIAL_VALUE,
+    words=st.one_of(st.just([]), _WORDS),
+    how=st.sampled_from(["raw", "json"]),
+)
+def test_a_credential_shaped_value_after_a_header_name_is_cut(
+    said: str, name: str, value: str, words: list[str], how: str
+) -> None:
+    """A value after a credential header's name, unquoted and after no scheme, is cut when
+    it reads as a credential (a digit in it, or 20 token characters), prose after it or
+    not, and a JSON answer still parses."""
+    text = _written(f"{said}{name}: {' '.join([value, *words])}", how)
+    redacted = redact_text(text)
+    assert value not in redacted
+    if how == "json":
+        json.loads(redacted)
