@@ -155,7 +155,20 @@ def credentials_in(
     if "@" in parts.netloc and parts.password:  # only userinfo holds a password
         password = unquote(parts.password)
         found.update({password, f"{unquote(parts.username or '')}:{password}"})
+    found.update(_bot_tokens(unquote(parts.path)))
     return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+# A bot's token as Telegram's Bot API takes it, in the path: ``/bot<id>:<secret>/<method>``.
+_PATH_BOT_TOKEN = re.compile(r"/bot([0-9]{5,}:[A-Za-z0-9_-]{30,})(?=/|$)")
+
+
+def _bot_tokens(path: str) -> set[str]:
+    """The bot tokens in a URL's ``path``, whole and their secret part (a server quotes
+    either; unread, the path held the only credential of the request and it reached the
+    model); the bot's id alone is no secret."""
+    tokens = set(_PATH_BOT_TOKEN.findall(path))
+    return tokens | {token.partition(":")[2] for token in tokens}
 
 
 # An authorization parameter (``qop=auth``, ``Signature=<hex>``, ``response="<hash>"``):

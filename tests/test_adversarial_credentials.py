@@ -498,6 +498,19 @@ def test_a_basic_credential_with_the_key_as_username_keeps_the_key_out() -> None
     assert key not in content
 
 
+def test_a_bot_token_in_the_url_path_is_scrubbed() -> None:
+    """Telegram's Bot API takes the token in the path (``/bot<id>:<secret>/getMe``): a
+    server quoting the path, or the secret alone, showed it to the model and the log."""
+    token = "5123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    content, text = trio.run(
+        functools.partial(quoted_answer, path=f"/bot{token}/getMe"), clock=mock_clock()
+    )
+    secret = token.partition(":")[2]
+    assert "getMe" in content  # the server did quote the path
+    assert secret not in content
+    assert secret not in text
+
+
 def test_a_token_after_an_unlisted_authorization_scheme_is_scrubbed() -> None:
     """Okta's ``SSWS <token>``, Discord's ``Bot <token>``: fanout learns only the whole
     header value, so a server quoting the token alone leaks it."""
