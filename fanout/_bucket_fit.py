@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["AnswerLog", "Fit"]
 
@@ -117,14 +117,17 @@ class AnswerLog:
             smallest = self._smallest_burst(answers, rate, admitted + 1.0)
             return smallest is not None and self._replay(answers, rate, smallest)[1]
 
-        coarse = _rates(slowest, high, _COARSE)
-        runs: list[list[float]] = [[]]
-        for rate in coarse:
-            if fits(rate):
-                runs[-1].append(rate)
-            elif runs[-1]:
-                runs.append([])
-        run = next((run for run in runs if len(run) > 1), max(runs, key=len))
+        tried = _rates(slowest, high, _COARSE)
+        run = _slowest_run(tried, fits)
+        if len(run) < 2:
+            # Two 429s a second apart against 50/s with a burst of 20 fit 49-51/s alone,
+            # which rates 10% apart stride over: no rate fitted, and the rate was halved
+            # to 24/s where 48/s was proven (or a lone faster rate fitted by rounding).
+            # Then 2% apart, below it: the slower of two that fit is the safer.
+            below = _rates(slowest, run[0] if run else min(high, 2 * fastest), _FINE)
+            finer_run = _slowest_run(below[:-1] if run else below, fits)
+            if finer_run:
+                tried, run = below, finer_run
         if not run:
             return None
         finer = _rates(run[0] / _COARSE, run[0], _FINE)
@@ -134,7 +137,7 @@ class AnswerLog:
             if not fits(rate):
                 break
             top = rate
-        return Fit(low, top, run[-1] != coarse[-1], floored=low == finer[0])
+        return Fit(low, top, run[-1] != tried[-1], floored=low == finer[0])
 
     def _replay(
         self, answers: list[tuple[float, bool]], rate: float, burst: float
@@ -167,6 +170,18 @@ class AnswerLog:
             else:
                 low = middle
         return high
+
+
+def _slowest_run(rates: list[float], fits: Callable[[float], bool]) -> list[float]:
+    """The slowest run of two or more of ``rates`` in a row that fit (a lone rate may fit
+    by rounding alone), else the longest, which may be one or none."""
+    runs: list[list[float]] = [[]]
+    for rate in rates:
+        if fits(rate):
+            runs[-1].append(rate)
+        elif runs[-1]:
+            runs.append([])
+    return next((run for run in runs if len(run) > 1), max(runs, key=len))
 
 
 def _rates(low: float, high: float, step: float) -> list[float]:

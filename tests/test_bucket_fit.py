@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fanout._bucket_fit import AnswerLog
 
 
@@ -99,3 +101,37 @@ def test_a_stated_burst_of_one_bounds_the_rate_from_below_too() -> None:
     assert free.floored
     assert not one.floored
     assert 3.9 <= one.low <= 5.0 <= one.high == free.high
+
+
+def learning_answers(
+    rate: float, burst: float, grow: float, back: float
+) -> list[tuple[float, bool]]:
+    """What a token bucket answers to a learning scope's pace up to its second 429: from
+    half its rate, growing by ``grow`` times it a second, each 429 setting it ``back``."""
+    tokens, last, sent, out, pace = burst, 0.0, 0.0, [], rate / 2
+    while sum(not admitted for _, admitted in out) < 2:
+        tokens, last = min(burst, tokens + (sent - last) * rate), sent
+        admitted = tokens >= 1.0
+        tokens -= admitted
+        out.append((sent, admitted))
+        pace = pace + grow * rate / pace if admitted else rate * back
+        sent += 1 / pace
+    return out
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "grow", "back"),
+    [(50.0, 20.0, 1.0, 0.76), (79.77, 19.0, 0.53, 0.77), (41.33, 36.0, 0.51, 0.61),
+     (12.0, 5.0, 2.0, 0.5)],
+)  # fmt: skip
+def test_a_narrow_band_of_rates_that_fit_is_found(
+    rate: float, burst: float, grow: float, back: float
+) -> None:
+    """Two 429s a second apart against 50/s with a burst of 20 fit 49-51/s alone, which
+    rates 10% apart strode over: no rate fitted (or a lone faster one, by rounding), and
+    a learning scope halved its rate where 48/s was proven. Rates 2% apart below find it."""
+    fit = log_of(learning_answers(rate, burst, grow, back)).fit(
+        slowest=rate * 0.85, fastest=4 * rate
+    )
+    assert fit is not None
+    assert fit.low <= rate * 1.02
