@@ -124,7 +124,8 @@ class AnswerLog:
             # which rates 10% apart stride over: no rate fitted, and the rate was halved
             # to 24/s where 48/s was proven (or a lone faster rate fitted by rounding).
             # Then 2% apart, below it: the slower of two that fit is the safer.
-            below = _rates(slowest, run[0] if run else min(high, 2 * fastest), _FINE)
+            upto = run[0] if run else max(slowest, min(high, 2 * fastest))
+            below = _rates(slowest, upto, _FINE)
             finer_run = _slowest_run(below[:-1] if run else below, fits)
             if finer_run:
                 tried, run = below, finer_run

@@ -1114,7 +1114,7 @@ class ScopeFront:
         # of one read 24 admitted, and guessed 24/s against 2/s.
         spent, learning = learner.spent, not learner.spent_refusals
         learner.on_throttled(
-            float(sending), now=now, wait=blocked_for, sent_at=sent,
+            float(sending), now=now, wait=None if wait is None else blocked_for, sent_at=sent,
             started=self._outgoing.sent_by(sent),
             pending=self._outgoing.out_before(sent, self._cap.on_the_wire),
             blind=sent <= self._first_answer_at,

@@ -550,7 +550,7 @@ class RateLearner:
         sending_rate: float,
         *,
         now: float,
-        wait: float,
+        wait: float | None,
         sent_at: float,
         started: float,
         pending: Sequence[float] = (),
@@ -558,7 +558,9 @@ class RateLearner:
     ) -> None:
         """A 429: decrease, once per congestion event.
 
-        ``sending_rate`` is what we sent in the last second; ``sent_at`` is
+        ``sending_rate`` is what we sent in the last second; ``wait`` how long
+        the server said to wait (None: it said nothing; 0: its time had come,
+        as an HTTP-date truncated to the second says); ``sent_at`` is
         when the refused request was sent, ``started`` how many requests of
         ours were booked to start up to then and not refused; ``pending``
         when those of them still unanswered were sent. ``blind``: the request
@@ -577,6 +579,7 @@ class RateLearner:
         if not self._stated:
             self._throttled_blind(now, sent_at, started, pending, wait=wait)
             return
+        wait = wait or 0.0
         if now < self._hold_until and sent_at <= self._waited_until:
             return  # the last event's (class docstring)
         self._events += 1
@@ -628,18 +631,22 @@ class RateLearner:
         started: float,
         pending: Sequence[float],
         *,
-        wait: float = 0.0,
+        wait: float | None = None,
     ) -> None:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in;
-        or, where the server has shut, a probe once it may reopen (`_probe_closure`)."""
+        or, where the server has shut and states no wait, a probe once it may reopen
+        (`_probe_closure`)."""
         self._log.note(sent_at, admitted=False)
         if self.window is not None and self.window is self._reopened_as:
             # A window a reopening showed refused one: the guess was wrong (`_trust_reopened`).
             self.window, self._reopened_as, self.burst = None, None, 1.0
         if self._doubted_from is not None and sent_at >= self._doubted_from - TOGETHER:
             self._refute_window()
-        self._blind_event(now, sent_at, started, pending, wait=wait)
-        self._probe_closure(now, sent_at, pending, wait)
+        self._blind_event(now, sent_at, started, pending, wait=wait or 0.0)
+        if wait is None:
+            self._probe_closure(now, sent_at, pending)
+        else:
+            self.closed_until = None
 
     def _blind_event(
         self,
@@ -689,9 +696,7 @@ class RateLearner:
             self._settle(pending if spent else (), out=pending)
         self._quiet_until = now + 1.0 / self.rate
 
-    def _probe_closure(
-        self, now: float, sent_at: float, pending: Sequence[float], wait: float
-    ) -> None:
+    def _probe_closure(self, now: float, sent_at: float, pending: Sequence[float]) -> None:
         """When to try a server again that refused ``_CLOSED`` or more requests in a row,
         with no wait stated, after admitting a run (`fanout._window_fit.closure_before`).
 
@@ -704,9 +709,15 @@ class RateLearner:
         Paced as a bucket's, whose rate each 429 cut, a window of 20 per 4 s
         drew four 429s and was tried again only at 7.7 s; tried from a short
         run's length on, one of 5 per 10 s drew nine.
+
+        A server whose 429s state a wait, even one already come (an HTTP-date
+        truncated to the second names the second going on), is not one: taken
+        for one, a bucket of 50/s with a burst of 20 that refused three at once
+        was paced as a shut window at 7.5/s to the end (up to 16 times the
+        fastest, 13 calls given up).
         """
         planned, self.closed_until = self.closed_until, None
-        if wait > 0 or self.window is not None:
+        if self.window is not None:
             return
         closure = closure_before(self._log.with_pending(pending), sent_at, tolerance=TOGETHER)
         if closure is None or closure.refused < _CLOSED:

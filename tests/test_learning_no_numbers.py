@@ -355,10 +355,27 @@ def test_a_probe_that_left_late_does_not_double_the_next_wait() -> None:
     for sent in [0.0, 0.003, 0.031, 0.041, 0.048, 0.058, 0.070, 0.088]:
         learner.on_success(began=sent, latency=0.02)
     for sent in [0.096, 0.108, 0.111]:
-        learner.on_throttled(8.0, now=sent + 0.02, wait=0.0, sent_at=sent, started=8.0)
+        learner.on_throttled(8.0, now=sent + 0.02, wait=None, sent_at=sent, started=8.0)
     assert learner.closed_until == pytest.approx(1.05)
-    learner.on_throttled(1.0, now=1.125, wait=0.0, sent_at=1.104, started=8.0)
+    learner.on_throttled(1.0, now=1.125, wait=None, sent_at=1.104, started=8.0)
     assert learner.closed_until == pytest.approx(2.1)
+
+
+def test_a_wait_stated_as_already_come_is_no_window_that_states_nothing() -> None:
+    """Three 429s in a row after a run, each with a ``Retry-After`` HTTP-date truncated to
+    the second going on (a wait of 0): the server states its waits, so it is no window
+    that shut without a word. Taken for one, a bucket of 50/s with a burst of 20 was
+    paced as a shut window at 7.5/s to the end of the turn (16 times the fastest)."""
+    stated, silent = RateLearner(), RateLearner()
+    for learner, wait in ((stated, 0.0), (silent, None)):
+        for sent in [0.0, 0.003, 0.031, 0.041, 0.048, 0.058, 0.070, 0.088]:
+            learner.on_success(began=sent, latency=0.02)
+        for sent in [0.096, 0.108, 0.111]:
+            learner.on_throttled(8.0, now=sent + 0.02, wait=wait, sent_at=sent, started=8.0)
+    assert silent.closed_until is not None
+    assert stated.closed_until is None
+    assert stated.rate is not None
+    assert stated.rate > 1.0
 
 
 async def test_a_call_on_a_learning_scope_shut_past_its_deadline_is_answered_at_once(
