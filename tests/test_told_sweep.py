@@ -817,12 +817,18 @@ def test_a_refusal_read_off_keeps_its_connection(seed: int) -> None:
     assert makespan < 1.8 * (29 / 20 + 0.02 + 0.15)
 
 
+# Told windows whose whole-second resets are rounded one way or another.
+_ROUNDED_WINDOWS: dict[str, st.SearchStrategy[Any]] = {
+    "model": st.sampled_from(["fixed", "sliding"]),
+    "limit": st.integers(2, 12),
+    "per": st.sampled_from([1.0, 2.0, 3.0]),
+    "rounding": st.sampled_from(["up", "nearest", "down"]),
+}
+
+
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
-    model=st.sampled_from(["fixed", "sliding"]),
-    limit=st.integers(2, 12),
-    per=st.sampled_from([1.0, 2.0, 3.0]),
-    rounding=st.sampled_from(["up", "nearest", "down"]),
+    **_ROUNDED_WINDOWS,
     as_epoch=st.booleans(),
     headers=st.sampled_from(["draft", "x"]),
     calls=st.integers(10, 40),
@@ -850,10 +856,7 @@ def test_a_told_window_draws_one_429_at_most_however_its_reset_is_rounded(
 
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
-    model=st.sampled_from(["fixed", "sliding"]),
-    limit=st.integers(2, 12),
-    per=st.sampled_from([1.0, 2.0, 3.0]),
-    rounding=st.sampled_from(["up", "nearest", "down"]),
+    **_ROUNDED_WINDOWS,
     spelling=st.sampled_from(["relative", "epoch", "rfc3339"]),
     wall_phase=st.floats(0.0, 0.999),
     calls=st.integers(10, 40),
