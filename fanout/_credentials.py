@@ -4,13 +4,17 @@ A decision, not a guess: the header and query parameter names below, plus
 any a user adds (validated, so a typo is an error rather than a silent
 miss), and the URL's userinfo. A Basic credential is decoded, so that a
 server quoting ``user:password`` or the password alone is scrubbed too;
-a Cookie header gives each session-length value.
+a Cookie header gives each session-length value. A body's fields are read
+too, form-encoded or JSON (`BODY_LIMIT`): a login's password, a token
+endpoint's ``refresh_token`` and ``client_secret``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import json
 import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -18,9 +22,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import attrs
 
 from ._exceptions import ConfigurationError
-from ._secrets import MIN_LENGTH, Secret
+from ._secrets import MIN_LENGTH, Secret, scrubbable
 
 __all__ = [
+    "BODY_LIMIT",
     "CREDENTIAL_HEADERS",
     "CREDENTIAL_PARAMS",
     "CredentialNames",
@@ -126,12 +131,16 @@ def _validated(names: Iterable[str], pattern: re.Pattern[str], what: str) -> fro
 
 
 def credentials_in(
-    headers: Iterable[tuple[str, str]], url: str, names: CredentialNames
+    headers: Iterable[tuple[str, str]], url: str, names: CredentialNames, body: bytes = b""
 ) -> set[Secret]:
-    """The credentials a request carries: in ``names``' headers, query parameters and userinfo."""
+    """The credentials a request carries: in ``names``' headers, query parameters and
+    userinfo, and in its ``body``'s fields (`_body_credentials`)."""
     found: set[str] = set()
+    content_type = ""
     for name, joined in headers:
         lowered = name.lower()
+        if lowered == "content-type":
+            content_type = joined
         if lowered not in names.headers:
             continue
         found.add(joined)
@@ -156,7 +165,90 @@ def credentials_in(
         password = unquote(parts.password)
         found.update({password, f"{unquote(parts.username or '')}:{password}"})
     found.update(_bot_tokens(unquote(parts.path)))
+    found.update(_body_credentials(body, content_type, names))
     return {Secret(value) for value in found if len(value) >= MIN_LENGTH}
+
+
+BODY_LIMIT = 65_536
+"""Bytes: a request body longer than this is not read for credentials. A login or a
+token request is a few hundred bytes; a body of megabytes (an upload) would be parsed
+on the event loop for each request that sends it. A body streamed (an iterator, a
+file, a multipart upload) is not read at all: reading it would consume it."""
+
+
+def _body_credentials(body: bytes, content_type: str, names: CredentialNames) -> set[str]:
+    """The values of a request body's credential fields (`_is_credential_field`).
+
+    A body form-encoded (as OAuth token endpoints take it:
+    ``grant_type=refresh_token&refresh_token=...&client_secret=...``) or JSON, any
+    depth (a GraphQL request's ``variables``, Keystone's ``auth.identity.password``).
+    A body of no declared type is read as JSON if it opens as JSON, else as a form.
+    Only text values, long enough to scrub (`scrubbable`): a number or a boolean is
+    no secret, and a ``"password": "x"`` learned took every "x" out of every answer.
+    Unread, a server that quotes what it was sent ("invalid password <it>"), as
+    many do in an error, showed it to the model.
+    """
+    if not body or len(body) > BODY_LIMIT:
+        return set()
+    media = content_type.partition(";")[0].strip().lower()
+    text = body.decode("utf-8", "replace")
+    if media.endswith(("/json", "+json")) or (not media and text.lstrip()[:1] in ("{", "[")):
+        values = _json_credentials(text, names)
+    elif media in ("application/x-www-form-urlencoded", ""):
+        fields = _body_names(names)
+        values = {value for name, value in parse_qsl(text) if _is_credential_field(name, fields)}
+    else:
+        return set()
+    return {value for value in values if scrubbable(value)}
+
+
+def _json_credentials(text: str, names: CredentialNames) -> set[str]:
+    """The text values of a JSON body's credential fields, at any depth, each item of a
+    list under such a field too; none if ``text`` is no JSON."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
+        return set()
+    fields = _body_names(names) - _DATA_IN_JSON
+    found: set[str] = set()
+    # A stack, not recursion: a body may nest as deep as the parser goes.
+    stack: list[tuple[object, bool]] = [(document, False)]
+    while stack:
+        value, credential = stack.pop()
+        if isinstance(value, str) and credential:
+            found.add(value)
+        elif isinstance(value, list):
+            stack.extend((item, credential) for item in value)
+        elif isinstance(value, dict):
+            stack.extend(
+                (item, _is_credential_field(str(key), fields)) for key, item in value.items()
+            )
+    return found
+
+
+# A JSON field named ``key`` is mostly data: an object's (S3's and DynamoDB's ``Key``),
+# a map entry's, a key pressed. Learned, "reports/q3.pdf" left every answer that listed it.
+_DATA_IN_JSON = frozenset({"key"})
+# Name endings that make any field a credential (``newPassword``, ``webhookSecret``), where
+# others name data too (``nextToken``, ``sortKey``): only the whole name counts for those.
+_CREDENTIAL_ENDINGS = ("password", "passwd", "secret")
+
+
+def _normalised(name: str) -> str:
+    """A field's name with its case and separators gone: ``clientSecret``,
+    ``client-secret`` and ``CLIENT_SECRET`` are ``client_secret``."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+@functools.cache
+def _body_names(names: CredentialNames) -> frozenset[str]:
+    """``names``' query parameters, normalised: a body's field is one in any spelling."""
+    return frozenset(_normalised(name) for name in names.params)
+
+
+def _is_credential_field(name: str, fields: frozenset[str]) -> bool:
+    normal = _normalised(name)
+    return normal in fields or normal.endswith(_CREDENTIAL_ENDINGS)
 
 
 # A bot's token as Telegram's Bot API takes it, in the path: ``/bot<id>:<secret>/<method>``.

@@ -115,6 +115,8 @@ class _Request(Protocol):
     def url(self) -> Any: ...
     @property
     def headers(self) -> MutableMapping[str, str]: ...
+    @property
+    def content(self) -> bytes: ...
 
 
 class _Response(Protocol):
@@ -249,6 +251,7 @@ class Seam:
 
     transport_error: type[Exception]
     not_sent: tuple[type[Exception], ...]
+    not_read: type[Exception]  # what reading a streamed request's body raises
     body: type[GuardedBody]
     pool: Callable[..., Any]  # the library's own connection-pooling transport class
     limits: Callable[..., Any]  # the library's pool limits class
@@ -263,6 +266,7 @@ class Seam:
         return cls(
             transport_error=library.TransportError,
             not_sent=(library.ConnectError, library.ConnectTimeout, library.PoolTimeout),
+            not_read=library.RequestNotRead,
             body=body,
             pool=library.AsyncHTTPTransport,
             limits=library.Limits,
@@ -469,13 +473,23 @@ class HttpCore(Generic[RequestT, ResponseT]):
         self._clocks: dict[str, ServerClock] = {}
         self._loads = PoolLoads[_Pool[RequestT, ResponseT]]()
 
+    def _credentials_of(self, request: RequestT, url: str) -> set[Secret]:
+        """The credentials ``request`` carries, its body's among them where the library
+        holds it whole (a body streamed, an iterator or a multipart upload, is not read:
+        reading it here would consume it)."""
+        try:
+            body = request.content
+        except self._seam.not_read:
+            body = b""
+        return credentials_in(request.headers.items(), url, self._credentials, body)
+
     async def handle(self, request: RequestT) -> ResponseT:
         context = maybe_current_call()
         if context is None:
             # Sent outside any call (a worker task the tools hand requests to): nothing to
             # charge, but its credentials are learned, as a call's are. (Forwarded
             # unread, a key a server echoed to such a request reached the model.)
-            learn(credentials_in(request.headers.items(), str(request.url), self._credentials))
+            learn(self._credentials_of(request, str(request.url)))
             return await next(self._unbound).handle_async_request(request)
         first = context.requests == 0
         booked_by = context.booked_by  # when its token was due (`_Watch`)
@@ -484,7 +498,7 @@ class HttpCore(Generic[RequestT, ResponseT]):
             booked_by = trio.current_time()
         context.requests += 1
         target = str(request.url)
-        found = credentials_in(request.headers.items(), target, self._credentials)
+        found = self._credentials_of(request, target)
         learn(found)
         context.secrets.update(secret.reveal() for secret in found)
         if context.kind is Kind.MUTATING and context.idempotency_key:

@@ -133,6 +133,68 @@ async def serve_quoting() -> AsyncIterator[Server]:
         yield running
 
 
+def body_strings(seen: Seen) -> list[str]:
+    """Every text value of a request's body, form-encoded or JSON at any depth, as a server
+    that parsed it would have them."""
+    text = seen.body.decode("utf-8", "replace")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return [value for _, value in parse_qsl(text)]
+    found: list[str] = []
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+    return found
+
+
+def _body_echo(seen: Seen) -> tuple[int, str, bytes]:
+    """What the body-quoting server answers (`serve_body_quoting`): a status, a content
+    type and a body."""
+    path = urlsplit(seen.target).path
+    if path.startswith("/raw"):
+        return 200, "application/octet-stream", seen.body
+    values = body_strings(seen)
+    if path.startswith("/message"):
+        message = "; ".join(f"invalid credential {value}" for value in values)
+        return 401, "text/plain; charset=utf-8", message.encode()
+    errors = [{"message": f'field rejected: "{value}"'} for value in values]
+    return 400, "application/json", json.dumps({"errors": errors}).encode()
+
+
+async def _serve_body_quoting(server: Server, stream: trio.SocketStream) -> None:
+    conn = h11.Connection(h11.SERVER)
+    async with stream:
+        try:
+            while (seen := await _read_request(conn, stream)) is not None:
+                server.seen.append(seen)
+                status, content_type, body = _body_echo(seen)
+                headers = [("content-type", content_type), ("content-length", str(len(body)))]
+                events = (h11.Response(status_code=status, headers=headers), h11.Data(body))
+                data = b"".join(conn.send(e) or b"" for e in (*events, h11.EndOfMessage()))
+                await stream.send_all(data)
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            return
+
+
+@asynccontextmanager
+async def serve_body_quoting() -> AsyncIterator[Server]:
+    """A loopback server that quotes a request's body back, as servers do in errors:
+    ``/raw``: the body as it came; ``/message``: a 401 whose text quotes each value of
+    the body's fields ("invalid credential <value>"); anything else: a 400 whose JSON
+    quotes each value inside a message (so JSON-escaped, quotes and all)."""
+    server = Server()
+    async with _serving(lambda stream: _serve_body_quoting(server, stream), server) as running:
+        yield running
+
+
 class _Structlog:
     def __init__(self, net: Net) -> None:
         self.net = net

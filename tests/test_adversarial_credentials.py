@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import fanout
 from fanout import Kind, Registry, Runner, Scope, ToolCall
+from fanout._credentials import CREDENTIAL_PARAMS
 from fanout._redis_client import client_from_url
 from fanout._secrets import MIN_LENGTH
 from fanout.contrib.prometheus import PrometheusInstrument
@@ -45,11 +46,13 @@ from .adversarial_credentials_support import (
     basic_of,
     leaks,
     library_logs,
+    serve_body_quoting,
     serve_quoting,
     spellings,
 )
 from .echo_server import serve_echo
 from .redis_support import shared_redis_url, unique_prefix
+from .test_http import LIBRARIES
 
 USER = "alice"
 # No shrinking: each example is a loopback server and two turns, and shrinking one
@@ -363,6 +366,130 @@ def test_a_token_quoted_without_its_scheme_is_scrubbed(secret: str, scheme: str)
         clock=mock_clock(),
     )
     assert "REDACTED" in content
+    assert leaks(secret, text) == []
+
+
+# --- credentials in a request's body, quoted back by the server -----------------------
+
+# Field names that carry a credential in a body: every query parameter fanout knows (but
+# ``key``, data in JSON), one a transport was told of, and names ending in a password's or
+# a secret's (a change of password sends the new one as ``newPassword``).
+BODY_FIELDS = sorted(CREDENTIAL_PARAMS - {"key"} | {"tenant_sig", "new_password", "webhook_secret"})
+# Where a JSON body's credential sits: wrapped in objects (an ``auth`` block, a GraphQL
+# request's ``variables``) and lists, outermost first.
+WRAPPERS = st.lists(
+    st.one_of(st.sampled_from(["data", "auth", "credentials", "variables"]), st.just(None)),
+    max_size=3,
+)
+BODY_SHAPES = ("form", "json", "json-undeclared")
+# The server quotes the body raw, in an error's text, or in an error's JSON; a tool hands
+# that back as it came, inside its own JSON (escaped again), or in an exception.
+ECHOES = ("/raw", "/message", "/json")
+HANDED_BACK = ("text", "wrapped", "raised")
+body_secret = st.one_of(
+    long_any, base64_of_bytes, already_encoded, regex_heavy, st.text(HEADER_SAFE + " ", min_size=12)
+)
+
+
+def spelled(field: str, style: str) -> str:
+    """``field`` (snake_case or kebab-case) in a spelling of ``style``, as a JSON API names
+    its fields (``clientSecret``, ``ClientSecret``, ``CLIENT_SECRET``, ``client-secret``)."""
+    words = field.replace("-", "_").split("_")
+    return {
+        "as-is": field,
+        "camel": words[0] + "".join(word.title() for word in words[1:]),
+        "pascal": "".join(word.title() for word in words),
+        "upper": "_".join(words).upper(),
+        "kebab": "-".join(words),
+    }[style]
+
+
+def body_options(shape: str, field: str, secret: str, wrappers: list[str | None]) -> dict[str, Any]:
+    """What ``client.post`` takes to send ``secret`` under ``field`` in a body of ``shape``,
+    beside fields that are no credential."""
+    fields = {"username": "bob", "grant_type": "refresh_token", field: secret}
+    if shape == "form":
+        return {"data": fields}
+    document: Any = {**fields, "remember": True, "attempt": 3}
+    for wrapper in reversed(wrappers):
+        document = [document, {"id": 7}] if wrapper is None else {wrapper: document}
+    if shape == "json":
+        return {"json": document}
+    return {"content": json.dumps(document).encode()}  # no Content-Type said
+
+
+async def body_answer(
+    lib_name: str, echo: str, handed: str, options: dict[str, Any]
+) -> tuple[fanout.ToolResult, str]:
+    """One call whose tool POSTs ``options``' body to the body-quoting server and hands
+    back what it said, as ``handed``; its answer and everything written."""
+    net = Net()
+    lib = LIBRARIES[lib_name]
+    with library_logs(net):
+        async with (
+            serve_body_quoting() as server,
+            lib.module.AsyncClient(
+                transport=lib.transport(secret_params=["tenant_sig"]), base_url=server.url
+            ) as client,
+        ):
+            reg = Registry()
+
+            @reg.tool(kind=Kind.READS)
+            async def login() -> Any:
+                said = (await client.post(f"{echo}/login", **options)).text
+                if handed == "raised":
+                    raise PermissionError(f"login refused: {said}")
+                return {"upstream": said} if handed == "wrapped" else said
+
+            turn = await Runner(reg, instruments=net.instruments).run_turn(
+                [ToolCall("c", "login", {})]
+            )
+            net.add_turn(turn)
+    assert len(server.seen) == 1
+    return turn.results[0], net.text()
+
+
+@functools.cache
+def body_baseline() -> str:
+    """What a body's echo writes with no secret in it, every way it is echoed."""
+    options = body_options("json", "password", "PLACEHOLDER-NOT-SECRET", ["auth", None])
+    return "\n".join(
+        trio.run(body_answer, "httpx", echo, handed, options, clock=mock_clock())[1]
+        for echo in ECHOES
+        for handed in HANDED_BACK
+    )
+
+
+@SETTINGS
+@given(
+    lib_name=st.sampled_from(sorted(LIBRARIES)),
+    secret=body_secret,
+    shape=st.sampled_from(BODY_SHAPES),
+    field=st.sampled_from(BODY_FIELDS),
+    style=st.sampled_from(["as-is", "camel", "pascal", "upper", "kebab"]),
+    wrappers=WRAPPERS,
+    echo=st.sampled_from(ECHOES),
+    handed=st.sampled_from(HANDED_BACK),
+)
+def test_a_credential_in_a_request_body_is_scrubbed_however_the_server_quotes_it(
+    lib_name: str,
+    secret: str,
+    shape: str,
+    field: str,
+    style: str,
+    wrappers: list[str | None],
+    echo: str,
+    handed: str,
+) -> None:
+    """A login's password, a token endpoint's ``client_secret``, under any spelling of a
+    credential's name, in a form or a JSON body (nested in objects and lists, its type
+    declared or not), quoted back by the server raw, in an error's text or in its JSON,
+    and handed on by the tool as it came, inside its own JSON or in an exception: no
+    spelling of it reaches the answer, the trace or a log."""
+    assume(plausible(secret, body_baseline()) and secret.strip() == secret)
+    options = body_options(shape, spelled(field, style), secret, wrappers)
+    result, text = trio.run(body_answer, lib_name, echo, handed, options, clock=mock_clock())
+    assert "REDACTED" in result.content
     assert leaks(secret, text) == []
 
 

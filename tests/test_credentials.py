@@ -41,6 +41,7 @@ from fanout import ConfigurationError, Kind, Registry, Runner, Scope, Status, To
 from fanout._answers import failure
 from fanout._canonical import truncate
 from fanout._credentials import (
+    BODY_LIMIT,
     CREDENTIAL_HEADERS,
     CREDENTIAL_PARAMS,
     CredentialNames,
@@ -1100,3 +1101,120 @@ def test_a_scope_named_with_its_key_shows_it_nowhere_once_sent() -> None:
     assert key not in repr(turn.trace)
     assert key not in repr(statistics)
     assert [s.name for s in statistics.scopes] == ["REDACTED"]
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        # An OAuth token endpoint's form: the refresh token and the client's secret.
+        (
+            FORM,
+            "grant_type=refresh_token&refresh_token=rt-4f9a2c7e&client_secret=cs%2B9d1e7b3a"
+            "&client_id=app-12345678",
+            {"rt-4f9a2c7e", "cs+9d1e7b3a"},
+        ),
+        # A JSON login, its type's parameters and a vendor's type said too.
+        (
+            "application/json; charset=utf-8",
+            '{"username": "bob-the-user", "password": "s3cr3t-Value-123"}',
+            {"s3cr3t-Value-123"},
+        ),
+        (
+            "application/vnd.api+json",
+            '{"data": [{"attributes": {"clientSecret": "cs-7e1d3b9a"}}]}',
+            {"cs-7e1d3b9a"},
+        ),
+        # Nested (Keystone's ``auth``), and any spelling of a name: ``apiKey``, ``API-KEY``.
+        (
+            "application/json",
+            '{"auth": {"identity": {"password": {"user": {"name": "bob-the-user",'
+            ' "password": "pw-0a8c6e4f"}}}}, "apiKey": "ak-2b4d6f8a", "API-KEY": "ak-1c3e5a7b"}',
+            {"pw-0a8c6e4f", "ak-2b4d6f8a", "ak-1c3e5a7b"},
+        ),
+        # Each text of a list under such a name; a field ending in a password's name.
+        (
+            "application/json",
+            '{"tokens": ["t-1"], "token": ["tok-8a6c4e2f", 12345], "newPassword": "new-5e3c1a9b"}',
+            {"tok-8a6c4e2f", "new-5e3c1a9b"},
+        ),
+        # No type said: JSON if it opens as JSON, else a form.
+        ("", '{"password": "pw-6d4b2f0e"}', {"pw-6d4b2f0e"}),
+        ("", "password=pw-9b7d5f3a", {"pw-9b7d5f3a"}),
+        # Not secrets: too short to scrub, a number, a boolean, null, digits shorter than
+        # a number's longest, an unset value's placeholder; data under ``key``, a cursor
+        # under ``nextToken`` (in JSON); a body of another type.
+        (
+            "application/json",
+            '{"password": "x", "secret": 123456789012, "token": true, "auth": null,'
+            ' "passwd": "12345678", "api_key": "undefined", "key": "reports/q3-2024.pdf",'
+            ' "nextToken": "cursor-0a1b2c3d"}',
+            set(),
+        ),
+        ("text/plain", "password=pw-9b7d5f3a", set()),
+        ("application/json", '{"password": "pw-unclosed-1', set()),
+        # A form's ``key`` is a query's: a credential.
+        (FORM, "key=AIzaSyD-4f2a9c", {"AIzaSyD-4f2a9c"}),
+    ],
+)
+def test_a_body_s_credential_fields_are_learned(
+    content_type: str, body: str, expected: set[str]
+) -> None:
+    """A form's or a JSON body's fields named as credentials (a query parameter's name, in
+    any case or spelling), at any depth; text values long enough to scrub, no others."""
+    headers = [("Content-Type", content_type)] if content_type else []
+    found = credentials_in(headers, "http://h/", CredentialNames(), body.encode())
+    assert {s.reveal() for s in found} == expected
+
+
+def test_a_body_field_a_transport_was_told_of_is_learned_in_any_spelling() -> None:
+    """``secret_params=["tenant_sig"]`` names a body's ``tenantSig`` too."""
+    names = CredentialNames.adding(params=["tenant_sig"])
+    body = b'{"tenantSig": "ts-3a5c7e9b", "tenant": "acme-corp-1"}'
+    found = credentials_in([("content-type", "application/json")], "http://h/", names, body)
+    assert {s.reveal() for s in found} == {"ts-3a5c7e9b"}
+
+
+def test_a_body_past_the_limit_is_not_parsed() -> None:
+    """A body longer than `BODY_LIMIT` (an upload) is not parsed for credentials."""
+    padding = "a" * BODY_LIMIT
+    body = json.dumps({"password": "pw-7c5a3e1d", "file": padding}).encode()
+    assert (
+        credentials_in([("content-type", "application/json")], "http://h/", CredentialNames(), body)
+        == set()
+    )
+
+
+@pytest.mark.parametrize("lib_name", sorted(LIBRARIES))
+def test_a_streamed_body_reaches_the_server_whole_and_unread(lib_name: str) -> None:
+    """A body sent from an iterator is not read for credentials: it reaches the server
+    whole (reading it would have consumed it), and a body held whole is read."""
+    lib = LIBRARIES[lib_name]
+    received: list[bytes] = []
+
+    async def handler(request: Any) -> Any:
+        received.append(await request.aread())
+        return lib.module.Response(200, text="ok")
+
+    async def chunks() -> Any:
+        yield b'{"password": '
+        yield b'"pw-streamed-4e2c"}'
+
+    async def main() -> str:
+        client = lib.mock(handler)
+        reg = Registry()
+
+        @reg.tool(kind=Kind.READS)
+        async def send() -> str:
+            headers = {"content-type": "application/json"}
+            await client.post("http://api.test/s", content=chunks(), headers=headers)
+            await client.post("http://api.test/w", json={"password": "pw-whole-8d6b"})
+            return "sent pw-whole-8d6b"
+
+        turn = await Runner(reg).run_turn([ToolCall("c1", "send", {})])
+        return turn.results[0].content
+
+    assert "pw-whole-8d6b" not in trio.run(main)
+    assert received[0] == b'{"password": "pw-streamed-4e2c"}'
