@@ -147,6 +147,20 @@ _LOOSE_PARAMS = (
     "client_secret", "password", "passwd", "api_key", "apikey", "api-key",
 )  # fmt: skip
 
+# A value that is code naming where a credential is kept, not the credential: a read of
+# the environment (``os.environ["X"]``, ``os.environ.get(``, ``os.getenv(``,
+# ``process.env.X``), a settings object's attribute (``settings.X``), a shell's or a
+# template's variable (``${X}``, or ``$X`` in capitals and nothing after it). Taken for
+# a value, ``password=os.environ["DB_PASSWORD"]`` in a tool's answer of source code
+# lost its code, and ``Authorization: Bearer $TOKEN`` in a curl command its variable.
+_CODE_REFERENCE = (
+    r"(?:os\.environ\s*+[\[.]|os\.getenv\s*+\(|process\.env\.|settings\.[A-Za-z_]"
+    r"|\$\{[A-Za-z_][A-Za-z0-9_]*+[}:]|(?-i:\$[A-Z_][A-Z0-9_]*+(?![A-Za-z0-9._~+/=-])))"
+)
+# A header's value that is such code, after a scheme or not (``Bearer $TOKEN``): looked
+# for before the scheme, or the scheme word alone was taken for the value.
+_CODE_VALUE = rf"(?:[A-Za-z][A-Za-z0-9_.-]{{0,31}}{_SPACE}+)?{_CODE_REFERENCE}"
+
 # A shape, and what a match of it becomes.
 _Shape = tuple[re.Pattern[str], Any]
 
@@ -155,7 +169,9 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
     """The shapes, with ``headers`` and ``params`` as the credential names."""
     return (
         (
-            re.compile(rf"(?i)({_START}bearer{_SPACE}+){_TOKENISH}[A-Za-z0-9._~+/=-]{{8,}}+"),
+            re.compile(
+                rf"(?i)({_START}bearer{_SPACE}+)(?!{_CODE_REFERENCE}){_TOKENISH}[A-Za-z0-9._~+/=-]{{8,}}+"
+            ),
             rf"\1{REDACTED}",
         ),
         (
@@ -166,9 +182,14 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
             REDACTED,
         ),
         # A query's, or a fragment's (an OAuth redirect's "#access_token=").
-        (re.compile(rf"(?i)([?&;#](?:{_names(params)})=){_PARAM_VALUE}"), _value_replaced),
         (
-            re.compile(rf"(?i)((?<=[\s,])(?:{_names(_LOOSE_PARAMS)})=){_PARAM_VALUE}"),
+            re.compile(rf"(?i)([?&;#](?:{_names(params)})=)(?!{_CODE_REFERENCE}){_PARAM_VALUE}"),
+            _value_replaced,
+        ),
+        (
+            re.compile(
+                rf"(?i)((?<=[\s,])(?:{_names(_LOOSE_PARAMS)})=)(?!{_CODE_REFERENCE}){_PARAM_VALUE}"
+            ),
             _value_replaced,
         ),
         # A scheme is short: unbounded, every word of "a-a-a-..." ran to the text's end
@@ -193,7 +214,7 @@ def _shapes(headers: Iterable[str], params: Iterable[str]) -> tuple[_Shape, ...]
         (
             re.compile(
                 rf"(?i)({_START}(?:{_names(set(headers) - _COOKIE_HEADERS)}){_BETWEEN}"
-                rf"(?P<scheme>{_KNOWN_SCHEME})?)(?!{_KEY_AHEAD})"
+                rf"(?!{_CODE_VALUE})(?P<scheme>{_KNOWN_SCHEME})?)(?!{_KEY_AHEAD})"
                 rf"(?(opened){_ANY_HEADER_VALUE}|(?(scheme){_ANY_HEADER_VALUE}|{_BARE_HEADER_VALUE}))"
             ),
             _value_replaced,

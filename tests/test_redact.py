@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 import fanout
 from fanout import Kind, Registry, Runner, ToolCall, ToolResult
 from fanout._credentials import CREDENTIAL_HEADERS, CREDENTIAL_PARAMS
-from fanout._redact import _redact_shapes, _replace_shapes, redact_text, redact_url
+from fanout._redact import (
+    _LOOSE_PARAMS,
+    _redact_shapes,
+    _replace_shapes,
+    redact_text,
+    redact_url,
+)
 from fanout._secrets import MIN_LENGTH
 
 
@@ -313,3 +319,63 @@ def test_a_credential_shaped_value_after_a_header_name_is_cut(
     assert value not in redacted
     if how == "json":
         json.loads(redacted)
+
+
+# Code naming where a credential is kept, as a tool quoting source code or a curl command
+# shows it: a read of the environment, a settings attribute, a shell's variable.
+_REFERENCES = (
+    'os.environ["{}"]', "os.environ['{}']", 'os.environ.get("{}", "")', 'os.getenv("{}")',
+    "process.env.{}", "settings.{}", "${{{}}}", "${{{}:-dev}}", "${}",
+)  # fmt: skip
+_VARIABLE = st.from_regex(r"[A-Z][A-Z0-9_]{0,20}", fullmatch=True)
+# Where such code stands: a keyword argument or an assignment of a credential parameter,
+# a URL's query, a header in a curl command or a dict (its value after a scheme or not).
+# Each with how a credential's literal stands there instead.
+_PARAM_PLACES = (
+    ("connect(db, {name}={value})", "{}"), ("env {name}={value} ./run", "{}"),
+    ("x; {name}={value}", "{}"),
+)  # fmt: skip
+_QUERY_PLACES = (
+    ("curl 'https://api.test/v1?q=1&{name}={value}'", "{}"), ("GET /v1?{name}={value} 401", "{}"),
+)  # fmt: skip
+_HEADER_PLACES = (
+    ('curl -H "{name}: {value}" https://api.test', "{}"),
+    ('curl -H "{name}: Bearer {value}"', "{}"),
+    ('headers = {{"{name}": {value}}}', '"{}"'), ('{{"{name}": "Key {value}"}}', "{}"),
+    ("{name}: {value}", "{}"),
+)  # fmt: skip
+_CODE_PLACES = st.one_of(
+    st.tuples(st.sampled_from(_PARAM_PLACES), st.sampled_from(sorted(_LOOSE_PARAMS))),
+    st.tuples(st.sampled_from(_QUERY_PLACES), st.sampled_from(sorted(CREDENTIAL_PARAMS))),
+    st.tuples(
+        st.sampled_from(_HEADER_PLACES), _cased(CREDENTIAL_HEADERS - {"cookie", "set-cookie"})
+    ),
+)
+
+
+@settings(max_examples=300)
+@example(  # the README's: a tool's answer quoting Python source
+    place=(_PARAM_PLACES[0], "password"),
+    reference=_REFERENCES[0],
+    variable="DB_PASSWORD",
+    value="hunter2-hunter2",
+    how="raw",
+)
+@given(
+    place=_CODE_PLACES,
+    reference=st.sampled_from(_REFERENCES),
+    variable=_VARIABLE,
+    value=_CREDENTIAL_VALUE,
+    how=st.sampled_from(["raw", "json"]),
+)
+def test_code_naming_a_credential_is_kept_and_the_credential_is_not(
+    place: tuple[tuple[str, str], str], reference: str, variable: str, value: str, how: str
+) -> None:
+    """``password=os.environ["DB_PASSWORD"]`` (or ``$TOKEN``, ``settings.X``) holds no
+    secret: a tool's answer quoting such code keeps it whole, where it lost the code to a
+    ``REDACTED``. The same place holding a credential still loses it."""
+    (template, literal), name = place
+    code = _written(template.format(name=name, value=reference.format(variable)), how)
+    assert redact_text(code) == code
+    held = _written(template.format(name=name, value=literal.format(value)), how)
+    assert value not in redact_text(held)
