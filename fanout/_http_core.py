@@ -12,7 +12,7 @@ inside a tool call, `HttpCore`:
   request; each further request reserves again, so a tool making three
   requests is charged three times. A request whose wait does not fit the
   budget (or the inline threshold) is never sent: ``NotSentError``;
-* learns the credentials the request carries (`fanout._secrets`), so the
+* learns the credentials the request carries, its body's too (`fanout._secrets`), so the
   call's answer is scrubbed of them even when a server echoes them back;
 * adds ``Idempotency-Key`` (the call's key) to requests of mutating calls;
 * reads the rate-limit headers of the response into the scopes. A scope the
