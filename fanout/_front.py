@@ -1640,7 +1640,12 @@ class ScopeFront:
             # wait for a place (`Outgoing.parked_by`). Counted, 26 of them made the slow start
             # 2,700/s against a bucket of one at 2/s refusing with 503: five refusals.
             wave = self._outgoing.started - self._outgoing.parked_by(now)
-            self._learner.on_success(began=now - seconds, latency=self._ledger.latency, wave=wave)
+            self._learner.on_success(
+                began=now - seconds,
+                latency=self._ledger.latency,
+                wave=wave,
+                late=self._arrival_spread(),
+            )
             self._apply_learned()
             self._count_in_reopened()
 

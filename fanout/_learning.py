@@ -39,9 +39,13 @@ Three sources, in order of trust:
    admitted ``t`` after it proves ``rate >= (n - 1) / t`` (less than a token
    was left; a bucket that filled up in between only admits fewer), whatever
    the burst and whatever wait the server imposed: the rate never drops
-   below the best such *floor*. A 429 is one congestion event with every
-   429 of a request sent before it, or sooner after it than the slower rate
-   allows. After the first, the rate drops to a burst's worth a second (the
+   below the best such *floor*. Only requests sent after the 429 was read
+   count, over a span widened by how much later one may reach the server
+   than another: one sent sooner may have got there first. A 429 is one
+   congestion event with every 429 of a request sent before it, or sooner
+   after it than the slower rate allows; those sent before it was read
+   spend one of learning's 429s between them (`RateLearner.on_throttled`).
+   After the first, the rate drops to a burst's worth a second (the
    requests admitted so far), then grows e-fold every half second. From the
    second on, it is *fitted*: every answer is replayed against token buckets
    of each rate (`fanout._bucket_fit`), at once (the requests still in
@@ -204,6 +208,7 @@ class RateLearner:
     _event_at: float = attrs.field(default=-math.inf, alias="_event_at")
     _quiet_until: float = attrs.field(default=-math.inf, alias="_quiet_until")
     _empty_at: float | None = attrs.field(default=None, alias="_empty_at")  # the last anchor
+    _empty_seen: float = attrs.field(default=-math.inf, alias="_empty_seen")  # its 429 read
     _admitted: list[float] = attrs.field(factory=list, alias="_admitted")  # since the anchor
     _log: AnswerLog = attrs.field(factory=AnswerLog, alias="_log")
     _refit: bool = attrs.field(default=False, alias="_refit")
@@ -570,10 +575,18 @@ class RateLearner:
         may: counted one each, four probes against a burst of one spent all
         three, and the rate grew no faster than admissions proved, which a
         bucket of one never proves past the pace it was sent at (2/s against
-        40/s: 35.6 s for what takes 1.9 s).
+        40/s: 35.6 s for what takes 1.9 s). So, with no numbers stated, are
+        the 429s of requests that were out before the event's first 429 was
+        read: nothing could have held them, and they are one overshoot. A
+        slow start at 230/s against 50/s had three out over slow new
+        connections; counted one each, they left learning none, and the
+        rate went to the slowest bucket that fitted, 6.9/s (2.4 times the
+        fastest).
         """
         trial, self._trial_from = self._trial_from, None
-        if not (blind and self._refused) and not (trial is not None and sent_at >= trial):
+        overshot = not self._stated and sent_at < self._event_at
+        first = not (blind or overshot) or not self._refused
+        if first and not (trial is not None and sent_at >= trial):
             self._spent += 1
         self._refused += 1
         if not self._stated:
@@ -636,7 +649,7 @@ class RateLearner:
         """A 429 with no numbers: an anchor, and an interim rate until the answers are in;
         or, where the server has shut and states no wait, a probe once it may reopen
         (`_probe_closure`)."""
-        self._log.note(sent_at, admitted=False)
+        self._log.note(sent_at, admitted=False, read=now)
         if self.window is not None and self.window is self._reopened_as:
             # A window a reopening showed refused one: the guess was wrong (`_trust_reopened`).
             self.window, self._reopened_as, self.burst = None, None, 1.0
@@ -683,7 +696,7 @@ class RateLearner:
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)
-        self._empty_at, self._admitted = sent_at, []
+        self._empty_at, self._empty_seen, self._admitted = sent_at, now, []
         self._refit = True
         if self._events > 1:
             # Admissions still in flight are missing from the log: the fit is
@@ -824,7 +837,12 @@ class RateLearner:
         self.burst, self._cap = 1.0, math.inf
 
     def on_success(
-        self, *, began: float | None = None, latency: float | None = None, wave: float = 1.0
+        self,
+        *,
+        began: float | None = None,
+        latency: float | None = None,
+        wave: float = 1.0,
+        late: float = 0.0,
     ) -> None:
         """One success: add a step of rate back, up to the server's ceiling.
 
@@ -836,10 +854,11 @@ class RateLearner:
         the present rate, and a faster one would empty it (the refill it
         shows will measure the true rate from below). ``began`` is when the successful request was
         sent; ``latency`` the scope's usual call duration; ``wave`` how many requests of
-        ours have started so far (at the first success: the probe's width).
+        ours have started so far (at the first success: the probe's width); ``late``
+        how much later than another a request may reach the server after leaving.
         """
         if not self._stated:
-            self._admitted_blind(began, latency, wave)
+            self._admitted_blind(began, latency, wave, late)
             return
         paced, self._paced = self._paced, None
         if self.rate is None or self.spent_refusals:
@@ -900,27 +919,32 @@ class RateLearner:
         full = self._full_since
         return self._events <= 1 and full is not None and began - full >= _BASELINE
 
-    def _admitted_blind(self, began: float | None, latency: float | None, wave: float) -> None:
+    def _admitted_blind(
+        self, began: float | None, latency: float | None, wave: float, late: float
+    ) -> None:
         """An admission with no numbers: a bound to prove, and the rate grows."""
         if began is not None:
             self._log.note(began, admitted=True)
         # Sent within ``TOGETHER`` of the anchor, a request may have reached the
         # server before it: two admitted 0.1 ms after a refused one "proved" 5,000/s,
-        # and the rate never dropped below it (56 429s, 38 calls given up). Nor is
-        # a floor proven once a window reopened: it refills all at once.
+        # and the rate never dropped below it (56 429s, 38 calls given up). So may
+        # one sent before the anchor's 429 was read, where the anchor went over a new
+        # connection: one 46 ms on its way proved 136/s against 50/s for the ten
+        # sent after it over warm ones, and drew a 429 a second to the end. The span
+        # is widened by how much later one request may arrive than another, as a
+        # refill bound's is. Nor is a floor proven once a window reopened: it
+        # refills all at once.
         if (
             self._empty_at is not None
             and began is not None
             and began > self._empty_at + TOGETHER
+            and began >= self._empty_seen
             and not self._reopened
         ):
             bisect.insort(self._admitted, began)
             del self._admitted[:-_KEPT]
-            anchor = self._empty_at
-            proven = max(
-                (n / (t - anchor) for n, t in enumerate(self._admitted) if t > anchor),
-                default=0.0,
-            )
+            since = self._empty_at - _SPREAD_MARGIN * late
+            proven = max((n / (t - since) for n, t in enumerate(self._admitted)), default=0.0)
             self.floor = max(self.floor, proven)
         if latency is not None:
             self._latency = max(latency, _SHORTEST)
