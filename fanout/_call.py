@@ -128,6 +128,9 @@ class CallState:
     # (`ScopeLike.probed`).
     probes: int = 0
     result: ToolResult | None = None
+    # When ``result`` was given: for a call answered before its tool ended (cut off at
+    # its deadline, by a sibling or the caller), when it was cut off (`_attempt_took`).
+    answered_at: float = math.inf
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, repr=False)
     # The tool's own answer (its return value or its own error), as opposed to fanout's:
@@ -446,7 +449,8 @@ async def _run_tool(
     finally:
         scopes = state.plan.scopes
         if scopes:  # only a scope learns from how long the attempt took
-            elapsed = trio.current_time() - context.admitted_at - context.held
+            elapsed, ended_itself = _attempt_took(state, context)
+            went_fine = went_fine and ended_itself
             warm = not context.opened_connection
             reused = warm and context.reused_connection
             for scope in scopes:
@@ -459,6 +463,23 @@ async def _run_tool(
                     log_failure(
                         _log, "fanout: scope %s failed to observe a call", scope.name, exc=exc
                     )
+
+
+def _attempt_took(state: CallState, context: CallContext) -> tuple[float, bool]:
+    """How long the attempt ran before it ended or was cut off, and whether it ended itself.
+
+    A call answered before its tool ended was cut off then (its deadline, a sibling's
+    failure, the caller): that says only that the work takes at least as long as it ran
+    until then. How long the tool took to unwind after is not the server's latency:
+    counted, a read that took 5 s to close after its 1 s timeout made the scope's
+    latency 6 s, and the next call, behind one 0.1 s call under a 3 s timeout, was shed
+    as "needs about 6.000s to drain".
+    """
+    ended = trio.current_time()
+    cut_off = state.result is not None  # the attempt's own answer is given after this
+    if cut_off:
+        ended = min(ended, state.answered_at)
+    return max(0.0, ended - context.admitted_at - context.held), not cut_off
 
 
 _TOOL_RAISED = "the tool raised an error; fix the arguments or try another approach"

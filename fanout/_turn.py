@@ -765,6 +765,7 @@ class Turn:
         if state.result is not None:
             return  # the first answer stands: a call is answered once
         state.result = result = scrubbed(result, state.secrets)
+        state.answered_at = trio.current_time()
         if state in self._phase_left:
             self._phase_left.discard(state)
             if not self._phase_left:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fanout
 from fanout import Kind, Registry, RetryPolicy, Runner, Status, ToolCall
+from tests.unwinding import slow_to_unwind
 
 
 def _runner(fn: Any) -> Runner:
@@ -114,3 +119,72 @@ async def test_a_tool_whose_cleanup_fails_as_its_deadline_cuts_it_is_timed_out(
     turn = await Runner(registry).run_turn([ToolCall("a", "tool", {})])
     assert turn.results[0].status is Status.TIMED_OUT
     assert trio.current_time() == 1.0
+
+
+_CUT_OFF_BY = ("own timeout", "turn deadline", "idle timeout", "caller", "sibling")
+
+
+def _cut_off_then_quick(by: str, cut_at: float, unwind: float) -> Runner:
+    """A runner whose ``slow`` read (scope ``api``, one at a time) is cut off at ``cut_at``
+    by ``by`` and takes ``unwind`` seconds to stop; ``quick`` takes 0.1 s there."""
+    registry = Registry()
+    options: dict[str, Any] = {"timeout": None}
+    if by == "own timeout":
+        options = {"timeout": cut_at}
+    elif by == "idle timeout":
+        options = {"timeout": None, "idle_timeout": cut_at}
+    slow_to_unwind(registry, unwind, name="slow", scopes=["api"], **options)
+
+    @registry.tool(kind=Kind.READS)
+    async def fails() -> str:
+        await trio.sleep(cut_at)
+        raise KeyError("no such record")
+
+    @registry.tool(kind=Kind.READS, scopes=["api"], timeout=3)
+    async def quick(n: int) -> str:
+        await trio.sleep(0.1)
+        return f"quick {n}"
+
+    on_failure = "cancel_siblings" if by == "sibling" else "continue"
+    turn_timeout = cut_at if by == "turn deadline" else 60
+    api = fanout.Scope("api", max_concurrency=1, learn=False)
+    return Runner(registry, scopes=[api], on_failure=on_failure, turn_timeout=turn_timeout)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    by=st.sampled_from(_CUT_OFF_BY),
+    cut_at=st.sampled_from([0.5, 1.0, 1.5]),
+    unwind=st.sampled_from([0.0, 0.3, 2.0, 5.0, 40.0]),
+    quick_calls=st.integers(1, 4),
+)
+def test_a_cut_off_calls_unwinding_is_no_latency_and_sheds_no_later_call(
+    by: str, cut_at: float, unwind: float, quick_calls: int
+) -> None:
+    """A call cut off at ``cut_at`` shows its scope's calls take at least that long, however
+    long it takes to unwind after; the later calls there are answered as if it had stopped
+    at once. (Counted to the end of its unwinding, a read 5 s in closing after its 1 s
+    timeout made the latency 6 s, and a 0.1 s call queued behind another under a 3 s
+    timeout was shed, "a queue that needs about 6.000s to drain".)"""
+
+    async def main(unwind: float) -> tuple[float | None, list[tuple[Status, str]]]:
+        runner = _cut_off_then_quick(by, cut_at, unwind)
+        calls = [ToolCall("s", "slow", {})]
+        if by == "sibling":
+            calls.append(ToolCall("f", "fails", {}))
+        turn = runner.turn(calls)
+        with trio.move_on_after(cut_at if by == "caller" else math.inf):
+            await turn.run()
+        assert turn.results[0].status is not Status.OK
+        latency = runner.scope("api").expected_latency()
+        later = await runner.run_turn(
+            [ToolCall(f"q{i}", "quick", {"n": i}) for i in range(quick_calls)]
+        )
+        return latency, [(r.status, r.content) for r in later.results]
+
+    def play(unwind: float) -> tuple[float | None, list[tuple[Status, str]]]:
+        return trio.run(main, unwind, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    latency, answers = play(unwind)
+    assert latency == cut_at
+    assert answers == play(0.0)[1]
