@@ -128,9 +128,10 @@ class CallState:
     # (`ScopeLike.probed`).
     probes: int = 0
     result: ToolResult | None = None
-    # When ``result`` was given: for a call answered before its tool ended (cut off at
-    # its deadline, by a sibling or the caller), when it was cut off (`_attempt_took`).
-    answered_at: float = math.inf
+    # What to do the moment the call is answered while its tool runs (cut off by its
+    # deadline, a sibling or the caller): tell its scopes the attempt ended then
+    # (`_AttemptEnd`), not once the tool has unwound.
+    on_cut_off: Callable[[], None] | None = attrs.field(default=None, repr=False)
     # Credentials the HTTP layer sent for this call; scrubbed from its answer.
     secrets: set[str] = attrs.field(factory=set, repr=False)
     # The tool's own answer (its return value or its own error), as opposed to fanout's:
@@ -411,6 +412,8 @@ async def _run_tool(
     # For learning, an attempt went fine unless it was throttled or cut off:
     # a tool's own error still says the rate was acceptable.
     went_fine = False
+    end = _AttemptEnd(state.plan.scopes, context)
+    state.on_cut_off = end.cut_off
     try:
         value = await _invoke(spec, state, context, settings.threads, within.answered)
         went_fine = True
@@ -447,39 +450,51 @@ async def _run_tool(
         state.own_answer = None if context.effect_unknown else result
         return result
     finally:
-        scopes = state.plan.scopes
-        if scopes:  # only a scope learns from how long the attempt took
-            elapsed, ended_itself = _attempt_took(state, context)
-            went_fine = went_fine and ended_itself
-            warm = not context.opened_connection
-            reused = warm and context.reused_connection
-            for scope in scopes:
-                try:
-                    scope.observe_call(elapsed, ok=went_fine, warm=warm, reused=reused)
-                except Exception as exc:
-                    # What the scope learns is its own: one of yours that fails to learn
-                    # leaves the answer the tool's (a write that took effect was answered
-                    # "fanout failed ... not finished").
-                    log_failure(
-                        _log, "fanout: scope %s failed to observe a call", scope.name, exc=exc
-                    )
+        state.on_cut_off = None
+        end.observe(ok=went_fine)
 
 
-def _attempt_took(state: CallState, context: CallContext) -> tuple[float, bool]:
-    """How long the attempt ran before it ended or was cut off, and whether it ended itself.
+@attrs.define
+class _AttemptEnd:
+    """Tells an attempt's scopes, once, how long it ran and whether it went fine: as it
+    ends, or the moment the call is answered while it runs, if sooner (`cut_off`).
 
-    A call answered before its tool ended was cut off then (its deadline, a sibling's
-    failure, the caller): that says only that the work takes at least as long as it ran
-    until then. How long the tool took to unwind after is not the server's latency:
-    counted, a read that took 5 s to close after its 1 s timeout made the scope's
-    latency 6 s, and the next call, behind one 0.1 s call under a 3 s timeout, was shed
-    as "needs about 6.000s to drain".
+    A call answered while its tool runs was cut off then (its deadline, a sibling's
+    failure, the caller): that says only that the work takes at least as long as it
+    ran until then, and whatever of the scope waited for its answer (a learning
+    scope's probe) need wait no longer. How long the tool then took to unwind is no
+    part of it: counted, a read that took 5 s to close after its 1 s timeout made the
+    scope's latency 6 s, and the next call, behind one 0.1 s call under a 3 s timeout,
+    was shed as "needs about 6.000s to drain"; and the calls behind a learning scope's
+    probes cut off so waited for them to unwind.
     """
-    ended = trio.current_time()
-    cut_off = state.result is not None  # the attempt's own answer is given after this
-    if cut_off:
-        ended = min(ended, state.answered_at)
-    return max(0.0, ended - context.admitted_at - context.held), not cut_off
+
+    scopes: tuple[ScopeLike, ...]
+    context: CallContext
+    told: bool = False
+
+    def cut_off(self) -> None:
+        self.observe(ok=False)
+
+    def observe(self, *, ok: bool) -> None:
+        if self.told:
+            return
+        self.told = True
+        context = self.context
+        elapsed = max(0.0, trio.current_time() - context.admitted_at - context.held)
+        warm = not context.opened_connection
+        reused = warm and context.reused_connection
+        for scope in self.scopes:  # only a scope learns from how long the attempt took
+            try:
+                scope.observe_call(elapsed, ok=ok, warm=warm, reused=reused)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                # What the scope learns is its own: one of yours that fails to learn,
+                # even by raising ``SystemExit``, leaves the answer the tool's (a write
+                # that took effect was answered "fanout failed ... not finished"), and
+                # raises nothing into the turn answering the call at its deadline.
+                log_failure(_log, "fanout: scope %s failed to observe a call", scope.name, exc=exc)
 
 
 _TOOL_RAISED = "the tool raised an error; fix the arguments or try another approach"

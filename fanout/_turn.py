@@ -765,7 +765,8 @@ class Turn:
         if state.result is not None:
             return  # the first answer stands: a call is answered once
         state.result = result = scrubbed(result, state.secrets)
-        state.answered_at = trio.current_time()
+        if state.on_cut_off is not None:  # answered while its tool runs: cut off now
+            state.on_cut_off()
         if state in self._phase_left:
             self._phase_left.discard(state)
             if not self._phase_left:

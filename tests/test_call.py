@@ -188,3 +188,37 @@ def test_a_cut_off_calls_unwinding_is_no_latency_and_sheds_no_later_call(
     latency, answers = play(unwind)
     assert latency == cut_at
     assert answers == play(0.0)[1]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    idle=st.booleans(),
+    unwind=st.sampled_from([0.0, 0.5, 5.0, 50.0]),
+    quick_calls=st.integers(1, 4),
+)
+def test_calls_behind_a_cut_off_probe_go_when_it_is_cut_off_not_when_it_has_unwound(
+    idle: bool, unwind: float, quick_calls: int
+) -> None:
+    """A learning scope's first calls probe it and the rest wait; probes cut off at 1 s
+    (their own or idle timeout) let the rest go then, however long they unwind. (Let go
+    only as the probes had unwound, 0.1 s calls under a 3 s timeout behind probes 5 s in
+    closing were answered "no slot on scope 'api' came free within 2s", retry at once.)"""
+    registry = Registry()
+    cut = {"timeout": None, "idle_timeout": 1.0} if idle else {"timeout": 1.0}
+    slow_to_unwind(registry, unwind, name="slow", scopes=["api"], **cut)
+
+    @registry.tool(kind=Kind.READS, scopes=["api"], timeout=3)
+    async def quick(n: int) -> str:
+        await trio.sleep(0.1)
+        return f"quick {n}"
+
+    async def main() -> fanout.Turn:
+        probes = [ToolCall(f"s{i}", "slow", {"n": i}) for i in range(2)]
+        rest = [ToolCall(f"q{i}", "quick", {"n": i}) for i in range(quick_calls)]
+        return await Runner(registry, turn_timeout=60).run_turn(probes + rest)
+
+    turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [r.status for r in turn.results[:2]] == [Status.TIMED_OUT] * 2
+    assert [r.content for r in turn.results[2:]] == [f"quick {i}" for i in range(quick_calls)]
+    started = [e.time for e in turn.trace if e.kind is fanout.EventKind.STARTED]
+    assert started[2:] == [1.0] * quick_calls
