@@ -350,6 +350,7 @@ def _assert_shed_honestly(message: str, *, at: float, deadline: float) -> None:
     cancel_at=st.none() | st.sampled_from([0.0, 0.3, 1.1]),
     hosted=st.booleans(),
     idle=st.sampled_from([None, 0.4]),
+    learn=st.booleans(),
 )
 def test_a_busy_scopes_calls_are_each_answered_once_and_truly(
     spec: list[tuple[tuple[str, float], Kind, float | None, bool]],
@@ -363,6 +364,7 @@ def test_a_busy_scopes_calls_are_each_answered_once_and_truly(
     cancel_at: float | None,
     hosted: bool,
     idle: float | None,
+    learn: bool,
 ) -> None:
     """Turn after turn on one scope: one answer per id, in order; ``started: false`` only for
     a call whose body never ran; ok only for a body that returned; cancelled only by the
@@ -385,7 +387,7 @@ def test_a_busy_scopes_calls_are_each_answered_once_and_truly(
         fn = sync_tool if what.startswith("sync") else tool
         registry.add(fn, name=f"t{n}", kind=kind, timeout=timeout, scopes=scopes, idle_timeout=idle)
     burst = 1 if rate is None else 2
-    api = Scope("api", rate=rate, burst=burst, max_concurrency=slots, learn=False)
+    api = Scope("api", rate=rate, burst=burst, max_concurrency=slots, learn=learn)
     runner = Runner(
         registry, scopes=[api], turn_timeout=turn_timeout, inline_wait=inline_wait,
         mutating=mutating, on_failure=on_failure,

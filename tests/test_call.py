@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -222,3 +223,54 @@ def test_calls_behind_a_cut_off_probe_go_when_it_is_cut_off_not_when_it_has_unwo
     assert [r.content for r in turn.results[2:]] == [f"quick {i}" for i in range(quick_calls)]
     started = [e.time for e in turn.trace if e.kind is fanout.EventKind.STARTED]
     assert started[2:] == [1.0] * quick_calls
+
+
+class _HungThenSlowToClose(httpx.AsyncBaseTransport):
+    """A server's first ``hung`` requests never answer, and each takes ``closing`` seconds,
+    shielded, to let go once cancelled; the rest are answered in 0.1 s."""
+
+    def __init__(self, hung: int, closing: float) -> None:
+        self.hung, self.closing = hung, closing
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.hung -= 1
+        if self.hung >= 0:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(self.closing)
+        await trio.sleep(0.1)
+        return httpx.Response(200, text=request.url.path)
+
+
+@pytest.mark.parametrize("closing", [0.5, 5.0])
+async def test_requests_slow_to_close_after_their_timeout_hold_no_later_call(
+    closing: float, autojump_clock: Any
+) -> None:
+    """Behind two requests cut off at their 1 s timeout that take ``closing`` seconds to let
+    go, a learning scope sends the rest at 1 s, and its latency is no longer than a call
+    took until it was cut off. (Held until the two had let go, the rest were answered
+    "no slot on scope 'api' came free within 2s", and the latency was 6 s.)"""
+    client = fanout.http_client(_HungThenSlowToClose(hung=2, closing=closing))
+    registry = Registry()
+
+    @registry.tool(kind=Kind.READS, scopes=["api"], timeout=1)
+    async def hangs(n: int) -> str:
+        return (await client.get(f"http://api.test/hangs/{n}")).text
+
+    @registry.tool(kind=Kind.READS, scopes=["api"], timeout=3)
+    async def quick(n: int) -> str:
+        return (await client.get(f"http://api.test/quick/{n}")).text
+
+    calls = [ToolCall(f"h{i}", "hangs", {"n": i}) for i in range(2)]
+    calls += [ToolCall(f"q{i}", "quick", {"n": i}) for i in range(3)]
+    runner = Runner(registry, turn_timeout=60)
+    turn = await runner.run_turn(calls)
+    assert [r.status for r in turn.results[:2]] == [Status.TIMED_OUT] * 2
+    assert [r.content for r in turn.results[2:]] == [f"/quick/{i}" for i in range(3)]
+    started = [e.time for e in turn.trace if e.kind is fanout.EventKind.STARTED]
+    assert started == [0.0, 0.0, 1.0, 1.0, 1.0]
+    latency = runner.scope("api").expected_latency()
+    assert latency is not None
+    assert latency <= 1.0
