@@ -274,3 +274,43 @@ async def test_requests_slow_to_close_after_their_timeout_hold_no_later_call(
     latency = runner.scope("api").expected_latency()
     assert latency is not None
     assert latency <= 1.0
+
+
+class _LearnsBadly(fanout.Scope):
+    """A scope of yours whose ``observe_call`` raises ``SystemExit`` (a metrics export
+    that calls ``sys.exit`` on failure)."""
+
+    def observe_call(self, seconds: float, **kwargs: Any) -> None:
+        raise SystemExit(f"export of a {seconds:g}s call failed")
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+async def test_a_scope_failing_to_observe_a_call_costs_no_call_its_answer(
+    hangs: bool, autojump_clock: Any
+) -> None:
+    """A scope whose ``observe_call`` raises even ``SystemExit``, as the call ends or as
+    its deadline cuts it off, leaves the call its own answer and its sibling theirs.
+    (Raised on, it turned a write that had returned into "fanout failed ... not
+    finished".)"""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.MUTATING, scopes=["api"], timeout=1)
+    async def write() -> str:
+        if hangs:
+            await trio.sleep_forever()
+        return "written"
+
+    @registry.tool(kind=Kind.READS, timeout=None)
+    async def sibling() -> str:
+        await trio.sleep(2)
+        return "read"
+
+    runner = Runner(registry, scopes=[_LearnsBadly("api", learn=False)])
+    turn = await runner.run_turn([ToolCall("w", "write"), ToolCall("r", "sibling")])
+    written, read = turn.results
+    if hangs:
+        assert written.status is Status.TIMED_OUT
+        assert "own timeout of 1s passed" in json.loads(written.content)["message"]
+    else:
+        assert (written.status, written.content) == (Status.OK, "written")
+    assert (read.status, read.content) == (Status.OK, "read")
