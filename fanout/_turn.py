@@ -503,9 +503,15 @@ class Turn:
         except (trio.Cancelled, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            log_failure(
-                _log, "fanout: call %s failed after it was answered", state.call.id, exc=exc
-            )
+            # Cancellations grouped by a nursery of the call's (a write holding its claim)
+            # are no failure: cancelled by the turn while it still held its place in line,
+            # it unwound here, where that cancellation is no one's to catch. (Logged, each
+            # such write was an error "failed after it was answered", with no error in it.)
+            failed = exc.split(trio.Cancelled)[1] if isinstance(exc, BaseExceptionGroup) else exc
+            if failed is not None:
+                log_failure(
+                    _log, "fanout: call %s failed after it was answered", state.call.id, exc=failed
+                )
         finally:
             ended.set()
 

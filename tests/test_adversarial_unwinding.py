@@ -15,12 +15,14 @@ deadline; every other call runs and is ``ok``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -455,3 +457,43 @@ def test_a_busy_scopes_calls_are_each_answered_once_and_truly(
                 deadline = min(own, began + turn_timeout)
                 assert at < deadline, ("rate_limited when its deadline had come", result)
                 _assert_shed_honestly(message, at=at, deadline=deadline)
+
+
+# -- writes cancelled while they held their place in line ----------------------------------
+
+
+@pytest.mark.parametrize("checkpoints", range(8))
+def test_writes_cancelled_by_a_failed_sibling_in_an_open_runner_log_no_failure(
+    checkpoints: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under ``cancel_siblings``, writes cancelled by a sibling's failure while they still
+    held their place in line are answered cancelled (or ok, done first), and no error is
+    logged for them, at whichever of the failing write's checkpoints it fails. (Their
+    claim's nursery grouped the cancellations, and each was logged "failed after it was
+    answered".)"""
+    registry = Registry()
+
+    @registry.tool(kind=Kind.MUTATING, timeout=None)
+    async def fails() -> str:
+        for _ in range(checkpoints):
+            await trio.lowlevel.checkpoint()
+        raise ValueError("no such account")
+
+    @registry.tool(kind=Kind.MUTATING, scopes=["api"], timeout=None)
+    async def writes(n: int) -> str:
+        return f"wrote {n}"
+
+    api = Scope("api", rate=10, burst=2, max_concurrency=2, learn=False)
+    runner = Runner(registry, scopes=[api], mutating="parallel", on_failure="cancel_siblings")
+    calls = [ToolCall("f", "fails"), *(ToolCall(f"w{i}", "writes", {"n": i}) for i in range(3))]
+
+    async def main() -> fanout.Turn:
+        async with runner:
+            return await runner.run_turn(calls)
+
+    with caplog.at_level(logging.ERROR, logger="fanout"):
+        turn = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    failed, *written = turn.results
+    assert failed.status is Status.ERROR
+    assert {r.status for r in written} <= {Status.OK, Status.CANCELLED}
+    assert caplog.records == []
