@@ -92,14 +92,21 @@ class CallPlan:
     run_id: str = ""
     arguments_key: str = ""
     seed: str = ""
+    # The idempotency key once hashed. A slot of its own, not a ``cached_property``:
+    # attrs gives a slotted class that has one a ``__getattr__``, and then every field
+    # of the plan, read a dozen times a call, took twice as long to read.
+    _key: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
-    @functools.cached_property
+    @property
     def idempotency_key(self) -> str:
         """The call's idempotency key (`fanout.idempotency`), "" for arguments that are not
         a JSON object; hashed on first use, since most calls (reads) never use it."""
-        if not self.call.arguments_valid:
-            return ""
-        return key_of_spelled(self.run_id, self.call.name, self.arguments_key)
+        key = self._key
+        if key is None:
+            valid = self.call.arguments_valid
+            key = key_of_spelled(self.run_id, self.call.name, self.arguments_key) if valid else ""
+            object.__setattr__(self, "_key", key)  # kept, not changed: the same key each time
+        return key
 
     @property
     def kind(self) -> Kind:
