@@ -277,7 +277,7 @@ def bind(
 def _structure(
     name: str, value: Any, hint: Any, bound: dict[str, Any], problems: list[str]
 ) -> None:
-    hook = _hook_for(hint)
+    hook = _HOOKS[hint] if hint in _HOOKS else _hook_for(hint)  # a Python call only the first time
     if hook is None:
         bound[name] = value
         return
