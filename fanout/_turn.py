@@ -20,6 +20,7 @@ escapes the turn.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import enum
 import functools
@@ -203,6 +204,7 @@ class Turn:
             )
         self._stage = _Stage.RUNNING
         self._host = self._begin()
+        self._recorder.reads_the_clock_of_this_run()
         now = trio.current_time()
         self._deadline = (now if since is None else min(now, since)) + self._timeout
         self._turn_budget = Budget(self._deadline, self._settings.inline_wait)
@@ -621,14 +623,17 @@ class Turn:
         A failure of fanout's own is answered, not raised.
         """
         stamp = self._run.cache.stamp()
-        if state.plan.kind is Kind.MUTATING:
+        # What only a write does is skipped at once for the reads (most calls).
+        write = state.plan.kind is Kind.MUTATING
+        if write:
             # A sync write's thread left to finish ends later than its task: the reads
             # are dropped again then.
             state.on_thread_end = functools.partial(invalidate_for, self._run, state.plan)
         try:
-            # Any write, repeatable or not, may make reads stale.
-            invalidate_for(self._run, state.plan)
-            if is_idempotent_write(state.plan):
+            if write:
+                # Any write, repeatable or not, may make reads stale.
+                invalidate_for(self._run, state.plan)
+            if write and is_idempotent_write(state.plan):
                 limit = self._settings.max_output_chars
                 replay = await claim(self._run, state, budget, self._recorder, limit=limit)
                 if replay is not None:
@@ -660,9 +665,10 @@ class Turn:
             if cancelled is not None:
                 raise cancelled from None
         finally:
-            # And again as a write ends, however: a read that ran beside it may hold what
-            # it changed.
-            invalidate_for(self._run, state.plan)
+            if write:
+                # And again as a write ends, however: a read that ran beside it may hold
+                # what it changed.
+                invalidate_for(self._run, state.plan)
 
     def _late_answer(self, state: CallState) -> Callable[[Any], ToolResult]:
         """How what ``state``'s tool returned after its answer becomes its own answer."""
@@ -781,7 +787,7 @@ class Turn:
             if follower.result is None:
                 follower.started = state.started
                 self._answer(follower, shared(result, follower), shared_run=True)
-        call = state.call
+        call = state.plan.call
         self._recorder.emit(
             EventKind.ANSWERED, call_id=call.id, tool=call.name, status=result.status,
             scope=result.scope, attempt=state.attempts or None,
@@ -922,7 +928,6 @@ async def _cancel_soon(scopes: list[trio.CancelScope]) -> None:
 
 def _tally(results: Sequence[ToolResult]) -> EventDetail:
     """How many answers of each status, for the turn's closing event."""
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status.value] = counts.get(result.status.value, 0) + 1
-    return cast("EventDetail", dict(sorted(counts.items())))
+    # Counted by member, spelled once per status: ``.value`` is a Python call each time.
+    counts = collections.Counter(result.status for result in results)
+    return cast("EventDetail", dict(sorted((status.value, n) for status, n in counts.items())))
