@@ -254,7 +254,8 @@ class Runner:
         if run is not None and not isinstance(run, Run):
             raise UsageError(f"run must be a fanout.Run (or None), not {type(run).__name__}")
         run = run if run is not None else Run()
-        turn_seed = self._rng.getrandbits(64)
+        # Each call's seed is the turn's and its id (`CallPlan`): the turn's part spelled once.
+        seed_of_turn = f"{self._rng.getrandbits(64)}:"
         self._turn_serial += 1
 
         # The scopes each set of names stands for, looked up once per turn, not once per call.
@@ -271,7 +272,7 @@ class Runner:
                     scopes_of[spec.scopes] = tuple(self.scope(n) for n in names)
                 scopes = scopes_of[spec.scopes]
             spelled = canonical_arguments(call.arguments) if call.arguments_valid else ""
-            seed = f"{turn_seed}:{call.id}"
+            seed = f"{seed_of_turn}{call.id}"
             return CallState(CallPlan(call, spec, scopes, run.run_id, spelled, seed))
 
         options: dict[str, Any] = {
@@ -338,7 +339,9 @@ def _validated(calls: Sequence[ToolCall]) -> list[ToolCall]:
     for call in calls:
         if not isinstance(call, ToolCall):
             raise InvalidTurnError(f"a turn is made of ToolCall values, not {type(call).__name__}")
-        call_id, name = _plain_text(call.id), _plain_text(call.name)
+        call_id, name = call.id, call.name
+        if call_id.__class__ is not str or name.__class__ is not str:  # a rare one: a subclass
+            call_id, name = _plain_text(call_id), _plain_text(name)
         if not call_id:
             raise InvalidTurnError(f"call #{call.position} ({shown(name)}) has no id")
         if call_id in seen:
