@@ -524,6 +524,10 @@ def learn(secrets: Iterable[Secret], *, pinned: bool = False) -> None:
 
 def scrub_secrets(text: str, secrets: Iterable[str | Secret] = ()) -> str:
     """``text`` with every form of ``secrets`` and of every registered secret replaced."""
+    if not secrets and not _known.changes:
+        # No secret of the call's and none ever learned (a process that sent no key):
+        # there is nothing to look for, and every answer and event asks.
+        return text
     if _raw_only(text):
         # Most texts (a URL, an answer) can spell a secret only raw, and hold none:
         # a look for each is cheaper than the pattern, which then need not be built.
