@@ -306,11 +306,12 @@ async def _attempt(state: CallState, within: _Within) -> ToolResult | ToolSignal
             scope.retry_budget.record_request()
         recorder.emit(EventKind.STARTED, call_id=call.id, tool=call.name, attempt=state.attempts)
         now = trio.current_time()
+        # Its leading fields by position, in `CallContext`'s order: built for every call,
+        # and each keyword a class is called with goes into a dict first.
         context = CallContext(
-            call=call, kind=spec.kind, budget=within.budget, scopes=plan.scopes,
-            plan=plan, run_id=within.run_id, attempt=state.attempts,
-            recorder=recorder, secrets=state.secrets, admitted_at=now,
-            booked_by=max(now, due), arrived_at=state.arrived_at,
+            call, spec.kind, within.budget, plan.scopes, plan, within.run_id, state.attempts,
+            recorder, state.secrets, admitted_at=now, booked_by=max(now, due),
+            arrived_at=state.arrived_at,
         )  # fmt: skip
         for scope in context.scopes:
             scope.attempt_began(context.admitted_at)
