@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import io
 import json
 import logging
@@ -42,7 +43,7 @@ from fanout.idempotency import idempotency_key
 from .echo_server import Seen, Server, _read_request, _serving
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 
 # Gson's default (HTML-safe) escaping: these ASCII characters become \u00XX in strings.
@@ -106,17 +107,22 @@ def credential_parts(seen: Seen) -> list[str]:
     return parts
 
 
-async def _serve_quoting(server: Server, stream: trio.SocketStream) -> None:
+# What a quoting server answers a request: a status, a content type and a body.
+_Answer = tuple[int, str, bytes]
+
+
+async def _serve_answering(
+    server: Server, stream: trio.SocketStream, answer: Callable[[Seen], _Answer]
+) -> None:
+    """Answer each request on ``stream`` with what ``answer`` makes of it."""
     conn = h11.Connection(h11.SERVER)
     async with stream:
         try:
             while (seen := await _read_request(conn, stream)) is not None:
                 server.seen.append(seen)
-                answer = {"target": seen.target, "you_sent": credential_parts(seen)}
-                gson = urlsplit(seen.target).path.startswith("/gson")
-                body = (gson_dumps(answer) if gson else json.dumps(answer)).encode()
-                headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
-                events = (h11.Response(status_code=200, headers=headers), h11.Data(body))
+                status, content_type, body = answer(seen)
+                headers = [("content-type", content_type), ("content-length", str(len(body)))]
+                events = (h11.Response(status_code=status, headers=headers), h11.Data(body))
                 data = b"".join(conn.send(e) or b"" for e in (*events, h11.EndOfMessage()))
                 await stream.send_all(data)
                 conn.start_next_cycle()
@@ -124,12 +130,20 @@ async def _serve_quoting(server: Server, stream: trio.SocketStream) -> None:
             return
 
 
+def _credentials_echo(seen: Seen) -> _Answer:
+    """What the quoting server answers (`serve_quoting`): the request's credential parts."""
+    answer = {"target": seen.target, "you_sent": credential_parts(seen)}
+    gson = urlsplit(seen.target).path.startswith("/gson")
+    return 200, "application/json", (gson_dumps(answer) if gson else json.dumps(answer)).encode()
+
+
 @asynccontextmanager
 async def serve_quoting() -> AsyncIterator[Server]:
     """A loopback server that parses each request and quotes its credential parts back
     (``/gson/...``: in Gson's escaping)."""
     server = Server()
-    async with _serving(lambda stream: _serve_quoting(server, stream), server) as running:
+    serve = functools.partial(_serve_answering, server, answer=_credentials_echo)
+    async with _serving(serve, server) as running:
         yield running
 
 
@@ -154,7 +168,7 @@ def body_strings(seen: Seen) -> list[str]:
     return found
 
 
-def _body_echo(seen: Seen) -> tuple[int, str, bytes]:
+def _body_echo(seen: Seen) -> _Answer:
     """What the body-quoting server answers (`serve_body_quoting`): a status, a content
     type and a body."""
     path = urlsplit(seen.target).path
@@ -168,22 +182,6 @@ def _body_echo(seen: Seen) -> tuple[int, str, bytes]:
     return 400, "application/json", json.dumps({"errors": errors}).encode()
 
 
-async def _serve_body_quoting(server: Server, stream: trio.SocketStream) -> None:
-    conn = h11.Connection(h11.SERVER)
-    async with stream:
-        try:
-            while (seen := await _read_request(conn, stream)) is not None:
-                server.seen.append(seen)
-                status, content_type, body = _body_echo(seen)
-                headers = [("content-type", content_type), ("content-length", str(len(body)))]
-                events = (h11.Response(status_code=status, headers=headers), h11.Data(body))
-                data = b"".join(conn.send(e) or b"" for e in (*events, h11.EndOfMessage()))
-                await stream.send_all(data)
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
-            return
-
-
 @asynccontextmanager
 async def serve_body_quoting() -> AsyncIterator[Server]:
     """A loopback server that quotes a request's body back, as servers do in errors:
@@ -191,7 +189,8 @@ async def serve_body_quoting() -> AsyncIterator[Server]:
     the body's fields ("invalid credential <value>"); anything else: a 400 whose JSON
     quotes each value inside a message (so JSON-escaped, quotes and all)."""
     server = Server()
-    async with _serving(lambda stream: _serve_body_quoting(server, stream), server) as running:
+    serve = functools.partial(_serve_answering, server, answer=_body_echo)
+    async with _serving(serve, server) as running:
         yield running
 
 
