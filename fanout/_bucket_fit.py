@@ -159,18 +159,19 @@ class AnswerLog:
         empty = self._from_429
         tokens, last = (min(burst, 1.0) if empty else burst), answers[0][0]
         admits = refuses = True
-        unexplained: list[float] = []  # when the refusals not yet explained were read
+        # When the first refusal not yet explained was read; the others may wait as long.
+        explained_by = math.inf
         for sent, refused, read in answers[1:] if empty else answers:
             tokens, last = min(burst, tokens + (sent - last) * rate), sent
-            refuses = refuses and all(sent <= by for by in unexplained)
+            refuses = refuses and sent <= explained_by
             if not refused:
                 admits = admits and tokens >= 1.0 - _TOLERANCE
                 tokens = max(tokens - 1.0, 0.0)
                 if tokens < 1.0:
-                    unexplained.clear()  # each may have arrived just after this one
+                    explained_by = math.inf  # each may have arrived just after this one
             elif tokens >= 1.0:
-                unexplained.append(read)
-        return admits, refuses and not unexplained
+                explained_by = min(explained_by, read)
+        return admits, refuses and explained_by == math.inf
 
     def _smallest_burst(self, answers: list[_Answer], rate: float, most: float) -> float | None:
         """The smallest burst (to ``_PRECISION``) admitting every admission at ``rate``."""
