@@ -19,7 +19,9 @@ The actions due at one moment run with Python's cyclic garbage collector
 paused (`fanout._collector`): writing ten thousand answers allocates enough
 to start collections, and with ten thousand connections alive those took
 0.4 s in the middle of the answers. The collection runs right after them
-instead.
+instead. And from a little before each deadline until its answers are
+written, the collector's full passes are held off: one that began just
+before it held the answers until it ended.
 
 What an action cancels (``cancel_soon``) is cancelled a few tasks a batch:
 each cancelled task unwinds in the next batch, and no deadline is acted on
@@ -38,12 +40,13 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 
 import attrs
 import trio
 
-from ._collector import collection_paused
+from ._collector import FULL_PASSES, LONGEST_HOLD, collection_paused
 
 __all__ = ["Deadlines"]
 
@@ -67,12 +70,16 @@ class Deadlines:
         factory=collections.deque, init=False
     )
     _cancels_left: int = attrs.field(default=_CANCELS_PER_BATCH, init=False)
+    # The collector's full passes: held off since then (None: free), and free until
+    # then after a hold as long as one may be (`fanout._collector`).
+    _held_since: float | None = attrs.field(default=None, init=False)
+    _free_until: float = attrs.field(default=-math.inf, init=False)
 
     def add(self, when: float, expire: Callable[[], None]) -> None:
         """Call ``expire`` at ``when`` (deadlines that tie keep the order they were added)."""
         heapq.heappush(self._due, (when, next(self._order), expire))
-        if self._waiting is not None and when < self._waiting.deadline:
-            self._waiting.deadline = when
+        if self._waiting is not None:  # woken in time to hold the collector's passes off
+            self._waiting.deadline = min(self._waiting.deadline, when - FULL_PASSES.lead())
 
     def cancel_soon(self, scope: trio.CancelScope) -> None:
         """Cancel ``scope`` once the tasks cancelled before it are set unwinding, a few a
@@ -86,6 +93,7 @@ class Deadlines:
         """Run each deadline's action as its time comes; return once ``last`` has passed.
 
         Leaving, it cancels whatever is still to cancel, all at once."""
+        FULL_PASSES.time_passes()
         try:
             while True:
                 self._cancels_left = _CANCELS_PER_BATCH  # a batch ran since this task last did
@@ -94,6 +102,7 @@ class Deadlines:
                 if trio.current_time() >= last:
                     return
                 due = min(self._due[0][0], last) if self._due else last
+                due = min(due, self._steer_collector(due))
                 if self._cancelling:
                     # The next few after the batch now unwinding, woken in trio's pass
                     # before the next one, with what came due meanwhile. (Parked already
@@ -109,8 +118,29 @@ class Deadlines:
                     if failure is not None:
                         raise failure
         finally:
+            if self._held_since is not None:
+                self._held_since = None
+                FULL_PASSES.release()
             while self._cancelling:
                 self._cancelling.popleft().cancel()
+
+    def _steer_collector(self, due: float) -> float:
+        """Hold the collector's full passes off while the next deadline, ``due``, is less
+        than a pass away, and let them run once it is not, or once they were held as long
+        as they may be (`fanout._collector`); when to steer them next."""
+        now, hold_from = trio.current_time(), due - FULL_PASSES.lead()
+        held = self._held_since
+        if held is not None and (now < hold_from or now - held >= LONGEST_HOLD):
+            self._held_since = None
+            FULL_PASSES.release()
+            if now - held >= LONGEST_HOLD:
+                self._free_until = now + (now - held)
+        elif held is None and now >= hold_from and now >= self._free_until:
+            self._held_since = now
+            FULL_PASSES.hold()
+        if self._held_since is not None:
+            return self._held_since + LONGEST_HOLD
+        return max(hold_from, self._free_until)
 
     def _cancel_some(self) -> None:
         """Cancel the oldest waiting, as many as this batch has left (`cancel_soon`)."""

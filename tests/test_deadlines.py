@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fanout
 from fanout import EventKind, Kind, Registry, Runner, Status, ToolCall
+from fanout._collector import FULL_PASSES, LONGEST_HOLD
 from fanout._deadlines import Deadlines
 from tests.unwinding import slow_to_unwind
 
@@ -94,6 +99,93 @@ async def test_actions_run_with_the_collector_paused_then_left_as_it_was(
         finally:
             gc.enable()
     assert seen == [False, False]
+
+
+_STEP = 0.01  # seconds between looks at the collector
+
+
+def _held() -> bool:
+    return gc.get_threshold()[2] > 1_000_000
+
+
+def _stretches(looks: list[tuple[float, bool]]) -> list[tuple[float, float]]:
+    """The held stretches, each (first look held, first look free after it)."""
+    stretches, since = [], None
+    for at, held in looks:
+        if held and since is None:
+            since = at
+        elif not held and since is not None:
+            stretches.append((since, at))
+            since = None
+    assert since is None, "still held after the watcher left"
+    return stretches
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    before=st.lists(st.integers(1, 1200), max_size=12),
+    during=st.lists(st.tuples(st.integers(0, 1100), st.integers(1, 150)), max_size=6),
+    last=st.integers(1, 1300),
+)
+def test_full_passes_are_held_off_ahead_of_each_deadline_and_never_for_long(
+    before: list[int],
+    during: list[tuple[int, int]],
+    last: int,
+) -> None:
+    """Deadlines at any times, some added while the watcher waits (how far ahead, drawn):
+    the collector's full passes are held at every deadline from a lead before it, but
+    where a hold ran its full length just before (then they run for as long again);
+    never held but within a lead of a deadline; never longer than a hold may last; and
+    free again once the watcher has left. Times in hundredths of a second; a look at the
+    instant a deadline was added may come before the watcher has seen it."""
+    lead = 0.3
+    end = last / 100
+    # Each deadline, and when the watcher was told of it.
+    due = [(t / 100, 0.0) for t in before] + [((a + b) / 100, a / 100) for a, b in during]
+    due = [(when, told) for when, told in [*due, (end, 0.0)] if when <= end]
+    looks: list[tuple[float, bool]] = []
+
+    async def main() -> None:
+        deadlines = Deadlines()
+        for when in before:
+            deadlines.add(when / 100, lambda: None)
+
+        async def add_later() -> None:
+            for at, ahead in sorted(during):
+                await trio.sleep_until(at / 100)
+                deadlines.add((at + ahead) / 100, lambda: None)
+
+        async def look() -> None:
+            while True:
+                looks.append((trio.current_time(), _held()))
+                await trio.sleep(_STEP)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(look)
+            nursery.start_soon(add_later)
+            await deadlines.watch(end)
+            await trio.sleep(_STEP)
+            nursery.cancel_scope.cancel()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FULL_PASSES, "_took", collections.deque([lead / 1.5]))
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert not _held()
+    stretches = _stretches(looks)
+    for since, until in stretches:
+        assert until - since <= LONGEST_HOLD + _STEP + 1e-9
+    free_after_full = [
+        (until, until + (until - since))
+        for since, until in stretches
+        if until - since >= LONGEST_HOLD - _STEP
+    ]
+    for at, held in looks:
+        pending = [(d, told) for d, told in due if told <= at]
+        near = any(d - lead - 1e-9 <= at <= d + 1e-9 for d, _ in pending)
+        if held:
+            assert near, (at, pending)
+        elif near and any(max(d - lead, told) + _STEP <= at < d - 1e-9 for d, told in pending):
+            assert any(lo - _STEP <= at <= hi + _STEP for lo, hi in free_after_full), at
 
 
 async def _cancelled_by_actions(last: float) -> list[int]:
