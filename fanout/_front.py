@@ -49,6 +49,7 @@ from ._probe import Probe
 from ._retry import RetryBudget
 from ._slots import LearnedCap, Leaving
 from ._stated_counts import StatedCounts
+from ._stated_policy import StatedPolicy
 from ._told_counts import DepartureGate, WireCount
 from ._trio_runs import RunSeen
 from ._validate import (
@@ -235,6 +236,8 @@ class ScopeFront:
         default=attrs.Factory(lambda self: StatedCounts(self._outgoing), True),
         repr=False,
     )
+    # The counts stated with a policy, read for whether a window of it counted them.
+    _policy: StatedPolicy = attrs.field(init=False, factory=StatedPolicy, repr=False)
     # How late requests leave and arrive, as measured: the slack (`fanout._lags`).
     _lags: Lags = attrs.field(init=False, factory=Lags, repr=False)
     # The quickest a call's first request got to its headers after its admission, and to the
@@ -1344,6 +1347,8 @@ class ScopeFront:
         # out twice, the probe admitted beside a 503 over a cap of one counted as come
         # after a count it was in, and proved 3.9/s against 2/s.
         counted_at = self._counted_at(sent, now, info.remaining, refused=refused)
+        if not refused:
+            self._check_policy(info, sent, now)
         self._adopt_stated(info, counted_at, refused=refused and not forgotten)
         if not refused:
             if sent == sent_at:  # a round trip only where its start is known (and a time)
@@ -1524,6 +1529,25 @@ class ScopeFront:
         """Take in the fastest refill any process sharing the limit proved
         (`Backend.proven`), between this process's own answers."""
         if self._learner is not None and self._learner.proved_elsewhere(self._backend.proven()):
+            self._apply_learned()
+
+    def _check_policy(self, info: RateLimitInfo, sent: float, now: float) -> None:
+        """Learning, an admitted answer to the request sent at ``sent``, read ``now``: where
+        the counts stated with a policy (``q`` per ``w``) show no window of it counted
+        them (`fanout._stated_policy`), the policy understates the rate, and is learned
+        past (`RateLearner.refute_policy`)."""
+        learner, limit, window, remaining = self._learner, info.limit, info.window, info.remaining
+        if learner is None or limit is None or window is None or remaining is None:
+            return
+        late = self._arrival_spread()
+        together = max(TOGETHER, late)
+        # Counted as it arrived, up to how much later one may arrive than another; as the
+        # server answered (`_counted_at`), by the time the answer is read.
+        counted_by = now if self._counts_on_answer else min(now, sent + 2.0 * late + TOGETHER)
+        if self._policy.refuted(
+            limit, window, remaining, sent=sent, counted_by=counted_by, together=together,
+            on_arrival=not self._counts_on_answer,
+        ) and learner.refute_policy():  # fmt: skip
             self._apply_learned()
 
     def _adopt_stated(self, info: RateLimitInfo, sent: float, *, refused: bool = False) -> None:
@@ -2007,8 +2031,9 @@ class ScopeFront:
         """While the rate is still being learned and may rise: an event set when it does.
 
         A learned rate is a guess or a lower bound until the server states it
-        (a policy window) or a window is learned, and it rises with evidence
-        as the turn goes on. A call whose tokens would come past its deadline
+        (a policy window whose whole seconds hide little, `RateLearner.stated_floor`)
+        or a window is learned, and it rises with evidence as the turn goes on.
+        A call whose tokens would come past its deadline
         at that rate may still fit at the rate learned a moment later: judged
         on it at once, a turn of 30 calls with 2 s deadlines against 10/s
         (burst 5) was answered ``rate_limited`` for 17 calls at the first
@@ -2017,9 +2042,9 @@ class ScopeFront:
         (`fanout._admission`). None when the rate cannot rise.
         """
         learner = self._learner
-        if learner is None or learner.ceiling is not None or self._window_length is not None:
+        if learner is None or self._window_length is not None:
             return None
-        return self._rose
+        return None if learner.ceiling is not None and not learner.stated_floor else self._rose
 
     def wait_latency(self) -> float | None:
         """The latency a wait for tokens here is judged with (would the call end late?).

@@ -134,6 +134,9 @@ _SHORTEST_WINDOW = 1.0
 # was found only at 8 s (2.5 times the minimum, in real time). A twentieth later each.
 _PAST_EDGE = 1.05
 TOGETHER = 5e-3  # seconds: requests sent this close reach the server in either order
+# A stated policy's rate is a floor while its whole-second window may hide this much more
+# (`RateLearner.stated_floor`): a window of up to 11 s.
+_HIDDEN = 1.1
 
 # Requests of ours sent up to one of them, itself included; True when counted as they left.
 _Count = tuple[float, bool]
@@ -253,6 +256,8 @@ class RateLearner:
     _reopened_as: WindowGuess | None = attrs.field(default=None, alias="_reopened_as")
     _reopened_at: float = attrs.field(default=math.inf, alias="_reopened_at")  # its first admission
     closed_until: float | None = None  # with no numbers, shut: the next request waits till then
+    # The fastest stated rate the server's counts refuted (`refute_policy`).
+    _refuted: float = attrs.field(default=0.0, alias="_refuted")
 
     @property
     def paced_burst(self) -> float:
@@ -268,6 +273,20 @@ class RateLearner:
         if self._slow_start and not self._stated and self.probe_fills_cap:
             return max(self.burst, self._wave)
         return self.burst
+
+    @property
+    def stated_floor(self) -> bool:
+        """Whether the policy's rate (the ceiling) may be well below the server's: its
+        window is whole seconds, rounded up by up to one, so the server's own may be
+        that much shorter (a bucket of 5 at 10/s, full in half a second, states
+        ``q=5;w=1``), by ``_HIDDEN`` or more. Until its counts refute it
+        (`refute_policy`), it is paced at, but a call it puts past its deadline waits
+        for it to rise (`fanout._front.ScopeFront.rate_rising`): judged on it at once,
+        13 of the 22 calls that can finish under 2 s deadlines ran."""
+        window = self.policy_window
+        if self.ceiling is None or window is None:
+            return False
+        return window <= 1.0 or window / (window - 1.0) >= _HIDDEN
 
     @property
     def refusals(self) -> int:
@@ -308,6 +327,8 @@ class RateLearner:
         started, alongside, tied = around.started, around.alongside, around.tied
         after, after_with = around.after, around.after_with
         changed = False
+        if limit is not None and window is not None and limit <= self._refuted * window:
+            window = None  # refuted (`refute_policy`): its limit is the burst, no rate
         if limit == 1 and self._one_token is None:
             self._one_token = True
         # A bucket of one says nothing in Remaining (0 after every request, whatever
@@ -329,14 +350,19 @@ class RateLearner:
         self._stated = states
         if limit is not None and limit >= 1 and math.isfinite(limit) and limit != self.burst:
             self.burst, changed = float(limit), True
+        policy = None
         if limit is not None and window is not None and limit >= 1 and window > 0:
             stated = limit / window
             if math.isfinite(stated) and stated > 0 and stated != self.ceiling:
                 self.ceiling = self._reference = self.rate = stated
                 self.policy_window = window
-                return True
-            return changed
-        if remaining is None or self.ceiling is not None:
+                changed = True
+            if remaining is None or self.ceiling is None:
+                return changed
+            # Its counts are measured all the same, the rate held at the policy's: should
+            # they refute it (`refute_policy`), what they proved is there at once.
+            policy = (self.rate, self._reference, changed)
+        elif remaining is None or self.ceiling is not None:
             return changed
         # Near full, after what was sent with it and since (less the refill since, at
         # the present rate): the first of a burst whose others left 7 ms later said 4
@@ -378,7 +404,22 @@ class RateLearner:
             if math.isfinite(guess) and guess > 0:
                 self.rate = self._reference = max(guess, _MIN_RATE)
                 changed = True
+        if policy is not None:
+            self.rate, self._reference, changed = policy
         return changed
+
+    def refute_policy(self) -> bool:
+        """The server's counts show no window of its stated policy counted them
+        (`fanout._stated_policy`): it refills faster than it states, as a bucket full
+        again in less than a whole second states a second. Its rate is where learning
+        starts, not a ceiling: its limit is the burst, and the rate is learned from its
+        counts (measured under the policy already) as where a server states no
+        window. True when the limits changed."""
+        if self.ceiling is None:
+            return False
+        self._refuted, self.ceiling = max(self._refuted, self.ceiling), None
+        self.rate = max(self._refuted, self.measured or 0.0)
+        return True
 
     def _measure(
         self,
@@ -604,7 +645,8 @@ class RateLearner:
         current = max(current, _MIN_RATE)
         self._reference = self.ceiling or current
         factor = _DECREASE if self.ceiling is None else _DECREASE_KNOWN
-        decreased, proven = current * factor, self.measured
+        # Under a policy's ceiling, its counts are measured only should they refute it.
+        decreased, proven = current * factor, self.measured if self.ceiling is None else None
         pace = current if rate is None else max(current, rate)
         if proven is not None and proven < pace:
             # The refill measured below the pace refused is evidence, where a blind
