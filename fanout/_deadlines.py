@@ -74,6 +74,7 @@ class Deadlines:
     # then after a hold as long as one may be (`fanout._collector`).
     _held_since: float | None = attrs.field(default=None, init=False)
     _free_until: float = attrs.field(default=-math.inf, init=False)
+    _last: float = attrs.field(default=math.inf, init=False)  # the watcher leaves then
 
     def add(self, when: float, expire: Callable[[], None]) -> None:
         """Call ``expire`` at ``when`` (deadlines that tie keep the order they were added)."""
@@ -94,6 +95,7 @@ class Deadlines:
 
         Leaving, it cancels whatever is still to cancel, all at once."""
         FULL_PASSES.time_passes()
+        self._last = last
         try:
             while True:
                 self._cancels_left = _CANCELS_PER_BATCH  # a batch ran since this task last did
@@ -101,7 +103,7 @@ class Deadlines:
                 self._cancel_some()
                 if trio.current_time() >= last:
                     return
-                due = min(self._due[0][0], last) if self._due else last
+                due = self._next_due()
                 due = min(due, self._steer_collector(due))
                 if self._cancelling:
                     # The next few after the batch now unwinding, woken in trio's pass
@@ -156,9 +158,15 @@ class Deadlines:
         """
         try:
             self._expire()
+            # Steered here too, not only once the watcher's task runs: with ten thousand
+            # steps of httpx in the batch before it, a hold began after the pass it was for.
+            self._steer_collector(self._next_due())
         except BaseException as exc:
             self._failure = exc
         return trio.lowlevel.Abort.SUCCEEDED
+
+    def _next_due(self) -> float:
+        return min(self._due[0][0], self._last) if self._due else self._last
 
     def _expire(self) -> None:
         now = trio.current_time()
