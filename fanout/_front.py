@@ -31,6 +31,7 @@ booked and sent (`fanout._outgoing`), the counts answers stated
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -64,7 +65,7 @@ from ._window import Arrivals
 from ._window_watch import WindowWatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from ._budget import Budget
     from ._values import RateLimitInfo
@@ -280,6 +281,8 @@ class ScopeFront:
     _cap: LearnedCap = attrs.field(init=False, factory=LearnedCap, repr=False)
     # Set (and replaced) each time a learned rate rises (`rate_rising`).
     _rose: trio.Event = attrs.field(init=False, factory=trio.Event, repr=False)
+    # The last moments of the calls waiting for it to rise (`pressing`).
+    _pressed: list[float] = attrs.field(init=False, factory=list, repr=False)
     # When the refused requests were sent that are taken in already: told of as they
     # arrived (`on_throttled`), or 503s that showed a cap, not the rate (`_slots`).
     # Each is listed until the runner tells of it; a 503 without a wait never is, so
@@ -2046,6 +2049,33 @@ class ScopeFront:
             return None
         return None if learner.ceiling is not None and not learner.stated_floor else self._rose
 
+    @contextlib.contextmanager
+    def pressing(self, last: float) -> Iterator[None]:
+        """A call waits for the learned rate to rise (`rate_rising`), until ``last``, the
+        last moment it could start and end in time: while it does, the rate goes up
+        to what the calls waiting so need, where learning allows (`RateLearner.press`)."""
+        self._pressed.append(last)
+        try:
+            if self._press():
+                self._apply_learned()
+            yield
+        finally:
+            self._pressed.remove(last)
+
+    def _press(self) -> bool:
+        """Ask learning for the rate the calls waiting for a rise need (`pressing`): each
+        of them, and every call queued here besides (booked, or waiting for a slot),
+        started by its last moment."""
+        learner = self._learner
+        if learner is None or not self._pressed:
+            return False
+        now = trio.current_time()
+        lasts = sorted(self._pressed)
+        ahead = self._ledger.waiting
+        need = max((ahead + k) / max(last - now, TOGETHER) for k, last in enumerate(lasts, start=1))
+        pending = self._outgoing.out_before(now, self._cap.on_the_wire)
+        return learner.press(need, now=now, spare=lasts[0] - now, pending=pending)
+
     def wait_latency(self) -> float | None:
         """The latency a wait for tokens here is judged with (would the call end late?).
 
@@ -2076,6 +2106,7 @@ class ScopeFront:
         """
         learner = self._learner
         assert learner is not None
+        self._press()  # calls still waiting for a rise keep pressing (`pressing`)
         if learner.rate is None or not math.isfinite(learner.rate):
             # A cost of 1e308 a call "proved" an infinite rate: nothing a bucket can
             # pace at, and set, it failed a call that had finished.

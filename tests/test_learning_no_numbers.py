@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fanout
+from benchmarks.scenarios import max_ok_by
 from fanout import EventKind, Kind, Registry, Runner, Scope, Status, ToolCall
 from fanout._learning import RateLearner
 from fanout.testing import ServerConfig, ThrottlingServer, serve_throttled
@@ -525,6 +526,76 @@ async def test_a_wait_that_cannot_fit_on_a_learning_scope_is_answered_before_the
     assert second.retry_after_ms > 0
     (answered,) = [e.time for e in turn.trace if e.kind is EventKind.ANSWERED and e.call_id == "b"]
     assert answered < began + 1.5
+
+
+async def learn_under(
+    config: ServerConfig, calls: int, deadline: float
+) -> tuple[ThrottlingServer, fanout.Turn, dict[str | None, float]]:
+    """``calls`` fetches, each under ``deadline``, through a scope told nothing; the server,
+    the turn, and when each call was answered, from the turn's start."""
+    async with api(config) as (server, client):
+        registry = Registry()
+
+        @registry.tool(kind=Kind.READS, scopes=["key"], timeout=deadline)
+        async def fetch(n: int) -> str:
+            (await client.get(f"/items/{n}")).raise_for_status()
+            return f"item {n}"
+
+        began = trio.current_time()
+        runner = Runner(registry, scopes=[Scope("key")], inline_wait=None, rng=random.Random(0))
+        turn = await runner.run_turn([ToolCall(f"c{i}", "fetch", {"n": i}) for i in range(calls)])
+    answered = {e.call_id: e.time - began for e in turn.trace if e.kind is EventKind.ANSWERED}
+    return server, turn, answered
+
+
+@pytest.mark.parametrize(
+    ("latency", "deadline", "retry_after", "fewest"),
+    [
+        (0.05, 1.5, "absent", 29),
+        (0.1, 1.55, "absent", 30),
+        (0.2, 1.65, "absent", 28),
+        (0.05, 1.5, "ms", 29),
+    ],
+)
+async def test_calls_that_would_miss_their_deadline_press_a_rate_learned_from_bare_429s(
+    autojump_clock: Any, latency: float, deadline: float, retry_after: Any, fewest: int
+) -> None:
+    """Bare 429s (no counts, no wait, or one in ms) from 20/s with a burst of 2, 40 calls
+    under deadlines that let 31 finish (the last of them started on its token to end at
+    its deadline: told, 30). The slow start's 429 dropped the rate to a guess, 2/s, which
+    grew e-fold each half second while the calls waited for it to rise, and most were
+    answered at their last moment: 10, 17, 22 and 10 ok. Pressed by their need, the rate
+    goes to it, up to half the pace refused, then up to the fastest rate that fits, each
+    429 one of the three learning spends: 28-30 ok, none answered late, none sent that
+    cannot end in time. (Rising under them as they booked, the rate had 19 calls answered
+    at once as waiting longer than inline.)"""
+    config = ServerConfig(
+        rate=20, burst=2, latency=latency, headers="none", retry_after=retry_after
+    )
+    assert max_ok_by(deadline, 40, rate=20, burst=2, latency=latency) == 31
+    server, turn, answered = await learn_under(config, 40, deadline)
+    ok = sum(r.status is Status.OK for r in turn.results)
+    assert ok >= fewest
+    assert max(answered.values()) <= deadline
+    assert all(r.status in (Status.OK, Status.RATE_LIMITED) for r in turn.results)
+    assert server.count(status=200) == ok
+    assert server.count(status=429) <= 3
+
+
+def test_a_rate_is_pressed_only_after_a_429_and_where_its_wait_is_short() -> None:
+    """The slow start is not pressed (nothing refused yet bounds it), nor a rate whose
+    429s state a wait of a second: one more would shut the calls out for most of the
+    time they have (`RateLearner.press`)."""
+    for wait, pressed in ((None, True), (0.05, True), (1.0, False)):
+        learner = RateLearner()
+        for sent in [0.0, 0.0, 0.05]:
+            learner.on_success(began=sent, latency=0.05)
+        assert not learner.press(30.0, now=0.06, spare=1.4)
+        learner.on_throttled(80.0, now=0.0625, wait=wait, sent_at=0.0625, started=3.0)
+        rate = learner.rate
+        assert rate is not None
+        assert learner.press(30.0, now=0.0625, spare=1.4) is pressed
+        assert learner.rate == (30.0 if pressed else rate)
 
 
 async def test_a_deep_bucket_stating_only_dated_waits_is_found_at_the_second_429(
