@@ -85,6 +85,7 @@ A response never resets the estimate: only new evidence moves it.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from typing import TYPE_CHECKING
 
@@ -201,9 +202,13 @@ class RateLearner:
     rate: float | None = None
     burst: float = 1.0
     ceiling: float | None = None  # the server's stated rate; never exceeded
+    _ceiling_read: float = attrs.field(default=-math.inf, alias="_ceiling_read")  # read then
     policy_window: float | None = None  # the window of the policy that stated it
     measured: float | None = None  # the best lower bound from Remaining's refill
     floor: float = 0.0  # the best lower bound proven by admissions after a 429
+    # The least refill a stated burst showed (`_settle_on_limit`): the server's bucket
+    # holds that much more for each second of a 429's wait.
+    refilled: float = 0.0
     _anchor: tuple[float, float, float] | None = attrs.field(default=None, alias="_anchor")
     # Answers that found the bucket full: when their requests were sent, and ours before.
     _exact: list[tuple[float, _Count]] = attrs.field(factory=list, alias="_exact")
@@ -242,6 +247,10 @@ class RateLearner:
     _refused: int = attrs.field(default=0, alias="_refused")  # 429s so far
     # A stated limit of one: True while a bucket of one explains the answers.
     _one_token: bool | None = attrs.field(default=None, alias="_one_token")
+    # A stated limit of two or more, fitted as the server's burst (`_settle_on_limit`), and
+    # whether the answers refuted that (then any burst is fitted, whatever is stated).
+    _limit: float | None = attrs.field(default=None, alias="_limit")
+    _limit_refuted: bool = attrs.field(default=False, alias="_limit_refuted")
     _spent: int = attrs.field(default=0, alias="_spent")  # of them, learning's (`on_throttled`)
     # The probe is as wide as the scope's in-flight cap: no later wave can be wider.
     probe_fills_cap: bool = False
@@ -290,6 +299,25 @@ class RateLearner:
         if self._slow_start and not self._stated and self.probe_fills_cap:
             return max(self.burst, self._wave)
         return self.burst
+
+    def policy_shows_window(self, sent: float, wait: float | None) -> bool:
+        """Whether a 429 to a request sent at ``sent``, with the server's ``wait`` (None:
+        none given), shows that a server stating a policy counts in its window, not in a
+        bucket of its limit at its rate (read so where only its refusals state it).
+
+        Such a bucket waits no longer than one token's refill (a second more, rounded up
+        to whole seconds or to an HTTP-date's), and refuses nothing sent at its rate,
+        after the policy was read. A window may do either: a log of 18 per 3 s, paced as
+        a bucket, waited 2.1 s, then took two of the ten its wait had refilled. Every
+        request it admits a log of the limit per the window admits too (a bucket of
+        ``B`` at ``B / W`` admits whatever a log of ``B`` per ``W`` does), but counted
+        in from the first 429, a bucket of 50 at 50/s met over slow new connections
+        took 1.3 times the fastest.
+        """
+        if self.policy_window is None or self.ceiling is None:
+            return False
+        refill = 1.0 / self.ceiling
+        return sent > self._ceiling_read or (wait is not None and wait > refill + 1.0)
 
     @property
     def stated_floor(self) -> bool:
@@ -348,6 +376,8 @@ class RateLearner:
             window = None  # refuted (`refute_policy`): its limit is the burst, no rate
         if limit == 1 and self._one_token is None:
             self._one_token = True
+        if limit is not None and limit >= 2 and math.isfinite(limit) and not self._limit_refuted:
+            self._limit = limit
         # A bucket of one says nothing in Remaining (0 after every request, whatever
         # the rate): it is learned as a server that states nothing, from its 429s.
         # So is one that states no reset and no window: nothing gives a first rate
@@ -372,7 +402,7 @@ class RateLearner:
             stated = limit / window
             if math.isfinite(stated) and stated > 0 and stated != self.ceiling:
                 self.ceiling = self._reference = self.rate = stated
-                self.policy_window = window
+                self.policy_window, self._ceiling_read = window, now
                 changed = True
             if remaining is None or self.ceiling is None:
                 return changed
@@ -642,7 +672,8 @@ class RateLearner:
         fastest).
         """
         trial, self._trial_from = self._trial_from, None
-        overshot = not self._stated and sent_at < self._event_at
+        # Sent before a stated rate was read, a request was the slow start's too.
+        overshot = sent_at <= self._ceiling_read or (not self._stated and sent_at < self._event_at)
         first = not (blind or overshot) or not self._refused
         if first and not (trial is not None and sent_at >= trial):
             self._spent += 1
@@ -657,6 +688,12 @@ class RateLearner:
         self._slow_start = self._grown_past = False
         self._hold_until = now + max(wait, 1.0)
         self._waited_until = now + max(wait, 0.0)
+        if self.ceiling is not None and sent_at <= self._ceiling_read:
+            # Sent before the stated rate was read (a slow start's, whose own 429 stated
+            # it, as a server stating its counts on refusals alone does): no news of that
+            # rate. Cut to 0.8 of it, a rate stated nowhere else was never raised again.
+            self.rate, self._reference = self.ceiling, self.ceiling
+            return
         rate, self._taken_back = self._refused_rate(now), None
         current = sending_rate if rate is None else min(rate, sending_rate)
         current = max(current, _MIN_RATE)
@@ -753,6 +790,13 @@ class RateLearner:
             # counting a stated burst of 40 at 2/s as a second's refill set 39/s,
             # and its refill over the 429's wait sent 33 at once.)
             guess = max(started - self.burst, 1.0) / _PHASE_ONE
+            if self._settle_on_limit(pending):
+                guess = self.rate or guess
+            elif self._limit is not None:
+                # No refill shown before it (a window refuses the first request past
+                # its limit): the limit bounds nothing. Fitted on, a window of 24 per
+                # 1.3 s its pace never filled again was paced at 1.3/s to the end.
+                self._limit, self._limit_refuted = None, True
         else:
             guess = (self.rate or _MIN_RATE) * _DECREASE
         self.rate = max(_MIN_RATE, self.floor, guess)
@@ -778,6 +822,67 @@ class RateLearner:
         # Where a press drew learning's last 429 (`press`); once only.
         self._pressed_from = unpressed if self._spent == _REFUSALS else None
         self._quiet_until = now + 1.0 / self.rate
+
+    def _settle_on_limit(self, pending: Sequence[float], out: Sequence[float] = ()) -> bool:
+        """Settle where a bucket of the limit a 429's counts stated (its burst, two or
+        more), full at our first request, fits the answers (`fanout._bucket_fit`), with
+        the requests ``pending`` taken as admitted (or ``out``, if none fits without
+        them); True when it bounds the rate from both sides. Where none fits (a window,
+        or another process drew the bucket down), the limit is no burst: any burst is
+        fitted from then on.
+
+        ``n`` requests admitted ``t`` after the first left a bucket of ``B`` less
+        than a token at a 429: ``(n - B) / t`` at least (a bucket found less than
+        full admits fewer), ``(n + 1 - B) / t`` at most, from the first 429 on: at it,
+        the requests still out took the bucket's tokens, and count as admitted. Guessed
+        a burst's worth short of a second's refill instead, 16/s where 50/s with a
+        burst of 50 had admitted 66 in 0.36 s, the rate grew from there while the
+        server's bucket filled, unspent, through the 429's one-second wait, and it
+        took three 429s and 1.26 times the fastest. The least rate that fits is a
+        refill the server surely made in a 429's wait (`refilled`).
+        """
+        limit = self._limit
+        if limit is None or self._one_token or self.window is not None:
+            return False
+        pending, out = self._unanswered(pending), self._unanswered(out)
+        slowest = max(self.floor, _MIN_RATE)
+        fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=pending, burst=limit)
+        if fit is None and len(out) > len(pending):
+            fit = self._log.fit(slowest=slowest, fastest=self._fastest, pending=out, burst=limit)
+        if fit is None:
+            self._limit, self._limit_refuted, self.refilled = None, True, 0.0
+            return False
+        if not fit.bounded or fit.floored:
+            return False
+        # Between the two, leaning slow, as two drains settle any burst (`_settle`);
+        # towards the fastest quickly while a 429 is left to spend, as there.
+        self.rate = max(self.floor, fit.low + (fit.high - fit.low) * _FIT_SHARE)
+        self._cap, self.refilled = fit.high, fit.low
+        self._growth = _SETTLED if self._spent >= _REFUSALS else _GROWTH
+        return True
+
+    def _unanswered(self, pending: Sequence[float]) -> list[float]:
+        """``pending`` less the requests the log has answered already.
+
+        The requests out are taken as the latest sent (`Outgoing.out_before`): with
+        answers out of order, one answered is counted twice and one out not at all, and
+        a bucket of its stated burst that fits two at once is a faster one (52-53/s
+        against 49.9/s, burst 5, answers jittered by 113 ms). Counted once, and the
+        one out missed, it is a slower one.
+        """
+        if not pending:
+            return []
+        answered = collections.Counter(
+            round(sent * 1e7) for sent, refused in self._log.with_pending() if not refused
+        )
+        kept = []
+        for sent in pending:
+            key = round(sent * 1e7)
+            if answered[key]:
+                answered[key] -= 1
+            else:
+                kept.append(sent)
+        return kept
 
     def _probe_closure(self, now: float, sent_at: float, pending: Sequence[float]) -> None:
         """When to try a server again that refused ``_CLOSED`` or more requests in a row,
@@ -847,6 +952,12 @@ class RateLearner:
         # (a log of 4 guessed as 5): the limit is not known then.
         before = [sent for sent, refused in answers if not refused and sent < refused_at]
         if len(before) < 2 or len(before) != counted:
+            return False
+        if self._limit is not None:
+            # A bucket of the limit the counts state explained the first 429 by a refill
+            # (`_settle_on_limit`), which a window never shows: paced at that refill, a
+            # bucket of 7 at 23/s drew a second 429 a wait after the first, and passed
+            # for 25 per 2.1 s.
             return False
         guess = WindowGuess(len(before), reopened - before[0], before[0])
         reopens = (sent_at + wait - (1.0 if coarse else 0.0), now + wait + later)
@@ -1193,6 +1304,8 @@ class RateLearner:
         """Move the rate to what the answers so far allow (`fanout._bucket_fit`), with
         the requests ``pending`` (sent then, not yet answered) as admitted; ``out``
         are all those not yet answered, admitted if a bucket of one needs them so."""
+        if self._settle_on_limit(pending, out):
+            return
         slowest = max(self.floor, _MIN_RATE)
         fit = None
         if self._one_token:
