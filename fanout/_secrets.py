@@ -284,6 +284,8 @@ class SecretRegistry:
         # Their patterns, longest secret first: ``_current`` says whether they are.
         self._patterns: tuple[Screened, ...] = ()
         self._current = True
+        # Each known secret's pattern, compiled once while it is known (`_screened_all`).
+        self._screened: dict[Secret, Screened | None] = {}
         # What each secret long enough to scrub must show in a text that spells it
         # only raw (`_raw_forms`); rebuilt, under the lock, whenever the secrets change.
         self._raw: Screens = ((), frozenset())
@@ -310,7 +312,8 @@ class SecretRegistry:
                 self._secrets[secret] = None
                 changed = True
                 if len(self._secrets) > self._limit:
-                    self._secrets.popitem(last=False)
+                    forgotten, _ = self._secrets.popitem(last=False)
+                    self._screened.pop(forgotten, None)
             if changed:
                 self._raw = _raw_forms(secret.reveal() for secret in self._all())
                 self._current = False
@@ -331,9 +334,21 @@ class SecretRegistry:
             return self._patterns
         with self._lock:
             if not self._current:
-                self._patterns = compiled(self._all())
+                self._patterns = self._screened_all()
                 self._current = True
             return self._patterns
+
+    def _screened_all(self) -> tuple[Screened, ...]:
+        """Every known secret's pattern, longest first, each compiled once while it is
+        known. Left to the compile cache, more secrets than it holds (pinned ones have
+        no limit) were all compiled again at each new one: 6 s for 700, on the event
+        loop, at every secret learned after them."""
+        known = self._all()
+        for secret in known:
+            if secret not in self._screened:
+                self._screened[secret] = _screened(secret)
+        known.sort(key=lambda secret: len(secret.reveal()), reverse=True)
+        return tuple(entry for secret in known if (entry := self._screened[secret]) is not None)
 
     def may_be_in(self, text: str) -> bool:
         """Whether ``text`` may spell one of these secrets; False only when it cannot.
@@ -371,11 +386,13 @@ def compiled(secrets: Iterable[Secret]) -> tuple[Screened, ...]:
     """A pattern for every spelling of each of ``secrets``, longest first (a secret
     that holds another is replaced whole before the other is looked for)."""
     ordered = sorted(secrets, key=lambda secret: len(secret.reveal()), reverse=True)
-    return tuple(
-        (_compiled(pattern), _screens_of(secret.reveal()))
-        for secret in ordered
-        if (pattern := secret.pattern()) is not None
-    )
+    return tuple(entry for secret in ordered if (entry := _screened(secret)) is not None)
+
+
+def _screened(secret: Secret) -> Screened | None:
+    """``secret``'s pattern and screens; None for a value too short to scrub."""
+    pattern = secret.pattern()
+    return None if pattern is None else (_compiled(pattern), _screens_of(secret.reveal()))
 
 
 # A secret whose every character is printable ASCII, but "%", "\\" and "&": the escapes

@@ -243,3 +243,18 @@ def test_no_head_shorter_than_twenty_characters_and_no_user_name_is_scrubbed(
     assert scrub_secrets(f"<{head}>", [key + "-and-more"]) == f"<{head}>"
     user = "svc-reporting-2024@example.com"
     assert scrub_secrets(f"hello {user}", [f"{user}:{key}"]) == f"hello {user}"
+
+
+def test_a_secret_learned_after_more_than_the_compile_cache_holds_compiles_alone() -> None:
+    """Pinned secrets have no limit: past what the compile cache holds (twice the learned
+    limit), a cache gone round them all compiled every pattern again at each new secret
+    (6 s for 700, on the event loop). Each is compiled once while it is known."""
+    known = SecretRegistry(limit=4)
+    many = _compiled.cache_info().maxsize or 0
+    known.learn([Secret(f"pin-{i:06d}") for i in range(many + 40)], pinned=True)
+    known.patterns()
+    for i in range(3):
+        before = _compiled.cache_info().misses
+        known.learn([Secret(f"new-key-{i:04d}")])
+        assert len(known.patterns()) == many + 40 + i + 1
+        assert _compiled.cache_info().misses - before == 1
